@@ -1,0 +1,1 @@
+//! The FUSE filesystem: a thin adapter over the engine's public API.

@@ -1,0 +1,11 @@
+//! sessionfs: a lossless, fast implementation of a coding agent's session
+//! store (the engine, [`session`]) and a FUSE filesystem over it ([`fs`]).
+//!
+//! The engine has no FUSE dependency; the filesystem and the command line
+//! ([`cli`]) are thin adapters over the engine's public API.
+
+pub mod cli;
+pub mod fs;
+pub mod session;
+
+pub use session::error::{Error, Result};

@@ -1,0 +1,24 @@
+//! The session engine (SPEC §1–11): format, loading, migrations, tree and
+//! leaf, context reconstruction, persistence, size controls and blobs,
+//! storage, discovery and prompt history.
+
+pub mod blobs;
+pub mod context;
+pub mod discovery;
+pub mod error;
+pub mod format;
+pub mod history;
+pub mod ids;
+pub mod index;
+pub mod json;
+pub mod loader;
+pub mod manager;
+pub mod migration;
+pub mod paths;
+pub mod persistence;
+pub mod sizecontrol;
+pub mod storage;
+pub mod time;
+
+pub use error::{Error, Result};
+pub use storage::{FileStorage, MemoryStorage, Storage};

@@ -1,0 +1,532 @@
+//! Storage abstraction (SPEC §9): every filesystem operation the engine uses,
+//! behind one trait, with a real-filesystem implementation and an in-memory one
+//! (for tests, fault injection and non-persistent sessions).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+/// What `stat` reports about a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    pub size: u64,
+    pub mtime: SystemTime,
+    /// Identity of the underlying file (device and inode for the real
+    /// filesystem): changes when the file is replaced by a rename.
+    pub identity: (u64, u64),
+    pub is_dir: bool,
+}
+
+/// One name in a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirItem {
+    pub name: String,
+    pub is_dir: bool,
+}
+
+/// An open append-only writer on one file (SPEC §9 `SessionStorageWriter`).
+pub trait AppendWriter: Send {
+    /// Writes one whole line (the caller includes the trailing `\n`) with a
+    /// single `write` call where the platform allows.
+    fn write_line(&mut self, line: &[u8]) -> io::Result<()>;
+    /// Pushes buffered bytes to the operating system.
+    fn flush(&mut self) -> io::Result<()>;
+    /// Flushes and makes the data durable.
+    fn fsync(&mut self) -> io::Result<()>;
+    /// Holds an exclusive advisory lock on the file until the guard drops.
+    fn lock(&mut self) -> io::Result<LockGuard>;
+}
+
+/// Releases an advisory lock when dropped.
+pub struct LockGuard {
+    release: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl LockGuard {
+    fn new(release: impl FnOnce() + Send + 'static) -> Self {
+        LockGuard {
+            release: Some(Box::new(release)),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LockGuard")
+    }
+}
+
+/// Every filesystem operation the engine performs.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Creates a directory and its parents (mode 0700 for new ones).
+    fn ensure_dir(&self, path: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> bool;
+    /// Reads a whole file.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Reads at most `max` bytes from the start of a file.
+    fn read_prefix(&self, path: &Path, max: usize) -> io::Result<Vec<u8>>;
+    /// Reads up to `len` bytes at `offset` (short only at end of file).
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Creates or truncates a file (mode 0600 when new), writes `data` and
+    /// fsyncs it.
+    fn write(&self, path: &Path, data: &[u8]) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn unlink(&self, path: &Path) -> io::Result<()>;
+    /// Names in a directory, sorted by name.
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>>;
+    fn stat(&self, path: &Path) -> io::Result<FileStat>;
+    /// Makes a directory's entries (renames, creations) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Opens (creating with mode 0600 if needed) an append-only writer.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>>;
+    /// Takes an exclusive advisory lock on an existing file.
+    fn lock(&self, path: &Path) -> io::Result<LockGuard>;
+    /// True when sessions written here live on a real disk.
+    fn is_persistent(&self) -> bool;
+}
+
+// ---------------------------------------------------------------------------
+// Real filesystem
+// ---------------------------------------------------------------------------
+
+/// The real filesystem.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FileStorage;
+
+impl FileStorage {
+    pub fn new() -> Self {
+        FileStorage
+    }
+}
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    loop {
+        // SAFETY: flock on a valid, open file descriptor.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+fn lock_file(file: File) -> io::Result<LockGuard> {
+    flock(&file, libc::LOCK_EX)?;
+    Ok(LockGuard::new(move || {
+        let _ = flock(&file, libc::LOCK_UN);
+    }))
+}
+
+struct FileAppendWriter {
+    file: File,
+}
+
+impl AppendWriter for FileAppendWriter {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
+        // O_APPEND: one write(2) places the whole line at the end of file.
+        self.file.write_all(line)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+    fn fsync(&mut self) -> io::Result<()> {
+        self.file.flush()?;
+        self.file.sync_data()
+    }
+    fn lock(&mut self) -> io::Result<LockGuard> {
+        lock_file(self.file.try_clone()?)
+    }
+}
+
+impl Storage for FileStorage {
+    fn ensure_dir(&self, path: &Path) -> io::Result<()> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+    fn read_prefix(&self, path: &Path, max: usize) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(max.min(1 << 16));
+        File::open(path)?.take(max as u64).read_to_end(&mut buf)?;
+        Ok(buf)
+    }
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let file = File::open(path)?;
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+    fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        file.write_all(data)?;
+        file.sync_all()
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn unlink(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>> {
+        let mut items = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue; // names that are not UTF-8 are not ours
+            };
+            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            items.push(DirItem { name, is_dir });
+        }
+        items.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(items)
+    }
+    fn stat(&self, path: &Path) -> io::Result<FileStat> {
+        let md = fs::metadata(path)?;
+        Ok(FileStat {
+            size: md.len(),
+            mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            identity: (md.dev(), md.ino()),
+            is_dir: md.is_dir(),
+        })
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(Box::new(FileAppendWriter { file }))
+    }
+    fn lock(&self, path: &Path) -> io::Result<LockGuard> {
+        lock_file(OpenOptions::new().read(true).open(path)?)
+    }
+    fn is_persistent(&self) -> bool {
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------
+// In-memory storage
+// ---------------------------------------------------------------------------
+
+/// Operations of [`MemoryStorage`] that can be made to fail (fault injection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultOp {
+    Read,
+    Write,
+    Rename,
+    Unlink,
+    Append,
+    Fsync,
+    SyncDir,
+}
+
+#[derive(Debug, Clone)]
+struct MemFile {
+    data: Vec<u8>,
+    mtime: SystemTime,
+    identity: u64,
+}
+
+#[derive(Debug, Default)]
+struct MemState {
+    files: BTreeMap<PathBuf, MemFile>,
+    dirs: std::collections::BTreeSet<PathBuf>,
+    faults: std::collections::BTreeSet<FaultOp>,
+}
+
+/// A map from paths to bytes; nothing touches the disk.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryStorage {
+    state: Arc<Mutex<MemState>>,
+    next_identity: Arc<AtomicU64>,
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{}: no such file", path.display()),
+    )
+}
+
+impl MemoryStorage {
+    pub fn new() -> Self {
+        MemoryStorage::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, MemState> {
+        // A panic while holding the lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes every later `op` fail with an I/O error until cleared.
+    pub fn inject_fault(&self, op: FaultOp) {
+        self.state().faults.insert(op);
+    }
+
+    /// Removes all injected faults.
+    pub fn clear_faults(&self) {
+        self.state().faults.clear();
+    }
+
+    /// Every file path currently stored (for tests).
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        self.state().files.keys().cloned().collect()
+    }
+
+    fn check(state: &MemState, op: FaultOp) -> io::Result<()> {
+        if state.faults.contains(&op) {
+            Err(io::Error::other(format!("injected fault: {op:?}")))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn new_identity(&self) -> u64 {
+        self.next_identity.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn append_bytes(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.state();
+        Self::check(&state, FaultOp::Append)?;
+        let identity = self.new_identity();
+        let file = state.files.entry(path.to_path_buf()).or_insert(MemFile {
+            data: Vec::new(),
+            mtime: SystemTime::now(),
+            identity,
+        });
+        file.data.extend_from_slice(bytes);
+        file.mtime = SystemTime::now();
+        Ok(())
+    }
+}
+
+struct MemAppendWriter {
+    storage: MemoryStorage,
+    path: PathBuf,
+}
+
+impl AppendWriter for MemAppendWriter {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
+        self.storage.append_bytes(&self.path, line)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn fsync(&mut self) -> io::Result<()> {
+        MemoryStorage::check(&self.storage.state(), FaultOp::Fsync)
+    }
+    fn lock(&mut self) -> io::Result<LockGuard> {
+        Ok(LockGuard::new(|| {}))
+    }
+}
+
+impl Storage for MemoryStorage {
+    fn ensure_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        for ancestor in path.ancestors() {
+            if ancestor.as_os_str().is_empty() {
+                break;
+            }
+            state.dirs.insert(ancestor.to_path_buf());
+        }
+        Ok(())
+    }
+    fn exists(&self, path: &Path) -> bool {
+        let state = self.state();
+        state.files.contains_key(path) || state.dirs.contains(path)
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let state = self.state();
+        Self::check(&state, FaultOp::Read)?;
+        state
+            .files
+            .get(path)
+            .map(|f| f.data.clone())
+            .ok_or_else(|| not_found(path))
+    }
+    fn read_prefix(&self, path: &Path, max: usize) -> io::Result<Vec<u8>> {
+        self.read_at(path, 0, max)
+    }
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let state = self.state();
+        Self::check(&state, FaultOp::Read)?;
+        let file = state.files.get(path).ok_or_else(|| not_found(path))?;
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(file.data.len());
+        let end = start.saturating_add(len).min(file.data.len());
+        Ok(file.data[start..end].to_vec())
+    }
+    fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        let mut state = self.state();
+        Self::check(&state, FaultOp::Write)?;
+        let identity = self.new_identity();
+        state.files.insert(
+            path.to_path_buf(),
+            MemFile {
+                data: data.to_vec(),
+                mtime: SystemTime::now(),
+                identity,
+            },
+        );
+        Ok(())
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        Self::check(&state, FaultOp::Rename)?;
+        let file = state.files.remove(from).ok_or_else(|| not_found(from))?;
+        state.files.insert(to.to_path_buf(), file);
+        Ok(())
+    }
+    fn unlink(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        Self::check(&state, FaultOp::Unlink)?;
+        state
+            .files
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| not_found(path))
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>> {
+        let state = self.state();
+        if !state.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        let mut items: Vec<DirItem> = Vec::new();
+        let children = state
+            .files
+            .keys()
+            .map(|p| (p, false))
+            .chain(state.dirs.iter().map(|p| (p, true)));
+        for (path, is_dir) in children {
+            if path.parent() == Some(dir) {
+                if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                    items.push(DirItem {
+                        name: name.to_string(),
+                        is_dir,
+                    });
+                }
+            }
+        }
+        items.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(items)
+    }
+    fn stat(&self, path: &Path) -> io::Result<FileStat> {
+        let state = self.state();
+        if let Some(file) = state.files.get(path) {
+            return Ok(FileStat {
+                size: file.data.len() as u64,
+                mtime: file.mtime,
+                identity: (0, file.identity),
+                is_dir: false,
+            });
+        }
+        if state.dirs.contains(path) {
+            return Ok(FileStat {
+                size: 0,
+                mtime: SystemTime::UNIX_EPOCH,
+                identity: (0, 0),
+                is_dir: true,
+            });
+        }
+        Err(not_found(path))
+    }
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        Self::check(&self.state(), FaultOp::SyncDir)
+    }
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        self.append_bytes(path, &[])?;
+        Ok(Box::new(MemAppendWriter {
+            storage: self.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
+    fn lock(&self, path: &Path) -> io::Result<LockGuard> {
+        if self.state().files.contains_key(path) {
+            Ok(LockGuard::new(|| {}))
+        } else {
+            Err(not_found(path))
+        }
+    }
+    fn is_persistent(&self) -> bool {
+        false
+    }
+}
+
+/// Reads a file from its start to its end in chunks, for callers that scan
+/// large files without holding them in memory.
+pub fn read_chunks(
+    storage: &dyn Storage,
+    path: &Path,
+    start: u64,
+    chunk: usize,
+    mut f: impl FnMut(u64, &[u8]) -> bool,
+) -> io::Result<u64> {
+    // The real filesystem gets a single open file; other storages use read_at.
+    let mut offset = start;
+    if storage.is_persistent() {
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(start))?;
+        let mut buf = vec![0u8; chunk];
+        loop {
+            let n = match file.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 || !f(offset, &buf[..n]) {
+                return Ok(offset + n as u64);
+            }
+            offset += n as u64;
+        }
+    }
+    loop {
+        let data = storage.read_at(path, offset, chunk)?;
+        if data.is_empty() || !f(offset, &data) {
+            return Ok(offset + data.len() as u64);
+        }
+        offset += data.len() as u64;
+    }
+}
