@@ -97,6 +97,25 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn lock(&self, path: &Path) -> io::Result<LockGuard>;
     /// True when sessions written here live on a real disk.
     fn is_persistent(&self) -> bool;
+    /// Reads a file from `start` to its end in chunks of up to `chunk`
+    /// bytes, calling `f(offset, bytes)` for each until it returns false.
+    /// Returns the offset where reading stopped.
+    fn scan(
+        &self,
+        path: &Path,
+        start: u64,
+        chunk: usize,
+        f: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> io::Result<u64> {
+        let mut offset = start;
+        loop {
+            let data = self.read_at(path, offset, chunk)?;
+            if data.is_empty() || !f(offset, &data) {
+                return Ok(offset + data.len() as u64);
+            }
+            offset += data.len() as u64;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -243,6 +262,29 @@ impl Storage for FileStorage {
     }
     fn is_persistent(&self) -> bool {
         true
+    }
+    fn scan(
+        &self,
+        path: &Path,
+        start: u64,
+        chunk: usize,
+        f: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> io::Result<u64> {
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(start))?;
+        let mut buf = vec![0u8; chunk];
+        let mut offset = start;
+        loop {
+            let n = match file.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 || !f(offset, &buf[..n]) {
+                return Ok(offset + n as u64);
+            }
+            offset += n as u64;
+        }
     }
 }
 
@@ -495,38 +537,3 @@ impl Storage for MemoryStorage {
     }
 }
 
-/// Reads a file from its start to its end in chunks, for callers that scan
-/// large files without holding them in memory.
-pub fn read_chunks(
-    storage: &dyn Storage,
-    path: &Path,
-    start: u64,
-    chunk: usize,
-    mut f: impl FnMut(u64, &[u8]) -> bool,
-) -> io::Result<u64> {
-    // The real filesystem gets a single open file; other storages use read_at.
-    let mut offset = start;
-    if storage.is_persistent() {
-        let mut file = File::open(path)?;
-        file.seek(SeekFrom::Start(start))?;
-        let mut buf = vec![0u8; chunk];
-        loop {
-            let n = match file.read(&mut buf) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if n == 0 || !f(offset, &buf[..n]) {
-                return Ok(offset + n as u64);
-            }
-            offset += n as u64;
-        }
-    }
-    loop {
-        let data = storage.read_at(path, offset, chunk)?;
-        if data.is_empty() || !f(offset, &data) {
-            return Ok(offset + data.len() as u64);
-        }
-        offset += data.len() as u64;
-    }
-}

@@ -1,0 +1,152 @@
+//! ISO-8601 timestamps: formatting "now" as the reference writes it
+//! (`2026-02-16T10:20:30.000Z`) and parsing timestamps to epoch
+//! milliseconds, as `new Date(ts).getTime()` does for ISO strings.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day number since 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn format_iso_ms(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    let (h, rem) = (rem / 3_600_000, rem % 3_600_000);
+    let (min, rem) = (rem / 60_000, rem % 60_000);
+    let (s, milli) = (rem / 1000, rem % 1000);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The current instant as the reference writes it.
+pub fn now_iso() -> String {
+    format_iso_ms(now_ms())
+}
+
+fn digits(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// Parses an ISO-8601 date-time (`YYYY-MM-DD`, optionally `THH:MM`,
+/// `:SS`, `.fraction`, and `Z` or `±HH:MM`) to epoch milliseconds. A
+/// date-time without a zone is taken as UTC. `None` for anything else
+/// (where JavaScript would give `NaN`).
+pub fn parse_iso_ms(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let y = digits(&b[0..4])?;
+    let mo = digits(&b[5..7])? as u32;
+    let d = digits(&b[8..10])? as u32;
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let mut ms = days_from_civil(y, mo, d) * 86_400_000;
+    let rest = &b[10..];
+    if rest.is_empty() {
+        return Some(ms);
+    }
+    if rest[0] != b'T' || rest.len() < 6 || rest[3] != b':' {
+        return None;
+    }
+    let h = digits(&rest[1..3])?;
+    let mi = digits(&rest[4..6])?;
+    if h > 24 || mi > 59 {
+        return None;
+    }
+    ms += h * 3_600_000 + mi * 60_000;
+    let mut i = 6;
+    if rest.get(i) == Some(&b':') {
+        let sec = digits(rest.get(i + 1..i + 3)?)?;
+        if sec > 59 {
+            return None;
+        }
+        ms += sec * 1000;
+        i += 3;
+        if rest.get(i) == Some(&b'.') {
+            let start = i + 1;
+            let mut end = start;
+            while end < rest.len() && rest[end].is_ascii_digit() {
+                end += 1;
+            }
+            if end == start {
+                return None;
+            }
+            let frac = &rest[start..end];
+            let mut milli = 0i64;
+            for k in 0..3 {
+                milli = milli * 10 + frac.get(k).map(|c| (c - b'0') as i64).unwrap_or(0);
+            }
+            ms += milli;
+            i = end;
+        }
+    }
+    match &rest[i..] {
+        [] | [b'Z'] => Some(ms),
+        [sign @ (b'+' | b'-'), oh1, oh2, b':', om1, om2] => {
+            let oh = digits(&[*oh1, *oh2])?;
+            let om = digits(&[*om1, *om2])?;
+            let offset = (oh * 60 + om) * 60_000;
+            Some(if *sign == b'+' { ms - offset } else { ms + offset })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_reference_timestamps() {
+        assert_eq!(parse_iso_ms("2026-12-02T16:10:09.019Z"), Some(1_796_227_809_019));
+        assert_eq!(parse_iso_ms("2025-01-10T08:00:06.000Z"), Some(1_736_496_006_000));
+        assert_eq!(parse_iso_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_iso_ms("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_iso_ms("1970-01-01"), Some(0));
+        assert_eq!(parse_iso_ms("not a date"), None);
+        assert_eq!(parse_iso_ms("2026-13-01T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for ms in [0, 1_796_227_809_019, 1_736_496_006_000, 951_782_400_123] {
+            assert_eq!(parse_iso_ms(&format_iso_ms(ms)), Some(ms));
+        }
+        assert_eq!(format_iso_ms(1_796_227_809_019), "2026-12-02T16:10:09.019Z");
+    }
+}
