@@ -1,0 +1,302 @@
+//! Versions and migration (SPEC §4). v1 → v2 gives every entry a fresh id
+//! and links entries into a linear chain in file order, turning a
+//! compaction's `firstKeptEntryIndex` into `firstKeptEntryId`; v2 → v3
+//! renames the message role `hookMessage` to `custom`. The header's
+//! `version` becomes 3.
+//!
+//! Migration works on the whole file text and edits only the lines it must:
+//! blank lines, lines it cannot parse and a torn last line are kept
+//! verbatim, so a rewrite never loses bytes the engine did not understand.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use serde_json::value::RawValue;
+
+use crate::session::format::CURRENT_VERSION;
+use crate::session::ids::new_entry_id;
+use crate::session::json::{json_string, RawObject};
+
+/// What a migration changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    pub from_version: u64,
+    pub bytes: Vec<u8>,
+}
+
+fn raw(text: &str) -> &RawValue {
+    // Only called with text produced by serde_json or taken from a parsed
+    // object, so it is valid JSON.
+    serde_json::from_str::<&RawValue>(text).unwrap_or_else(|_| null_raw())
+}
+
+fn null_raw() -> &'static RawValue {
+    serde_json::from_str::<&RawValue>("null").unwrap_or_else(|_| unreachable!())
+}
+
+/// One line of the file: its text and whether it ended with `\n`.
+struct Line<'a> {
+    text: &'a str,
+    newline: bool,
+}
+
+fn split_lines(text: &str) -> Vec<Line<'_>> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        match rest.find('\n') {
+            Some(i) => {
+                lines.push(Line {
+                    text: &rest[..i],
+                    newline: true,
+                });
+                rest = &rest[i + 1..];
+            }
+            None => {
+                lines.push(Line {
+                    text: rest,
+                    newline: false,
+                });
+                rest = "";
+            }
+        }
+    }
+    lines
+}
+
+/// Migrates a whole session file to the current version. `None` when the
+/// file is already current (or has no header, or is not UTF-8: such files
+/// are never rewritten).
+pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
+    let (bom, body) = match bytes.strip_prefix(b"\xEF\xBB\xBF".as_slice()) {
+        Some(rest) => (true, rest),
+        None => (false, bytes),
+    };
+    let text = std::str::from_utf8(body).ok()?;
+    let lines = split_lines(text);
+    let parsed: Vec<Option<RawObject<'_>>> = lines
+        .iter()
+        .map(|l| RawObject::parse(l.text).ok())
+        .collect();
+    let header_pos = parsed.iter().position(|p| {
+        p.as_ref()
+            .and_then(|o| o.get_str("type"))
+            .is_some_and(|t| t != "title")
+    })?;
+    let header = parsed[header_pos].as_ref()?;
+    if header.get_str("type").as_deref() != Some("session") || header.get_str("id").is_none() {
+        return None;
+    }
+    let version = header
+        .get("version")
+        .and_then(|v| v.get().parse::<f64>().ok())
+        .map(|v| if v.is_finite() && v > 0.0 { v as u64 } else { 0 })
+        .unwrap_or(1);
+    if version >= CURRENT_VERSION {
+        return None;
+    }
+
+    let mut out_lines: Vec<Cow<'_, str>> = lines.iter().map(|l| Cow::Borrowed(l.text)).collect();
+
+    // The entries after the header, in file order (the reference's parsed
+    // array minus the header).
+    let entry_positions: Vec<usize> = (header_pos + 1..lines.len())
+        .filter(|&i| {
+            parsed[i]
+                .as_ref()
+                .and_then(|o| o.get_str("type"))
+                .is_some_and(|t| t != "session" && t != "title")
+        })
+        .collect();
+
+    let mut objects: Vec<Option<RawObject<'_>>> = parsed;
+    let mut fresh_ids: Vec<String> = Vec::new();
+    if version < 2 {
+        let mut used: HashSet<String> = HashSet::new();
+        for _ in &entry_positions {
+            let id = loop {
+                let id = new_entry_id();
+                if used.insert(id.clone()) {
+                    break id;
+                }
+            };
+            fresh_ids.push(id);
+        }
+    }
+    // Owned texts referenced by edited members must outlive the edits.
+    let id_texts: Vec<String> = fresh_ids.iter().map(|id| json_string(id)).collect();
+    let custom_text = json_string("custom");
+
+    for (n, &pos) in entry_positions.iter().enumerate() {
+        let Some(obj) = objects[pos].as_mut() else {
+            continue;
+        };
+        let mut changed = false;
+        if version < 2 {
+            obj.members.retain(|(k, _)| k != "id" && k != "parentId");
+            let parent = if n == 0 {
+                null_raw()
+            } else {
+                raw(&id_texts[n - 1])
+            };
+            let at = obj
+                .members
+                .iter()
+                .position(|(k, _)| k == "type")
+                .map_or(0, |i| i + 1);
+            obj.members.insert(at, (Cow::Borrowed("id"), raw(&id_texts[n])));
+            obj.members.insert(at + 1, (Cow::Borrowed("parentId"), parent));
+            if obj.get_str("type").as_deref() == Some("compaction") {
+                if let Some(index) = obj.get("firstKeptEntryIndex") {
+                    let target = index
+                        .get()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|v| v.fract() == 0.0 && *v >= 1.0)
+                        .map(|v| v as usize)
+                        .filter(|&v| v <= entry_positions.len());
+                    obj.members.retain(|(k, _)| k != "firstKeptEntryIndex" && k != "firstKeptEntryId");
+                    if let Some(v) = target {
+                        obj.members
+                            .push((Cow::Borrowed("firstKeptEntryId"), raw(&id_texts[v - 1])));
+                    }
+                }
+            }
+            changed = true;
+        }
+        if obj.get_str("type").as_deref() == Some("message") {
+            if let Some(message) = obj.get("message") {
+                if let Ok(mut m) = RawObject::parse(message.get()) {
+                    if m.get_str("role").as_deref() == Some("hookMessage") {
+                        for member in m.members.iter_mut().filter(|(k, _)| k == "role") {
+                            member.1 = raw(&custom_text);
+                        }
+                        let text = m.to_json();
+                        out_lines[pos] = Cow::Owned(replace_member(obj, "message", &text));
+                        continue;
+                    }
+                }
+            }
+        }
+        if changed {
+            out_lines[pos] = Cow::Owned(obj.to_json());
+        }
+    }
+
+    // Header: version = 3, placed after `type` when it was absent.
+    if let Some(h) = objects[header_pos].as_mut() {
+        let version_text = CURRENT_VERSION.to_string();
+        if h.get("version").is_some() {
+            for member in h.members.iter_mut().filter(|(k, _)| k == "version") {
+                member.1 = raw(&version_text);
+            }
+        } else {
+            let at = h
+                .members
+                .iter()
+                .position(|(k, _)| k == "type")
+                .map_or(0, |i| i + 1);
+            h.members.insert(at, (Cow::Borrowed("version"), raw(&version_text)));
+        }
+        out_lines[header_pos] = Cow::Owned(h.to_json());
+    }
+
+    let mut out = Vec::with_capacity(bytes.len() + entry_positions.len() * 40);
+    if bom {
+        out.extend_from_slice(b"\xEF\xBB\xBF");
+    }
+    for (line, orig) in out_lines.iter().zip(&lines) {
+        out.extend_from_slice(line.as_bytes());
+        if orig.newline {
+            out.push(b'\n');
+        }
+    }
+    Some(Migrated {
+        from_version: version,
+        bytes: out,
+    })
+}
+
+/// `obj` serialised with the member `key` replaced by `value_text`.
+fn replace_member(obj: &RawObject<'_>, key: &str, value_text: &str) -> String {
+    let mut copy = obj.clone();
+    let value = raw(value_text);
+    for member in copy.members.iter_mut().filter(|(k, _)| k == key) {
+        member.1 = value;
+    }
+    copy.to_json()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::loader::{load_bytes, DEFAULT_MAX_LINE};
+
+    fn migrate(text: &str) -> String {
+        String::from_utf8(migrate_file(text.as_bytes()).expect("migrates").bytes).unwrap()
+    }
+
+    #[test]
+    fn v1_gets_ids_chain_and_compaction_target() {
+        let v1 = concat!(
+            r#"{"type":"session","id":"s","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}"#, "\n",
+            r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"a"}}"#, "\n",
+            "garbage\n",
+            r#"{"type":"message","timestamp":"t","message":{"role":"assistant","content":[]}}"#, "\n",
+            r#"{"type":"compaction","timestamp":"t","summary":"s","firstKeptEntryIndex":2,"tokensBefore":1}"#, "\n",
+        );
+        let out = migrate(v1);
+        let l = load_bytes(out.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        assert_eq!(l.header.as_ref().unwrap().version, Some(3));
+        assert_eq!(l.entries.len(), 3);
+        assert_eq!(l.entries[0].entry.parent_id, None);
+        assert_eq!(l.entries[1].entry.parent_id.as_deref(), Some(&*l.entries[0].entry.id));
+        assert_eq!(l.entries[2].entry.parent_id.as_deref(), Some(&*l.entries[1].entry.id));
+        assert!(out.contains("garbage\n"), "unparseable lines are kept");
+        assert!(!out.contains("firstKeptEntryIndex"));
+        let first_kept = format!("\"firstKeptEntryId\":\"{}\"", l.entries[1].entry.id);
+        assert!(out.contains(&first_kept), "{out}");
+        assert!(out.starts_with(r#"{"type":"session","version":3,"id":"s""#));
+        assert!(out.lines().nth(1).unwrap().starts_with(r#"{"type":"message","id":""#));
+    }
+
+    #[test]
+    fn compaction_index_zero_or_out_of_range_leaves_no_target() {
+        for index in ["0", "9", "-1", "1.5", "\"2\""] {
+            let v1 = format!(
+                "{}\n{}\n",
+                r#"{"type":"session","id":"s","cwd":"/w"}"#,
+                format_args!(r#"{{"type":"compaction","summary":"s","firstKeptEntryIndex":{index},"tokensBefore":1}}"#)
+            );
+            let out = migrate(&v1);
+            assert!(!out.contains("firstKeptEntry"), "{index}: {out}");
+        }
+    }
+
+    #[test]
+    fn v2_hook_messages_become_custom() {
+        let v2 = concat!(
+            r#"{"type":"session","version":2,"id":"s","cwd":"/w"}"#, "\n",
+            r#"{"type":"message","id":"1","parentId":null,"message":{"role":"hookMessage","customType":"h","content":"x"}}"#, "\n",
+            r#"{"type":"message","id":"2","parentId":"1","message":{"role":"user","content":"\ud83d"}}"#,
+        );
+        let out = migrate(v2);
+        let mut lines = out.lines();
+        assert_eq!(lines.next().unwrap(), r#"{"type":"session","version":3,"id":"s","cwd":"/w"}"#);
+        assert_eq!(
+            lines.next().unwrap(),
+            r#"{"type":"message","id":"1","parentId":null,"message":{"role":"custom","customType":"h","content":"x"}}"#
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            r#"{"type":"message","id":"2","parentId":"1","message":{"role":"user","content":"\ud83d"}}"#
+        );
+        assert!(!out.ends_with('\n'), "the last line keeps its (missing) newline");
+    }
+
+    #[test]
+    fn current_files_are_left_alone() {
+        assert!(migrate_file(br#"{"type":"session","version":3,"id":"s"}"#).is_none());
+        assert!(migrate_file(b"no header\n").is_none());
+    }
+}
