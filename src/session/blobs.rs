@@ -1,0 +1,762 @@
+//! Content-addressed blob store for images (SPEC §8).
+//!
+//! Before an entry is written, large inline images in `content` arrays are
+//! moved into `<agent-dir>/blobs/<sha256>` (64 lowercase hex of the SHA-256 of
+//! the decoded bytes, no extension) and their `data` becomes
+//! `blob:sha256:<hex>` ([`BlobStore::externalize_images`]). On load, refs in
+//! `message.content[]` and `custom_message.content[]` are resolved back to
+//! base64 ([`BlobStore::resolve_in_entry`]); a missing blob leaves the ref in
+//! place and is logged.
+//!
+//! Only a string that is exactly [`BLOB_REF_PREFIX`] + 64 lowercase hex is a
+//! usable ref ([`parse_blob_ref`]); nothing else is ever turned into a path,
+//! so a ref such as `blob:sha256:../../etc/passwd` is inert.
+//!
+//! Only canonical standard base64 (standard alphabet, padding, no whitespace,
+//! zero trailing bits) is externalised. Canonical base64 is the only encoding
+//! of its bytes, so resolving a ref gives back exactly the string that was
+//! stored; anything else stays inline, untouched.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::session::error::{Error, IoContext, Result};
+use crate::session::ids::{hex, is_lower_hex};
+use crate::session::persistence::atomic_write;
+use crate::session::sizecontrol::utf16_len;
+use crate::session::storage::Storage;
+
+/// Prefix of a blob reference: `blob:sha256:<64 lowercase hex>`.
+pub const BLOB_REF_PREFIX: &str = "blob:sha256:";
+
+/// Images whose base64 `data` is shorter than this (in characters) stay
+/// inline.
+pub const MIN_EXTERNALIZE_BASE64: usize = 1024;
+
+/// Length of a blob name: a SHA-256 digest in hex.
+const HEX_LEN: usize = 64;
+
+/// The hex digest of a well-formed blob ref (`blob:sha256:` followed by
+/// exactly 64 lowercase hex digits), or `None` for anything else. This is the
+/// only gate through which a ref read from a file becomes a path.
+pub fn parse_blob_ref(s: &str) -> Option<&str> {
+    s.strip_prefix(BLOB_REF_PREFIX)
+        .filter(|hex| is_lower_hex(hex, HEX_LEN))
+}
+
+/// The ref string for a digest: `blob:sha256:<hex>`.
+pub fn blob_ref(hex: &str) -> String {
+    format!("{BLOB_REF_PREFIX}{hex}")
+}
+
+/// Lowercase hex SHA-256 of `bytes` (a blob's name).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// At most the first 80 characters of `s`, for log lines about values that
+/// may be huge or hostile.
+fn preview(s: &str) -> &str {
+    match s.char_indices().nth(80) {
+        Some((end, _)) => &s[..end],
+        None => s,
+    }
+}
+
+/// `Some(data)` when `block` is an image block (`"type":"image"`) with a
+/// string `data` long enough to externalise that is not already a ref.
+fn externalizable_data(block: &Map<String, Value>) -> Option<&str> {
+    if block.get("type").and_then(Value::as_str) != Some("image") {
+        return None;
+    }
+    let data = block.get("data")?.as_str()?;
+    if data.starts_with(BLOB_REF_PREFIX) || utf16_len(data) < MIN_EXTERNALIZE_BASE64 {
+        return None;
+    }
+    Some(data)
+}
+
+/// Calls `f` on every externalisable image block (see
+/// [`externalizable_data`]) that is an element of an array that is the value
+/// of a `content` key, at any depth, in document order. Such blocks are not
+/// descended into; everything else is.
+fn for_each_content_image(
+    value: &mut Value,
+    f: &mut dyn FnMut(&mut Map<String, Value>) -> Result<()>,
+) -> Result<()> {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                match child {
+                    Value::Array(items) if key == "content" => {
+                        for item in items.iter_mut() {
+                            match item {
+                                Value::Object(block) if externalizable_data(block).is_some() => {
+                                    f(block)?;
+                                }
+                                _ => for_each_content_image(item, f)?,
+                            }
+                        }
+                    }
+                    _ => for_each_content_image(child, f)?,
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items.iter_mut() {
+                for_each_content_image(item, f)?;
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+    }
+    Ok(())
+}
+
+/// The blob store in `<agent-dir>/blobs`.
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+}
+
+impl BlobStore {
+    /// A blob store in `dir` (normally `<agent-dir>/blobs`). Nothing is
+    /// created until the first [`put`](Self::put).
+    pub fn new(storage: Arc<dyn Storage>, dir: impl Into<PathBuf>) -> Self {
+        BlobStore {
+            storage,
+            dir: dir.into(),
+        }
+    }
+
+    /// The blob directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path of the blob named `hex`, or `None` unless `hex` is exactly 64
+    /// lowercase hex digits.
+    pub fn path_for(&self, hex: &str) -> Option<PathBuf> {
+        is_lower_hex(hex, HEX_LEN).then(|| self.dir.join(hex))
+    }
+
+    /// Stores `bytes` under their SHA-256 and returns the lowercase hex
+    /// digest. A blob that already exists with the right size is not
+    /// rewritten; otherwise the directory is created (mode 0700) and the blob
+    /// written atomically (temp file, fsync, rename, directory fsync).
+    pub fn put(&self, bytes: &[u8]) -> Result<String> {
+        let hex = sha256_hex(bytes);
+        let path = self.dir.join(&hex);
+        if self.storage.exists(&path) {
+            match self.storage.stat(&path) {
+                Ok(stat) if !stat.is_dir && stat.size == bytes.len() as u64 => return Ok(hex),
+                Ok(stat) => log::warn!(
+                    "blob {hex} has {} bytes on disk, expected {}; rewriting it",
+                    stat.size,
+                    bytes.len()
+                ),
+                Err(e) => log::warn!("cannot stat blob {hex} ({e}); rewriting it"),
+            }
+        }
+        self.storage.ensure_dir(&self.dir).at(&self.dir)?;
+        atomic_write(&*self.storage, &path, bytes)?;
+        log::debug!("stored blob {hex} ({} bytes)", bytes.len());
+        Ok(hex)
+    }
+
+    /// The bytes of blob `hex`, or `None` when it does not exist. A `hex` that
+    /// is not exactly 64 lowercase hex digits is never used as a path: it is
+    /// logged and reported as missing.
+    pub fn get(&self, hex: &str) -> Result<Option<Vec<u8>>> {
+        let Some(path) = self.path_for(hex) else {
+            log::warn!("refusing malformed blob name {:?}", preview(hex));
+            return Ok(None);
+        };
+        match self.storage.read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    /// Moves large inline images into the blob store (SPEC §8). In every
+    /// array that is the value of a `content` key, at any depth, each image
+    /// block (`"type":"image"`) whose string `data` has at least
+    /// [`MIN_EXTERNALIZE_BASE64`] characters and is not already a ref is
+    /// decoded, stored with [`put`](Self::put), and its `data` replaced by
+    /// `blob:sha256:<hex>`; its other keys stay, in order. Data that is not
+    /// canonical standard base64 stays inline (logged at debug level).
+    ///
+    /// Returns whether anything changed. All blobs are written before the
+    /// value is touched: on error (a blob could not be written) `value` is
+    /// left unchanged, and the caller must not persist the entry. Run this
+    /// before [`apply_size_controls`](crate::session::sizecontrol::apply_size_controls),
+    /// on the copy of the entry that is about to be written.
+    pub fn externalize_images(&self, value: &mut Value) -> Result<bool> {
+        // Pass 1: decode and store, recording the outcome of each candidate
+        // block in document order (None: not base64, stays inline).
+        let mut refs: Vec<Option<String>> = Vec::new();
+        for_each_content_image(value, &mut |block| {
+            let Some(data) = externalizable_data(block) else {
+                return Ok(());
+            };
+            match STANDARD.decode(data) {
+                Ok(bytes) => refs.push(Some(blob_ref(&self.put(&bytes)?))),
+                Err(e) => {
+                    log::debug!(
+                        "image data of {} characters is not canonical base64 ({e}); keeping it inline",
+                        data.len()
+                    );
+                    refs.push(None);
+                }
+            }
+            Ok(())
+        })?;
+        if refs.iter().all(Option::is_none) {
+            return Ok(false);
+        }
+        // Pass 2: the value is unchanged since pass 1, so the same blocks are
+        // visited in the same order.
+        let mut refs = refs.into_iter();
+        for_each_content_image(value, &mut |block| {
+            if let Some(Some(r)) = refs.next() {
+                block.insert("data".to_string(), Value::String(r));
+            }
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
+    /// Resolves image refs in an array of content blocks (the `content` of a
+    /// message or custom message): each image block whose `data` is a valid
+    /// ref gets `data` = standard base64 (with padding) of the blob. A missing
+    /// or unreadable blob leaves the ref in place and logs a warning; a
+    /// malformed ref is left as is and never read. Returns whether anything
+    /// changed.
+    pub fn resolve_refs(&self, content: &mut Value) -> bool {
+        let Value::Array(blocks) = content else {
+            return false;
+        };
+        let mut changed = false;
+        for block in blocks.iter_mut() {
+            let Value::Object(block) = block else {
+                continue;
+            };
+            if block.get("type").and_then(Value::as_str) != Some("image") {
+                continue;
+            }
+            let Some(Value::String(data)) = block.get_mut("data") else {
+                continue;
+            };
+            if !data.starts_with(BLOB_REF_PREFIX) {
+                continue; // inline base64
+            }
+            let Some(hex) = parse_blob_ref(data) else {
+                log::warn!("ignoring malformed blob reference {:?}", preview(data));
+                continue;
+            };
+            match self.get(hex) {
+                Ok(Some(bytes)) => {
+                    *data = STANDARD.encode(bytes);
+                    changed = true;
+                }
+                Ok(None) => log::warn!(
+                    "blob {hex} is missing from {}; keeping the reference",
+                    self.dir.display()
+                ),
+                Err(e) => log::warn!("cannot read blob {hex}: {e}; keeping the reference"),
+            }
+        }
+        changed
+    }
+
+    /// Resolves image refs of one entry where SPEC §8 puts them:
+    /// `message.content` of a `message` entry and `content` of a
+    /// `custom_message` entry. Other entries are left alone. Returns whether
+    /// anything changed.
+    pub fn resolve_in_entry(&self, entry: &mut Value) -> bool {
+        let content = match entry.get("type").and_then(Value::as_str) {
+            Some("message") => entry.get_mut("message").and_then(|m| m.get_mut("content")),
+            Some("custom_message") => entry.get_mut("content"),
+            _ => None,
+        };
+        content.is_some_and(|c| self.resolve_refs(c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::storage::{FaultOp, FileStorage, MemoryStorage};
+    use serde_json::json;
+
+    /// The reference corpus blob: 6000 bytes of 0x07.
+    const CORPUS_BLOB: &str = "62358cfb66e60510d29ccd6d81b7ca157d648fb89b4d75ca4ac5b92db60d9350";
+
+    /// A blob store on one storage, with what the test needs to inspect it.
+    struct Fixture {
+        store: BlobStore,
+        storage: Arc<dyn Storage>,
+        /// The agent directory (parent of the blob directory).
+        root: PathBuf,
+        memory: Option<MemoryStorage>,
+        _tmp: Option<tempfile::TempDir>,
+    }
+
+    impl Fixture {
+        fn memory() -> Self {
+            let mem = MemoryStorage::new();
+            let storage: Arc<dyn Storage> = Arc::new(mem.clone());
+            let root = PathBuf::from("/agent");
+            Fixture {
+                store: BlobStore::new(storage.clone(), root.join("blobs")),
+                storage,
+                root,
+                memory: Some(mem),
+                _tmp: None,
+            }
+        }
+
+        fn file() -> Self {
+            let tmp = tempfile::tempdir().unwrap();
+            let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+            let root = tmp.path().join("agent");
+            Fixture {
+                store: BlobStore::new(storage.clone(), root.join("blobs")),
+                storage,
+                root,
+                memory: None,
+                _tmp: Some(tmp),
+            }
+        }
+
+        /// Names in the blob directory (empty if it does not exist).
+        fn blob_names(&self) -> Vec<String> {
+            self.storage
+                .list(self.store.dir())
+                .map(|items| items.into_iter().map(|i| i.name).collect())
+                .unwrap_or_default()
+        }
+    }
+
+    /// Runs `test` against a memory storage and a real directory.
+    fn with_each_storage(test: impl Fn(&Fixture)) {
+        test(&Fixture::memory());
+        test(&Fixture::file());
+    }
+
+    fn image(data: &str) -> Value {
+        json!({"type": "image", "data": data, "mimeType": "image/png"})
+    }
+
+    fn bytes_of_len(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn parse_blob_ref_accepts_only_exact_refs() {
+        let good = format!("{BLOB_REF_PREFIX}{CORPUS_BLOB}");
+        assert_eq!(parse_blob_ref(&good), Some(CORPUS_BLOB));
+        for bad in [
+            "blob:sha256:../x".to_string(),
+            "blob:sha256:../../etc/passwd".to_string(),
+            format!("{BLOB_REF_PREFIX}{}", CORPUS_BLOB.to_uppercase()),
+            format!("{BLOB_REF_PREFIX}{}", &CORPUS_BLOB[..63]),
+            format!("{BLOB_REF_PREFIX}{CORPUS_BLOB}0"),
+            format!("{BLOB_REF_PREFIX}{CORPUS_BLOB}/"),
+            format!("blob:sha1:{CORPUS_BLOB}"),
+            CORPUS_BLOB.to_string(),
+            format!(" {good}"),
+            String::new(),
+        ] {
+            assert_eq!(parse_blob_ref(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn reference_corpus_blob_name() {
+        let bytes = vec![7u8; 6000];
+        assert_eq!(sha256_hex(&bytes), CORPUS_BLOB);
+        assert!(STANDARD.encode(&bytes).starts_with("BwcH"));
+        // Cross-check with the corpus file when it is around.
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/reference-corpus/blobs")
+            .join(CORPUS_BLOB);
+        if let Ok(on_disk) = std::fs::read(corpus) {
+            assert_eq!(on_disk, bytes);
+        }
+        with_each_storage(|fx| {
+            assert_eq!(fx.store.put(&bytes).unwrap(), CORPUS_BLOB);
+            assert_eq!(fx.store.get(CORPUS_BLOB).unwrap().unwrap(), bytes);
+            let mut content = json!([image(&blob_ref(CORPUS_BLOB))]);
+            assert!(fx.store.resolve_refs(&mut content));
+            assert!(content[0]["data"].as_str().unwrap().starts_with("BwcH"));
+        });
+    }
+
+    #[test]
+    fn put_and_get() {
+        with_each_storage(|fx| {
+            assert!(!fx.storage.exists(fx.store.dir()));
+            let hex = fx.store.put(b"hello").unwrap();
+            assert_eq!(
+                hex,
+                "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+            );
+            assert_eq!(fx.store.get(&hex).unwrap().unwrap(), b"hello");
+            assert_eq!(fx.blob_names(), vec![hex.clone()]);
+            // Same bytes again: same name, one file.
+            assert_eq!(fx.store.put(b"hello").unwrap(), hex);
+            assert_eq!(fx.blob_names(), vec![hex]);
+            assert_eq!(fx.store.get(&"0".repeat(64)).unwrap(), None);
+            assert_eq!(fx.store.get("../x").unwrap(), None);
+        });
+    }
+
+    #[test]
+    fn put_does_not_rewrite_an_existing_blob() {
+        let fx = Fixture::memory();
+        let hex = fx.store.put(b"abc").unwrap();
+        let path = fx.store.path_for(&hex).unwrap();
+        let before = fx.storage.stat(&path).unwrap().identity;
+        // Writes would fail now; an existing blob needs none.
+        fx.memory.as_ref().unwrap().inject_fault(FaultOp::Write);
+        assert_eq!(fx.store.put(b"abc").unwrap(), hex);
+        assert_eq!(fx.storage.stat(&path).unwrap().identity, before);
+    }
+
+    #[test]
+    fn put_repairs_a_blob_of_the_wrong_size() {
+        with_each_storage(|fx| {
+            let hex = sha256_hex(b"full content");
+            fx.storage.ensure_dir(fx.store.dir()).unwrap();
+            fx.storage
+                .write(&fx.store.dir().join(&hex), b"full")
+                .unwrap();
+            assert_eq!(fx.store.put(b"full content").unwrap(), hex);
+            assert_eq!(fx.store.get(&hex).unwrap().unwrap(), b"full content");
+        });
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn blob_dir_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let fx = Fixture::file();
+        fx.store.put(b"x").unwrap();
+        let mode = std::fs::metadata(fx.store.dir())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn externalize_big_image() {
+        with_each_storage(|fx| {
+            let bytes = bytes_of_len(3000);
+            let b64 = STANDARD.encode(&bytes);
+            let hex = sha256_hex(&bytes);
+            let mut entry = json!({
+                "type": "message",
+                "message": {"role": "user", "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image", "data": b64, "mimeType": "image/png", "extra": 1},
+                ]},
+            });
+            assert!(fx.store.externalize_images(&mut entry).unwrap());
+            let block = &entry["message"]["content"][1];
+            assert_eq!(
+                serde_json::to_string(block).unwrap(),
+                format!(
+                    r#"{{"type":"image","data":"blob:sha256:{hex}","mimeType":"image/png","extra":1}}"#
+                )
+            );
+            assert_eq!(entry["message"]["content"][0]["text"], "look");
+            assert_eq!(fx.store.get(&hex).unwrap().unwrap(), bytes);
+            assert_eq!(fx.blob_names(), vec![hex]);
+            // Idempotent: a ref is not externalised again.
+            let snapshot = entry.clone();
+            assert!(!fx.store.externalize_images(&mut entry).unwrap());
+            assert_eq!(entry, snapshot);
+        });
+    }
+
+    #[test]
+    fn externalize_threshold_is_1024_characters() {
+        with_each_storage(|fx| {
+            let b64_1020 = STANDARD.encode(bytes_of_len(765)); // 1020 chars
+            let b64_1024 = STANDARD.encode(bytes_of_len(768)); // 1024 chars
+            assert_eq!((b64_1020.len(), b64_1024.len()), (1020, 1024));
+            let mut v = json!({"content": [image(&b64_1020)]});
+            let before = v.clone();
+            assert!(!fx.store.externalize_images(&mut v).unwrap());
+            assert_eq!(v, before);
+            assert!(fx.blob_names().is_empty());
+            let mut v = json!({"content": [image(&b64_1024)]});
+            assert!(fx.store.externalize_images(&mut v).unwrap());
+            assert!(parse_blob_ref(v["content"][0]["data"].as_str().unwrap()).is_some());
+        });
+    }
+
+    #[test]
+    fn externalize_leaves_other_blocks_alone() {
+        with_each_storage(|fx| {
+            let b64 = STANDARD.encode(bytes_of_len(2000));
+            let not_base64 = "!".repeat(2000);
+            let unpadded = b64.trim_end_matches('=').to_string(); // padding required
+            let with_newlines = format!("{}\n{}", &b64[..1000], &b64[1000..]);
+            let long_malformed_ref = format!("{BLOB_REF_PREFIX}{}", "z".repeat(2000));
+            let mut v = json!({
+                "type": "custom_message",
+                "content": [
+                    image(&not_base64),
+                    image(&unpadded),
+                    image(&with_newlines),
+                    image(&long_malformed_ref),
+                    {"type": "text", "data": b64},        // not an image
+                    {"type": "image", "data": 12345},     // data not a string
+                ],
+                "images": [image(&b64)],                   // not under `content`
+                "details": {"image": image(&b64), "content": image(&b64)},
+                "content2": [image(&b64)],
+            });
+            let before = v.clone();
+            assert!(!fx.store.externalize_images(&mut v).unwrap());
+            assert_eq!(v, before);
+            assert!(fx.blob_names().is_empty());
+        });
+    }
+
+    #[test]
+    fn externalize_at_any_depth_and_deduplicates() {
+        with_each_storage(|fx| {
+            let bytes = bytes_of_len(5000);
+            let b64 = STANDARD.encode(&bytes);
+            let other = STANDARD.encode(bytes_of_len(4000));
+            let mut v = json!({
+                "type": "message",
+                "message": {"role": "toolResult", "content": [
+                    image(&b64),
+                    {"type": "wrapper", "content": [image(&b64), image(&other)]},
+                ]},
+                "details": [{"content": [image(&b64)]}],
+            });
+            assert!(fx.store.externalize_images(&mut v).unwrap());
+            let r = blob_ref(&sha256_hex(&bytes));
+            assert_eq!(v["message"]["content"][0]["data"], r.as_str());
+            assert_eq!(v["message"]["content"][1]["content"][0]["data"], r.as_str());
+            assert_eq!(v["details"][0]["content"][0]["data"], r.as_str());
+            assert!(parse_blob_ref(
+                v["message"]["content"][1]["content"][1]["data"]
+                    .as_str()
+                    .unwrap()
+            )
+            .is_some());
+            let mut names = fx.blob_names();
+            names.sort();
+            let mut expected = vec![sha256_hex(&bytes), sha256_hex(&bytes_of_len(4000))];
+            expected.sort();
+            assert_eq!(names, expected);
+        });
+    }
+
+    #[test]
+    fn failed_blob_write_is_an_error_and_changes_nothing() {
+        for fault in [FaultOp::Write, FaultOp::Rename] {
+            let fx = Fixture::memory();
+            let mem = fx.memory.as_ref().unwrap();
+            mem.inject_fault(fault);
+            let b64 = STANDARD.encode(bytes_of_len(3000));
+            let mut v = json!({"type": "message", "message": {"content": [image(&b64)]}});
+            let before = v.clone();
+            assert!(fx.store.externalize_images(&mut v).is_err());
+            assert_eq!(v, before);
+            assert!(
+                mem.file_paths().is_empty(),
+                "{fault:?}: {:?}",
+                mem.file_paths()
+            );
+        }
+    }
+
+    #[test]
+    fn failure_after_a_first_blob_leaves_the_value_unchanged() {
+        let fx = Fixture::memory();
+        let first = STANDARD.encode(bytes_of_len(3000));
+        // Store the first blob, then fail writes: the second image cannot be
+        // stored, and the first block must not be rewritten either.
+        fx.store.put(&bytes_of_len(3000)).unwrap();
+        fx.memory.as_ref().unwrap().inject_fault(FaultOp::Write);
+        let second = STANDARD.encode(bytes_of_len(3001));
+        let mut v = json!({"content": [image(&first), image(&second)]});
+        let before = v.clone();
+        assert!(fx.store.externalize_images(&mut v).is_err());
+        assert_eq!(v, before);
+        // Only the pre-existing blob, no temp file.
+        assert_eq!(fx.blob_names(), vec![sha256_hex(&bytes_of_len(3000))]);
+    }
+
+    #[test]
+    fn failed_blob_dir_on_a_real_disk_is_an_error() {
+        let fx = Fixture::file();
+        // A regular file where the blob directory should be.
+        std::fs::create_dir_all(&fx.root).unwrap();
+        std::fs::write(fx.store.dir(), b"not a dir").unwrap();
+        let b64 = STANDARD.encode(bytes_of_len(3000));
+        let mut v = json!({"content": [image(&b64)]});
+        let before = v.clone();
+        assert!(fx.store.externalize_images(&mut v).is_err());
+        assert_eq!(v, before);
+    }
+
+    #[test]
+    fn round_trip_gives_back_the_original() {
+        with_each_storage(|fx| {
+            let b64 = STANDARD.encode(bytes_of_len(2500)); // ends with '='
+            assert!(b64.ends_with('='));
+            let original = json!({
+                "type": "message",
+                "id": "abcd1234",
+                "message": {"role": "user", "content": [
+                    {"type": "text", "text": "see"},
+                    image(&b64),
+                    image(&b64),
+                ]},
+            });
+            let mut entry = original.clone();
+            assert!(fx.store.externalize_images(&mut entry).unwrap());
+            assert_ne!(entry, original);
+            // Through the serialized form, as on disk.
+            let mut loaded: Value =
+                serde_json::from_str(&serde_json::to_string(&entry).unwrap()).unwrap();
+            assert!(fx.store.resolve_in_entry(&mut loaded));
+            assert_eq!(
+                serde_json::to_string(&loaded).unwrap(),
+                serde_json::to_string(&original).unwrap()
+            );
+            // Nothing left to resolve.
+            assert!(!fx.store.resolve_in_entry(&mut loaded));
+        });
+    }
+
+    #[test]
+    fn custom_message_refs_resolve_other_places_do_not() {
+        with_each_storage(|fx| {
+            let bytes = bytes_of_len(1500);
+            let r = blob_ref(&fx.store.put(&bytes).unwrap());
+            let b64 = STANDARD.encode(&bytes);
+            let mut custom = json!({"type": "custom_message", "content": [image(&r)]});
+            assert!(fx.store.resolve_in_entry(&mut custom));
+            assert_eq!(custom["content"][0]["data"], b64.as_str());
+
+            for other in [
+                json!({"type": "custom", "content": [image(&r)]}),
+                json!({"type": "message", "content": [image(&r)]}),
+                json!({"type": "custom_message", "message": {"content": [image(&r)]}}),
+                json!({"type": "message", "message": {"content": {"type": "image", "data": r}}}),
+                json!({"type": "message", "message": {"content": [{"type": "text", "data": r}]}}),
+                json!({"message": {"content": [image(&r)]}}),
+            ] {
+                let mut v = other.clone();
+                assert!(!fx.store.resolve_in_entry(&mut v), "{other}");
+                assert_eq!(v, other);
+            }
+        });
+    }
+
+    #[test]
+    fn missing_blob_keeps_the_ref() {
+        with_each_storage(|fx| {
+            let r = blob_ref(&"ab".repeat(32));
+            let mut content = json!([image(&r), {"type": "text", "text": "t"}]);
+            let before = content.clone();
+            assert!(!fx.store.resolve_refs(&mut content));
+            assert_eq!(content, before);
+        });
+    }
+
+    #[test]
+    fn unreadable_blob_keeps_the_ref() {
+        let fx = Fixture::memory();
+        let hex = fx.store.put(b"some image").unwrap();
+        fx.memory.as_ref().unwrap().inject_fault(FaultOp::Read);
+        let mut content = json!([image(&blob_ref(&hex))]);
+        let before = content.clone();
+        assert!(!fx.store.resolve_refs(&mut content));
+        assert_eq!(content, before);
+        assert!(fx.store.get(&hex).is_err());
+    }
+
+    #[test]
+    fn malformed_refs_are_never_read() {
+        with_each_storage(|fx| {
+            let hex = sha256_hex(b"decoy");
+            let upper = hex.to_uppercase();
+            let short = &hex[..63];
+            let malformed = [
+                (
+                    "../../etc/passwd".to_string(),
+                    fx.store.dir().join("../../etc/passwd"),
+                ),
+                ("../secret".to_string(), fx.store.dir().join("../secret")),
+                (upper.clone(), fx.store.dir().join(&upper)),
+                (short.to_string(), fx.store.dir().join(short)),
+                (format!("{hex}/"), fx.store.dir().join(&hex)),
+            ];
+            // Put tempting files at every path a careless resolver would open
+            // (on the real disk `..` resolves to real files; in memory the
+            // literal joined path is the key).
+            for (_, path) in &malformed {
+                fx.storage.ensure_dir(path.parent().unwrap()).unwrap();
+                fx.storage.write(path, b"secret").unwrap();
+            }
+            for sibling in [fx.root.join("secret"), fx.root.join("../etc/passwd")] {
+                fx.storage.ensure_dir(sibling.parent().unwrap()).unwrap();
+                fx.storage.write(&sibling, b"secret").unwrap();
+            }
+            let mut content = Value::Array(
+                malformed
+                    .iter()
+                    .map(|(suffix, _)| image(&format!("{BLOB_REF_PREFIX}{suffix}")))
+                    .collect(),
+            );
+            let before = content.clone();
+            assert!(!fx.store.resolve_refs(&mut content));
+            assert_eq!(content, before);
+            for (suffix, _) in &malformed {
+                assert_eq!(fx.store.get(suffix).unwrap(), None, "{suffix}");
+            }
+        });
+    }
+
+    #[test]
+    fn resolve_ignores_non_arrays_and_inline_data() {
+        with_each_storage(|fx| {
+            let mut s = json!("blob:sha256:x");
+            assert!(!fx.store.resolve_refs(&mut s));
+            let mut content = json!([image("aGVsbG8="), "str", 3, null]);
+            let before = content.clone();
+            assert!(!fx.store.resolve_refs(&mut content));
+            assert_eq!(content, before);
+        });
+    }
+
+    #[test]
+    fn no_temp_files_remain_after_puts() {
+        with_each_storage(|fx| {
+            for n in 0..5 {
+                fx.store.put(&bytes_of_len(100 + n)).unwrap();
+            }
+            let names = fx.blob_names();
+            assert_eq!(names.len(), 5);
+            // Temp files (`.<name>.<random>.tmp`) would not be 64 hex.
+            assert!(names.iter().all(|n| is_lower_hex(n, 64)), "{names:?}");
+        });
+    }
+}

@@ -1,0 +1,361 @@
+//! Size controls applied to an entry right before it is persisted (SPEC §8).
+//!
+//! - Every string value (at any depth; object keys are not touched) longer
+//!   than [`MAX_PERSIST_CHARS`] is cut and ends with [`TRUNCATION_NOTICE`], the
+//!   whole staying within [`MAX_PERSIST_CHARS`]. Lengths are counted in UTF-16
+//!   code units, as the reference (JavaScript) counts them: a character outside
+//!   the Basic Multilingual Plane counts 2. A cut never splits a character: if
+//!   the limit falls inside a surrogate pair, that character is dropped.
+//! - Object keys `partialJson` and `jsonlEvents` are removed at any depth (the
+//!   order of the remaining keys is kept).
+//! - An object that *changed* and has a string `content` and a numeric
+//!   `lineCount` gets `lineCount` = number of lines of its (new) content, as
+//!   JavaScript's `content.split("\n").length` (count of `\n` plus one).
+//!
+//! "Changed", as in the reference's `truncateForPersistence`: an object changed
+//! when one of its own keys was removed or when anything below it (any
+//! descendant string, array or object) changed. So `lineCount` is recomputed
+//! not only when the object's own `content` was cut but also when, say, a
+//! sibling `jsonlEvents` was dropped or a nested string was cut; an object in
+//! which nothing changed keeps its `lineCount` as written, even if it
+//! disagrees with its `content`.
+//!
+//! Image externalisation (the other half of SPEC §8) lives in
+//! [`crate::session::blobs`]; callers run
+//! [`BlobStore::externalize_images`](crate::session::blobs::BlobStore::externalize_images)
+//! first, so that a large inline image becomes a blob instead of being cut.
+
+use serde_json::{Map, Value};
+
+/// Longest string, in UTF-16 code units, that is persisted as is.
+pub const MAX_PERSIST_CHARS: usize = 500_000;
+
+/// Appended to every string cut by the size controls.
+pub const TRUNCATION_NOTICE: &str = "\n\n[Session persistence truncated large content]";
+
+/// Length of [`TRUNCATION_NOTICE`] in UTF-16 code units (it is ASCII, so
+/// this is its byte length).
+pub const TRUNCATION_NOTICE_UNITS: usize = TRUNCATION_NOTICE.len();
+
+const _: () = assert!(TRUNCATION_NOTICE_UNITS == 47);
+
+/// Keys dropped from every object before persisting.
+pub const TRANSIENT_KEYS: [&str; 2] = ["partialJson", "jsonlEvents"];
+
+/// UTF-16 contribution of one UTF-8 byte: lead bytes count 1, the lead byte
+/// of a 4-byte sequence (a non-BMP character, a surrogate pair in UTF-16)
+/// counts 2, continuation bytes count 0.
+#[inline]
+fn utf16_units_of_byte(b: u8) -> usize {
+    usize::from(b & 0xC0 != 0x80) + usize::from(b >= 0xF0)
+}
+
+/// Length of `s` in UTF-16 code units (JavaScript's `string.length`).
+pub fn utf16_len(s: &str) -> usize {
+    s.bytes().map(utf16_units_of_byte).sum()
+}
+
+/// Byte length of the longest prefix of `s` that is at most `max_units` UTF-16
+/// code units long and ends on a character boundary, with its length in
+/// UTF-16 units.
+fn utf16_prefix(s: &str, max_units: usize) -> (usize, usize) {
+    let mut units = 0usize;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        if b & 0xC0 == 0x80 {
+            continue; // continuation byte: counted with its lead byte
+        }
+        let width = if b >= 0xF0 { 2 } else { 1 };
+        if units + width > max_units {
+            return (i, units);
+        }
+        units += width;
+    }
+    (s.len(), units)
+}
+
+/// Cuts `s` to fit in `max_units` UTF-16 code units *including* the
+/// [`TRUNCATION_NOTICE`] it appends, or returns `None` when `s` already fits
+/// (`utf16_len(s) <= max_units`).
+///
+/// The kept prefix is the longest one of at most
+/// `max_units - TRUNCATION_NOTICE_UNITS` units that does not split a
+/// character (as the reference: `slice(0, limit)`, minus a dangling high
+/// surrogate). For ASCII the result is exactly `max_units` long. If
+/// `max_units` is smaller than the notice, the result is the notice alone.
+///
+/// One pass over at most the whole string, no per-character allocation; a
+/// string of at most `max_units` bytes returns at once (UTF-16 units never
+/// exceed UTF-8 bytes).
+pub fn truncate_utf16(s: &str, max_units: usize) -> Option<String> {
+    if s.len() <= max_units {
+        return None;
+    }
+    let keep_units = max_units.saturating_sub(TRUNCATION_NOTICE_UNITS);
+    let (cut, prefix_units) = utf16_prefix(s, keep_units);
+    if cut == s.len() {
+        return None; // whole string fits in keep_units <= max_units
+    }
+    if prefix_units + utf16_len(&s[cut..]) <= max_units {
+        return None;
+    }
+    let mut out = String::with_capacity(cut + TRUNCATION_NOTICE.len());
+    out.push_str(&s[..cut]);
+    out.push_str(TRUNCATION_NOTICE);
+    Some(out)
+}
+
+/// [`truncate_utf16`] at [`MAX_PERSIST_CHARS`].
+pub fn truncate_for_persistence(s: &str) -> Option<String> {
+    truncate_utf16(s, MAX_PERSIST_CHARS)
+}
+
+/// JavaScript's `content.split("\n").length`: the number of `\n` plus one.
+pub fn line_count(content: &str) -> usize {
+    content.bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// Applies the size controls to `value` in place (see the module docs):
+/// truncates long strings, drops `partialJson` / `jsonlEvents`, and recomputes
+/// `lineCount` of changed objects. Returns true when anything changed.
+pub fn apply_size_controls(value: &mut Value) -> bool {
+    match value {
+        Value::String(s) => match truncate_for_persistence(s) {
+            Some(cut) => {
+                log::debug!(
+                    "truncating a string of {} UTF-16 units for persistence",
+                    utf16_len(s)
+                );
+                *s = cut;
+                true
+            }
+            None => false,
+        },
+        Value::Array(items) => {
+            let mut changed = false;
+            for item in items.iter_mut() {
+                changed |= apply_size_controls(item);
+            }
+            changed
+        }
+        Value::Object(map) => apply_to_object(map),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+fn apply_to_object(map: &mut Map<String, Value>) -> bool {
+    let before = map.len();
+    // `retain` keeps the order of the remaining keys (preserve_order).
+    map.retain(|key, _| !TRANSIENT_KEYS.contains(&key.as_str()));
+    let mut changed = map.len() != before;
+    for child in map.values_mut() {
+        changed |= apply_size_controls(child);
+    }
+    if changed {
+        recompute_line_count(map);
+    }
+    changed
+}
+
+/// Sets `lineCount` from `content` when the object has a string `content` and
+/// a numeric `lineCount` (the key keeps its position).
+fn recompute_line_count(map: &mut Map<String, Value>) {
+    let Some(Value::String(content)) = map.get("content") else {
+        return;
+    };
+    let lines = line_count(content);
+    if let Some(count @ Value::Number(_)) = map.get_mut("lineCount") {
+        *count = Value::from(lines);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const EMOJI: &str = "\u{1F600}"; // 4 UTF-8 bytes, 2 UTF-16 units
+
+    #[test]
+    fn notice_is_47_units() {
+        assert_eq!(utf16_len(TRUNCATION_NOTICE), 47);
+        assert_eq!(TRUNCATION_NOTICE.chars().count(), 47);
+    }
+
+    #[test]
+    fn utf16_len_counts_like_javascript() {
+        assert_eq!(utf16_len(""), 0);
+        assert_eq!(utf16_len("abc"), 3);
+        assert_eq!(utf16_len("é€"), 2); // 2- and 3-byte BMP chars count 1
+        assert_eq!(utf16_len(EMOJI), 2);
+        assert_eq!(utf16_len("a\u{1F600}b"), 4);
+        let s = "x€\u{10FFFF}ü\u{1F600}";
+        assert_eq!(utf16_len(s), s.encode_utf16().count());
+    }
+
+    #[test]
+    fn ascii_is_cut_to_exactly_the_limit() {
+        let mut v = Value::String("x".repeat(600_000));
+        assert!(apply_size_controls(&mut v));
+        let s = v.as_str().unwrap();
+        assert_eq!(s.len(), MAX_PERSIST_CHARS);
+        assert!(s.ends_with(TRUNCATION_NOTICE));
+        assert_eq!(&s[..MAX_PERSIST_CHARS - 47], "x".repeat(499_953));
+    }
+
+    #[test]
+    fn lines_are_cut_like_the_reference_corpus() {
+        // The corpus holds "line\n"* cut to "...line\nlin" + notice.
+        let mut v = json!({"content": "line\n".repeat(200_000), "lineCount": 200_001});
+        assert!(apply_size_controls(&mut v));
+        let s = v["content"].as_str().unwrap();
+        assert_eq!(s.len(), 500_000);
+        assert!(s.ends_with(&format!("line\nlin{TRUNCATION_NOTICE}")));
+        // 99,990 newlines in the kept prefix, 2 in the notice, plus one.
+        assert_eq!(v["lineCount"], json!(99_993));
+        assert_eq!(v["lineCount"], json!(s.split('\n').count()));
+    }
+
+    #[test]
+    fn emoji_cut_never_splits_a_pair() {
+        // 300,000 emoji = 600,000 units; the prefix limit 499,953 is odd, so
+        // it falls inside a pair and that emoji is dropped.
+        let mut v = Value::String(EMOJI.repeat(300_000));
+        assert!(apply_size_controls(&mut v));
+        let s = v.as_str().unwrap();
+        assert!(s.ends_with(TRUNCATION_NOTICE));
+        assert!(utf16_len(s) <= MAX_PERSIST_CHARS);
+        assert_eq!(utf16_len(s), 499_952 + 47);
+        let prefix = &s[..s.len() - TRUNCATION_NOTICE.len()];
+        assert_eq!(prefix, EMOJI.repeat(249_976));
+        // The UTF-16 view has no lone surrogate.
+        assert!(char::decode_utf16(s.encode_utf16()).all(|c| c.is_ok()));
+    }
+
+    #[test]
+    fn pair_ending_exactly_at_the_limit_is_kept() {
+        // "a" + emoji*: the prefix limit 499,953 = 1 + 2 * 249,976 ends right
+        // after a pair.
+        let src = format!("a{}", EMOJI.repeat(300_000));
+        let cut = truncate_for_persistence(&src).unwrap();
+        assert_eq!(utf16_len(&cut), MAX_PERSIST_CHARS);
+        assert!(cut.starts_with(&format!("a{}", EMOJI.repeat(249_976))));
+    }
+
+    #[test]
+    fn strings_at_the_limit_are_untouched() {
+        for s in [
+            "x".repeat(MAX_PERSIST_CHARS),
+            EMOJI.repeat(MAX_PERSIST_CHARS / 2), // 2 MB, exactly 500,000 units
+            "€".repeat(400_000),                 // 1.2 MB but 400,000 units
+            format!("{}ab", "x".repeat(MAX_PERSIST_CHARS - 2)),
+        ] {
+            let mut v = Value::String(s.clone());
+            assert!(!apply_size_controls(&mut v), "{}", s.len());
+            assert_eq!(v.as_str().unwrap(), s);
+            assert_eq!(truncate_utf16(&s, MAX_PERSIST_CHARS), None);
+        }
+        // One unit over is cut.
+        let over = format!("{}a", EMOJI.repeat(MAX_PERSIST_CHARS / 2));
+        let cut = truncate_for_persistence(&over).unwrap();
+        assert!(utf16_len(&cut) <= MAX_PERSIST_CHARS);
+        assert!(cut.ends_with(TRUNCATION_NOTICE));
+    }
+
+    #[test]
+    fn truncate_utf16_small_limits() {
+        assert_eq!(truncate_utf16("abc", 3), None);
+        assert_eq!(
+            truncate_utf16(&"y".repeat(60), 50).unwrap(),
+            format!("yyy{TRUNCATION_NOTICE}")
+        );
+        // A limit below the notice's length keeps no prefix.
+        assert_eq!(
+            truncate_utf16(&"y".repeat(60), 10).unwrap(),
+            TRUNCATION_NOTICE
+        );
+        assert_eq!(line_count(""), 1);
+        assert_eq!(line_count("a\nb\n"), 3);
+    }
+
+    #[test]
+    fn nested_strings_are_cut_and_keys_are_not() {
+        let big = "z".repeat(MAX_PERSIST_CHARS + 1);
+        let mut v = json!({
+            "a": [1, {"b": [big.clone(), "small"]}],
+            big.clone(): "key stays",
+            "n": null,
+        });
+        assert!(apply_size_controls(&mut v));
+        let cut = v["a"][1]["b"][0].as_str().unwrap();
+        assert_eq!(cut.len(), MAX_PERSIST_CHARS);
+        assert!(cut.ends_with(TRUNCATION_NOTICE));
+        assert_eq!(v["a"][1]["b"][1], "small");
+        assert_eq!(v[big.as_str()], "key stays");
+    }
+
+    #[test]
+    fn transient_keys_are_removed_at_depth_keeping_order() {
+        let mut v = json!({
+            "type": "message",
+            "partialJson": "{\"a\":",
+            "message": {
+                "content": [{"type": "toolCall", "jsonlEvents": [1, 2], "id": "x",
+                             "arguments": {"partialJson": "q", "k": 1}}],
+                "z": 1,
+            },
+            "last": true,
+        });
+        assert!(apply_size_controls(&mut v));
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"{"type":"message","message":{"content":[{"type":"toolCall","id":"x","arguments":{"k":1}}],"z":1},"last":true}"#
+        );
+    }
+
+    #[test]
+    fn line_count_recomputed_only_when_changed() {
+        // Nothing changed: a stale lineCount stays as written.
+        let mut v = json!({"content": "a\nb", "lineCount": 7});
+        assert!(!apply_size_controls(&mut v));
+        assert_eq!(v["lineCount"], 7);
+
+        // A dropped sibling key makes the object changed.
+        let mut v = json!({"content": "a\nb", "lineCount": 7, "jsonlEvents": []});
+        assert!(apply_size_controls(&mut v));
+        assert_eq!(v, json!({"content": "a\nb", "lineCount": 2}));
+
+        // A change deeper down counts too.
+        let mut v = json!({"content": "x", "lineCount": 9, "details": {"partialJson": 1}});
+        assert!(apply_size_controls(&mut v));
+        assert_eq!(v, json!({"content": "x", "lineCount": 1, "details": {}}));
+
+        // A changed parent does not touch an unchanged child.
+        let mut v = json!({"jsonlEvents": 1, "inner": {"content": "a", "lineCount": 5}});
+        assert!(apply_size_controls(&mut v));
+        assert_eq!(v["inner"]["lineCount"], 5);
+
+        // lineCount that is not a number, or content that is not a string,
+        // is left alone.
+        let mut v = json!({"content": "a\nb", "lineCount": "7", "jsonlEvents": 1});
+        apply_size_controls(&mut v);
+        assert_eq!(v["lineCount"], "7");
+        let mut v = json!({"content": [{"partialJson": 1}], "lineCount": 7});
+        assert!(apply_size_controls(&mut v));
+        assert_eq!(v["lineCount"], 7);
+    }
+
+    #[test]
+    fn untouched_values_report_false() {
+        let mut v = json!({
+            "type": "message",
+            "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            "n": [1, 2.5, null, true],
+            "lineCount": 3,
+        });
+        let before = v.clone();
+        assert!(!apply_size_controls(&mut v));
+        assert_eq!(v, before);
+        let mut s = json!("plain");
+        assert!(!apply_size_controls(&mut s));
+    }
+}
