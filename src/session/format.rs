@@ -246,7 +246,13 @@ fn header_of(obj: &RawObject<'_>) -> Option<HeaderInfo> {
     let version = obj
         .get("version")
         .and_then(|v| v.get().parse::<f64>().ok())
-        .map(|v| if v.is_finite() && v > 0.0 { v as u64 } else { 0 });
+        .map(|v| {
+            if v.is_finite() && v > 0.0 {
+                v as u64
+            } else {
+                0
+            }
+        });
     let s = |k: &str| obj.get_str(k).map(Cow::into_owned);
     Some(HeaderInfo {
         id,
@@ -413,9 +419,15 @@ mod tests {
     fn classifies_headers_titles_and_garbage() {
         assert!(matches!(
             scan_line(br#"{"type":"session","version":3,"id":"x","cwd":"/w"}"#),
-            LineKind::Header(HeaderInfo { version: Some(3), .. })
+            LineKind::Header(HeaderInfo {
+                version: Some(3),
+                ..
+            })
         ));
-        assert_eq!(scan_line(br#"{"type":"session","id":5}"#), LineKind::BadHeader);
+        assert_eq!(
+            scan_line(br#"{"type":"session","id":5}"#),
+            LineKind::BadHeader
+        );
         assert_eq!(scan_line(br#"{"type":"title","v":1}"#), LineKind::Title);
         assert_eq!(scan_line(b"not json"), LineKind::Invalid);
         assert_eq!(scan_line(b"[1,2]"), LineKind::Invalid);

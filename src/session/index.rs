@@ -308,7 +308,12 @@ mod tests {
 
     #[test]
     fn links_children_in_order() {
-        let t = build(&[("a", None), ("b", Some("a")), ("c", Some("a")), ("d", Some("b"))]);
+        let t = build(&[
+            ("a", None),
+            ("b", Some("a")),
+            ("c", Some("a")),
+            ("d", Some("b")),
+        ]);
         assert_eq!(t.roots(), vec![0]);
         assert_eq!(t.children(0), vec![1, 2]);
         assert_eq!(t.children(1), vec![3]);

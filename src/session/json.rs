@@ -318,8 +318,14 @@ mod tests {
 
     #[test]
     fn decodes_escapes() {
-        assert_eq!(decode_json_string(r#""a\nb\u00e9\"""#).unwrap(), "a\nb\u{e9}\"");
-        assert_eq!(decode_json_string(r#""\ud83d\ude00""#).unwrap(), "\u{1f600}");
+        assert_eq!(
+            decode_json_string(r#""a\nb\u00e9\"""#).unwrap(),
+            "a\nb\u{e9}\""
+        );
+        assert_eq!(
+            decode_json_string(r#""\ud83d\ude00""#).unwrap(),
+            "\u{1f600}"
+        );
         assert!(decode_json_string("12").is_none());
     }
 

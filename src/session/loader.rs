@@ -341,7 +341,9 @@ mod tests {
 
     fn entry_line(id: &str, parent: Option<&str>) -> String {
         let parent = parent.map_or("null".to_string(), |p| format!("\"{p}\""));
-        format!(r#"{{"type":"custom","id":"{id}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#)
+        format!(
+            r#"{{"type":"custom","id":"{id}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#
+        )
     }
 
     fn ids(l: &Loaded) -> Vec<&str> {
@@ -396,7 +398,10 @@ mod tests {
 
     #[test]
     fn over_long_lines_are_skipped_across_chunks() {
-        let long = format!(r#"{{"type":"custom","id":"z","parentId":null,"x":"{}"}}"#, "y".repeat(100));
+        let long = format!(
+            r#"{{"type":"custom","id":"z","parentId":null,"x":"{}"}}"#,
+            "y".repeat(100)
+        );
         let text = format!("{HEADER}\n{long}\n{}\n", entry_line("a", None));
         let bytes = text.as_bytes();
         let res = scan_stream(0, Phase::BeforeHeader, 64, &mut |sink| {
@@ -419,6 +424,9 @@ mod tests {
         assert_eq!(ids(&res), ["a"]);
         assert_eq!(res.oversized, 1);
         let e = &res.entries[0];
-        assert_eq!(&bytes[e.offset as usize..][..e.len as usize], entry_line("a", None).as_bytes());
+        assert_eq!(
+            &bytes[e.offset as usize..][..e.len as usize],
+            entry_line("a", None).as_bytes()
+        );
     }
 }

@@ -90,7 +90,13 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
     let version = header
         .get("version")
         .and_then(|v| v.get().parse::<f64>().ok())
-        .map(|v| if v.is_finite() && v > 0.0 { v as u64 } else { 0 })
+        .map(|v| {
+            if v.is_finite() && v > 0.0 {
+                v as u64
+            } else {
+                0
+            }
+        })
         .unwrap_or(1);
     if version >= CURRENT_VERSION {
         return None;
@@ -144,8 +150,10 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
                 .iter()
                 .position(|(k, _)| k == "type")
                 .map_or(0, |i| i + 1);
-            obj.members.insert(at, (Cow::Borrowed("id"), raw(&id_texts[n])));
-            obj.members.insert(at + 1, (Cow::Borrowed("parentId"), parent));
+            obj.members
+                .insert(at, (Cow::Borrowed("id"), raw(&id_texts[n])));
+            obj.members
+                .insert(at + 1, (Cow::Borrowed("parentId"), parent));
             if obj.get_str("type").as_deref() == Some("compaction") {
                 if let Some(index) = obj.get("firstKeptEntryIndex") {
                     let target = index
@@ -155,7 +163,8 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
                         .filter(|v| v.fract() == 0.0 && *v >= 1.0)
                         .map(|v| v as usize)
                         .filter(|&v| v <= entry_positions.len());
-                    obj.members.retain(|(k, _)| k != "firstKeptEntryIndex" && k != "firstKeptEntryId");
+                    obj.members
+                        .retain(|(k, _)| k != "firstKeptEntryIndex" && k != "firstKeptEntryId");
                     if let Some(v) = target {
                         obj.members
                             .push((Cow::Borrowed("firstKeptEntryId"), raw(&id_texts[v - 1])));
@@ -196,7 +205,8 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
                 .iter()
                 .position(|(k, _)| k == "type")
                 .map_or(0, |i| i + 1);
-            h.members.insert(at, (Cow::Borrowed("version"), raw(&version_text)));
+            h.members
+                .insert(at, (Cow::Borrowed("version"), raw(&version_text)));
         }
         out_lines[header_pos] = Cow::Owned(h.to_json());
     }
@@ -239,25 +249,39 @@ mod tests {
     #[test]
     fn v1_gets_ids_chain_and_compaction_target() {
         let v1 = concat!(
-            r#"{"type":"session","id":"s","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}"#, "\n",
-            r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"a"}}"#, "\n",
+            r#"{"type":"session","id":"s","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"a"}}"#,
+            "\n",
             "garbage\n",
-            r#"{"type":"message","timestamp":"t","message":{"role":"assistant","content":[]}}"#, "\n",
-            r#"{"type":"compaction","timestamp":"t","summary":"s","firstKeptEntryIndex":2,"tokensBefore":1}"#, "\n",
+            r#"{"type":"message","timestamp":"t","message":{"role":"assistant","content":[]}}"#,
+            "\n",
+            r#"{"type":"compaction","timestamp":"t","summary":"s","firstKeptEntryIndex":2,"tokensBefore":1}"#,
+            "\n",
         );
         let out = migrate(v1);
         let l = load_bytes(out.as_bytes(), DEFAULT_MAX_LINE).unwrap();
         assert_eq!(l.header.as_ref().unwrap().version, Some(3));
         assert_eq!(l.entries.len(), 3);
         assert_eq!(l.entries[0].entry.parent_id, None);
-        assert_eq!(l.entries[1].entry.parent_id.as_deref(), Some(&*l.entries[0].entry.id));
-        assert_eq!(l.entries[2].entry.parent_id.as_deref(), Some(&*l.entries[1].entry.id));
+        assert_eq!(
+            l.entries[1].entry.parent_id.as_deref(),
+            Some(&*l.entries[0].entry.id)
+        );
+        assert_eq!(
+            l.entries[2].entry.parent_id.as_deref(),
+            Some(&*l.entries[1].entry.id)
+        );
         assert!(out.contains("garbage\n"), "unparseable lines are kept");
         assert!(!out.contains("firstKeptEntryIndex"));
         let first_kept = format!("\"firstKeptEntryId\":\"{}\"", l.entries[1].entry.id);
         assert!(out.contains(&first_kept), "{out}");
         assert!(out.starts_with(r#"{"type":"session","version":3,"id":"s""#));
-        assert!(out.lines().nth(1).unwrap().starts_with(r#"{"type":"message","id":""#));
+        assert!(out
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with(r#"{"type":"message","id":""#));
     }
 
     #[test]
@@ -266,7 +290,9 @@ mod tests {
             let v1 = format!(
                 "{}\n{}\n",
                 r#"{"type":"session","id":"s","cwd":"/w"}"#,
-                format_args!(r#"{{"type":"compaction","summary":"s","firstKeptEntryIndex":{index},"tokensBefore":1}}"#)
+                format_args!(
+                    r#"{{"type":"compaction","summary":"s","firstKeptEntryIndex":{index},"tokensBefore":1}}"#
+                )
             );
             let out = migrate(&v1);
             assert!(!out.contains("firstKeptEntry"), "{index}: {out}");
@@ -276,13 +302,18 @@ mod tests {
     #[test]
     fn v2_hook_messages_become_custom() {
         let v2 = concat!(
-            r#"{"type":"session","version":2,"id":"s","cwd":"/w"}"#, "\n",
-            r#"{"type":"message","id":"1","parentId":null,"message":{"role":"hookMessage","customType":"h","content":"x"}}"#, "\n",
+            r#"{"type":"session","version":2,"id":"s","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","id":"1","parentId":null,"message":{"role":"hookMessage","customType":"h","content":"x"}}"#,
+            "\n",
             r#"{"type":"message","id":"2","parentId":"1","message":{"role":"user","content":"\ud83d"}}"#,
         );
         let out = migrate(v2);
         let mut lines = out.lines();
-        assert_eq!(lines.next().unwrap(), r#"{"type":"session","version":3,"id":"s","cwd":"/w"}"#);
+        assert_eq!(
+            lines.next().unwrap(),
+            r#"{"type":"session","version":3,"id":"s","cwd":"/w"}"#
+        );
         assert_eq!(
             lines.next().unwrap(),
             r#"{"type":"message","id":"1","parentId":null,"message":{"role":"custom","customType":"h","content":"x"}}"#
@@ -291,7 +322,10 @@ mod tests {
             lines.next().unwrap(),
             r#"{"type":"message","id":"2","parentId":"1","message":{"role":"user","content":"\ud83d"}}"#
         );
-        assert!(!out.ends_with('\n'), "the last line keeps its (missing) newline");
+        assert!(
+            !out.ends_with('\n'),
+            "the last line keeps its (missing) newline"
+        );
     }
 
     #[test]

@@ -65,7 +65,13 @@ pub fn encode_cwd(cwd: &str) -> String {
         .unwrap_or(cwd);
     let body: String = trimmed
         .chars()
-        .map(|c| if matches!(c, '/' | '\\' | ':') { '-' } else { c })
+        .map(|c| {
+            if matches!(c, '/' | '\\' | ':') {
+                '-'
+            } else {
+                c
+            }
+        })
         .collect();
     format!("--{body}--")
 }
@@ -100,7 +106,10 @@ mod tests {
     #[test]
     fn encodes_cwd_like_the_reference() {
         assert_eq!(encode_cwd("/work/pi"), "--work-pi--");
-        assert_eq!(encode_cwd("/home/dev/other:project"), "--home-dev-other-project--");
+        assert_eq!(
+            encode_cwd("/home/dev/other:project"),
+            "--home-dev-other-project--"
+        );
         assert_eq!(encode_cwd("\\C:\\x"), "--C--x--");
         assert_eq!(encode_cwd("rel/dir"), "--rel-dir--");
     }
@@ -111,7 +120,9 @@ mod tests {
         assert_eq!(name, "2026-02-16T10-20-30-000Z_1f9d2a6b9c0d1234.jsonl");
         assert_eq!(session_id_from_file_name(&name), Some("1f9d2a6b9c0d1234"));
         assert_eq!(
-            session_id_from_file_name("2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee.jsonl"),
+            session_id_from_file_name(
+                "2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee.jsonl"
+            ),
             Some("01a23785-3ef0-730e-bcbd-2244aa2871ee")
         );
         assert_eq!(session_id_from_file_name("notes.txt"), None);

@@ -70,6 +70,31 @@ impl fmt::Debug for LockGuard {
     }
 }
 
+/// A file opened for random-access reads.
+pub trait RandomRead: Send + Sync {
+    /// Reads up to `len` bytes at `offset` (short only at end of file).
+    fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+}
+
+struct FileReader(File);
+
+impl RandomRead for FileReader {
+    fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match self.0.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+}
+
 /// Every filesystem operation the engine performs.
 pub trait Storage: Send + Sync + fmt::Debug {
     /// Creates a directory and its parents (mode 0700 for new ones).
@@ -95,6 +120,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>>;
     /// Takes an exclusive advisory lock on an existing file.
     fn lock(&self, path: &Path) -> io::Result<LockGuard>;
+    /// Opens a file for random-access reads.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>>;
     /// True when sessions written here live on a real disk.
     fn is_persistent(&self) -> bool;
     /// Reads a file from `start` to its end in chunks of up to `chunk`
@@ -194,19 +221,10 @@ impl Storage for FileStorage {
         Ok(buf)
     }
     fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        let file = File::open(path)?;
-        let mut buf = vec![0u8; len];
-        let mut done = 0;
-        while done < len {
-            match file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        buf.truncate(done);
-        Ok(buf)
+        FileReader(File::open(path)?).read_at(offset, len)
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>> {
+        Ok(Box::new(FileReader(File::open(path)?)))
     }
     fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
         let mut file = OpenOptions::new()
@@ -384,6 +402,17 @@ impl MemoryStorage {
     }
 }
 
+struct MemReader {
+    storage: MemoryStorage,
+    path: PathBuf,
+}
+
+impl RandomRead for MemReader {
+    fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.storage.read_at(&self.path, offset, len)
+    }
+}
+
 struct MemAppendWriter {
     storage: MemoryStorage,
     path: PathBuf,
@@ -525,6 +554,15 @@ impl Storage for MemoryStorage {
             path: path.to_path_buf(),
         }))
     }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>> {
+        if !self.state().files.contains_key(path) {
+            return Err(not_found(path));
+        }
+        Ok(Box::new(MemReader {
+            storage: self.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
     fn lock(&self, path: &Path) -> io::Result<LockGuard> {
         if self.state().files.contains_key(path) {
             Ok(LockGuard::new(|| {}))
@@ -536,4 +574,3 @@ impl Storage for MemoryStorage {
         false
     }
 }
-

@@ -121,7 +121,11 @@ pub fn parse_iso_ms(s: &str) -> Option<i64> {
             let oh = digits(&[*oh1, *oh2])?;
             let om = digits(&[*om1, *om2])?;
             let offset = (oh * 60 + om) * 60_000;
-            Some(if *sign == b'+' { ms - offset } else { ms + offset })
+            Some(if *sign == b'+' {
+                ms - offset
+            } else {
+                ms + offset
+            })
         }
         _ => None,
     }
@@ -133,8 +137,14 @@ mod tests {
 
     #[test]
     fn parses_reference_timestamps() {
-        assert_eq!(parse_iso_ms("2026-12-02T16:10:09.019Z"), Some(1_796_227_809_019));
-        assert_eq!(parse_iso_ms("2025-01-10T08:00:06.000Z"), Some(1_736_496_006_000));
+        assert_eq!(
+            parse_iso_ms("2026-12-02T16:10:09.019Z"),
+            Some(1_796_227_809_019)
+        );
+        assert_eq!(
+            parse_iso_ms("2025-01-10T08:00:06.000Z"),
+            Some(1_736_496_006_000)
+        );
         assert_eq!(parse_iso_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_iso_ms("1970-01-01T01:00:00+01:00"), Some(0));
         assert_eq!(parse_iso_ms("1970-01-01"), Some(0));
