@@ -1,1 +1,1335 @@
+//! The session manager: one open session — its header, tree index and leaf —
+//! and the write pipeline that keeps the JSONL file in step (SPEC §5, §7).
+//!
+//! * Appends go through [`Session::append`]; every append creates one entry
+//!   whose parent is the leaf and makes it the leaf.
+//! * Persistent sessions defer their first write until the session holds an
+//!   assistant message, then write the whole file atomically; after that
+//!   each entry is appended as one line, with one `write`, under an
+//!   exclusive advisory lock, after picking up lines that other writers
+//!   appended in the meantime.
+//! * The first persistence error is latched: logged once with the file
+//!   path, and returned by every later operation.
 
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::{Map, Value};
+
+use crate::session::append::{assemble, NewEntry};
+use crate::session::blobs::BlobStore;
+use crate::session::context::{build_session_context, Context, LeafSel, LineSource};
+use crate::session::error::{Error, IoContext, Result};
+use crate::session::format::{scan_line, EntryKind, HeaderInfo, LineKind, CURRENT_VERSION};
+use crate::session::ids::{new_entry_id, new_session_id};
+use crate::session::index::{EntryMeta, Loc, TreeIndex};
+use crate::session::json::{json_string, pretty, RawObject};
+use crate::session::loader::{self, Loaded, Phase, CHUNK_SIZE, DEFAULT_MAX_LINE};
+use crate::session::migration::migrate_file;
+use crate::session::paths::{session_file_name, AgentDir};
+use crate::session::persistence::atomic_write;
+use crate::session::sizecontrol::apply_size_controls;
+use crate::session::storage::{AppendWriter, MemoryStorage, RandomRead, Storage};
+use crate::session::time::now_iso;
+
+/// How a session is opened.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Never write: migrations happen in memory only, appends fail.
+    pub read_only: bool,
+    /// Lines longer than this are skipped.
+    pub max_line: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            read_only: false,
+            max_line: DEFAULT_MAX_LINE,
+        }
+    }
+}
+
+/// What loading found besides the entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Lines that are not JSON objects or not entries.
+    pub skipped: usize,
+    pub blank: usize,
+    pub oversized: usize,
+    /// A torn last line was dropped.
+    pub torn_tail: bool,
+    /// The version the file was migrated from, if a migration ran.
+    pub migrated_from: Option<u64>,
+}
+
+/// What [`Session::refresh`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    Unchanged,
+    /// The file grew; this many new entries were indexed.
+    Grew(usize),
+    /// The file was replaced or shrank and was loaded again.
+    Reloaded,
+}
+
+/// The file as this session last saw it.
+#[derive(Debug, Clone, Copy)]
+struct DiskState {
+    /// Offset just past the last complete line indexed.
+    end: u64,
+    size: u64,
+    identity: (u64, u64),
+    mtime: SystemTime,
+    ends_with_newline: bool,
+}
+
+/// One open session.
+pub struct Session {
+    storage: Arc<dyn Storage>,
+    blobs: Option<BlobStore>,
+    path: Option<PathBuf>,
+    persist: bool,
+    read_only: bool,
+    max_line: usize,
+    header: HeaderInfo,
+    /// The header line as stored (without `\n`).
+    header_line: String,
+    index: TreeIndex,
+    leaf: Option<u32>,
+    /// Lines of entries that are not in the file (each ending in `\n`).
+    mem: Vec<u8>,
+    /// The file holds this session (its first write happened).
+    on_disk: bool,
+    disk: Option<DiskState>,
+    reader: Option<Box<dyn RandomRead>>,
+    writer: Option<Box<dyn AppendWriter>>,
+    latched: Option<Arc<Error>>,
+    report: LoadReport,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("path", &self.path)
+            .field("id", &self.header.id)
+            .field("entries", &self.index.len())
+            .field("leaf", &self.leaf)
+            .finish()
+    }
+}
+
+fn header_line_for(id: &str, timestamp: &str, cwd: &str, parent: Option<&str>) -> String {
+    let mut obj = Map::new();
+    obj.insert("type".into(), "session".into());
+    obj.insert("version".into(), CURRENT_VERSION.into());
+    obj.insert("id".into(), id.into());
+    obj.insert("timestamp".into(), timestamp.into());
+    obj.insert("cwd".into(), cwd.into());
+    if let Some(p) = parent {
+        obj.insert("parentSession".into(), p.into());
+    }
+    Value::Object(obj).to_string()
+}
+
+fn header_info(line: &str) -> Option<HeaderInfo> {
+    match scan_line(line.as_bytes()) {
+        LineKind::Header(h) => Some(h),
+        _ => None,
+    }
+}
+
+impl Session {
+    // -----------------------------------------------------------------
+    // Creating and opening
+    // -----------------------------------------------------------------
+
+    fn blank(
+        storage: Arc<dyn Storage>,
+        blobs: Option<BlobStore>,
+        path: Option<PathBuf>,
+        persist: bool,
+        header_line: String,
+    ) -> Result<Self> {
+        let header = header_info(&header_line)
+            .ok_or_else(|| Error::Invalid("internal: bad header line".into()))?;
+        Ok(Session {
+            storage,
+            blobs,
+            path,
+            persist,
+            read_only: false,
+            max_line: DEFAULT_MAX_LINE,
+            header,
+            header_line,
+            index: TreeIndex::new(),
+            leaf: None,
+            mem: Vec::new(),
+            on_disk: false,
+            disk: None,
+            reader: None,
+            writer: None,
+            latched: None,
+            report: LoadReport::default(),
+        })
+    }
+
+    /// A new persistent session for `cwd` under the agent directory. Nothing
+    /// is written until the first assistant message.
+    pub fn create(storage: Arc<dyn Storage>, agent: &AgentDir, cwd: &str) -> Result<Self> {
+        Self::create_with_parent(storage, agent, cwd, None)
+    }
+
+    /// Like [`Session::create`] with a `parentSession` lineage marker.
+    pub fn create_with_parent(
+        storage: Arc<dyn Storage>,
+        agent: &AgentDir,
+        cwd: &str,
+        parent_session: Option<&str>,
+    ) -> Result<Self> {
+        let id = new_session_id();
+        let ts = now_iso();
+        let dir = agent.project_dir(cwd);
+        let path = dir.join(session_file_name(&ts, &id));
+        let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
+        let line = header_line_for(&id, &ts, cwd, parent_session);
+        Self::blank(storage, Some(blobs), Some(path), true, line)
+    }
+
+    /// A session that lives in memory only.
+    pub fn in_memory(cwd: &str) -> Self {
+        let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let line = header_line_for(&new_session_id(), &now_iso(), cwd, None);
+        // The header line is built here and always parses.
+        Self::blank(storage, None, None, false, line).unwrap_or_else(|_| unreachable!())
+    }
+
+    /// Opens a session file. A missing or empty file becomes a new session
+    /// at that path (written on the first assistant message); a file
+    /// without a valid header is [`Error::Unreadable`] and is not touched.
+    /// Old versions are migrated and, unless read-only, rewritten
+    /// atomically.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        blobs: Option<BlobStore>,
+        path: &Path,
+        options: &OpenOptions,
+    ) -> Result<Self> {
+        let Some(loaded) = loader::load_file(&*storage, path, options.max_line)? else {
+            let cwd = std::env::current_dir()
+                .map(|d| d.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "/".into());
+            let line = header_line_for(&new_session_id(), &now_iso(), &cwd, None);
+            let mut s = Self::blank(storage, blobs, Some(path.to_path_buf()), true, line)?;
+            s.read_only = options.read_only;
+            s.max_line = options.max_line;
+            return Ok(s);
+        };
+        let mut session = Session {
+            storage,
+            blobs,
+            path: Some(path.to_path_buf()),
+            persist: true,
+            read_only: options.read_only,
+            max_line: options.max_line,
+            header: HeaderInfo {
+                id: String::new(),
+                version: None,
+                timestamp: None,
+                cwd: None,
+                title: None,
+                parent_session: None,
+            },
+            header_line: String::new(),
+            index: TreeIndex::new(),
+            leaf: None,
+            mem: Vec::new(),
+            on_disk: true,
+            disk: None,
+            reader: None,
+            writer: None,
+            latched: None,
+            report: LoadReport::default(),
+        };
+        let needs_migration = loaded
+            .header
+            .as_ref()
+            .is_some_and(|h| h.effective_version() < CURRENT_VERSION);
+        if needs_migration {
+            session.migrate()?;
+        } else {
+            session.install_loaded(loaded, false)?;
+        }
+        Ok(session)
+    }
+
+    /// Opens a file with the default options and the blob store of `agent`.
+    pub fn open_in(storage: Arc<dyn Storage>, agent: &AgentDir, path: &Path) -> Result<Self> {
+        let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
+        Self::open(storage, Some(blobs), path, &OpenOptions::default())
+    }
+
+    /// Runs the migration on the whole file; rewrites it unless read-only.
+    fn migrate(&mut self) -> Result<()> {
+        let path = self.require_path()?.to_path_buf();
+        let bytes = self.storage.read(&path).at(&path)?;
+        let Some(migrated) = migrate_file(&bytes) else {
+            return Err(Error::Unreadable {
+                path,
+                reason: "an old-version file that could not be migrated".into(),
+            });
+        };
+        log::info!(
+            "{}: migrating session from version {} to {CURRENT_VERSION}",
+            path.display(),
+            migrated.from_version
+        );
+        let loaded = loader::load_bytes(&migrated.bytes, self.max_line).map_err(|reason| {
+            Error::Unreadable {
+                path: path.clone(),
+                reason,
+            }
+        })?;
+        if self.read_only {
+            self.mem = migrated.bytes;
+            self.install_loaded(loaded, true)?;
+            self.on_disk = false;
+            self.disk = None;
+        } else {
+            {
+                let _lock = self.storage.lock(&path).at(&path)?;
+                // The file must still be what we migrated.
+                let now = self.storage.read(&path).at(&path)?;
+                if now != bytes {
+                    return Err(Error::Invalid(format!(
+                        "{}: changed while it was being migrated; try again",
+                        path.display()
+                    )));
+                }
+                atomic_write(&*self.storage, &path, &migrated.bytes)?;
+            }
+            self.install_loaded(loaded, false)?;
+        }
+        self.report.migrated_from = Some(migrated.from_version);
+        Ok(())
+    }
+
+    /// Replaces the in-memory state with a load result.
+    fn install_loaded(&mut self, loaded: Loaded, in_memory: bool) -> Result<()> {
+        let header = loaded
+            .header
+            .clone()
+            .ok_or_else(|| Error::Invalid("internal: load without header".into()))?;
+        self.header_line = self
+            .read_header_line(loaded.header_offset, in_memory)?
+            .unwrap_or_else(|| header_line_for(&header.id, "", "", None));
+        self.header = header;
+        let migrated_from = self.report.migrated_from;
+        self.report = LoadReport {
+            skipped: loaded.skipped,
+            blank: loaded.blank,
+            oversized: loaded.oversized,
+            torn_tail: loaded.torn_tail,
+            migrated_from,
+        };
+        self.index = TreeIndex::new();
+        for e in loaded.entries {
+            self.index.push(
+                e.entry,
+                Loc {
+                    offset: e.offset,
+                    len: e.len,
+                    in_memory,
+                },
+            );
+        }
+        self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
+        self.reader = None;
+        self.writer = None;
+        if !in_memory {
+            let path = self.require_path()?.to_path_buf();
+            let stat = self.storage.stat(&path).at(&path)?;
+            self.disk = Some(DiskState {
+                end: loaded.end,
+                size: stat.size,
+                identity: stat.identity,
+                mtime: stat.mtime,
+                ends_with_newline: loaded.ends_with_newline,
+            });
+            self.on_disk = true;
+        }
+        Ok(())
+    }
+
+    fn read_header_line(&self, offset: u64, in_memory: bool) -> Result<Option<String>> {
+        let bytes: Vec<u8> = if in_memory {
+            let start = offset as usize;
+            let end = self.mem[start.min(self.mem.len())..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(self.mem.len(), |p| start + p);
+            self.mem[start.min(end)..end].to_vec()
+        } else {
+            let path = self.require_path()?;
+            let mut out = Vec::new();
+            self.storage
+                .scan(path, offset, 64 * 1024, &mut |_, chunk| {
+                    match chunk.iter().position(|&b| b == b'\n') {
+                        Some(p) => {
+                            out.extend_from_slice(&chunk[..p]);
+                            false
+                        }
+                        None => {
+                            out.extend_from_slice(chunk);
+                            true
+                        }
+                    }
+                })
+                .at(path)?;
+            out
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        Ok(Some(text.trim_end_matches('\r').to_string()))
+    }
+
+    fn require_path(&self) -> Result<&Path> {
+        self.path
+            .as_deref()
+            .ok_or_else(|| Error::Invalid("the session has no file".into()))
+    }
+
+    // -----------------------------------------------------------------
+    // Queries
+    // -----------------------------------------------------------------
+
+    /// The session file, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+    pub fn header(&self) -> &HeaderInfo {
+        &self.header
+    }
+    /// The header line as stored.
+    pub fn header_json(&self) -> &str {
+        &self.header_line
+    }
+    pub fn report(&self) -> &LoadReport {
+        &self.report
+    }
+    pub fn index(&self) -> &TreeIndex {
+        &self.index
+    }
+    /// True when the session is written to a file.
+    pub fn is_persistent(&self) -> bool {
+        self.persist
+    }
+    /// True when the session's file holds it (its first write happened).
+    pub fn is_on_disk(&self) -> bool {
+        self.on_disk
+    }
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+    /// Entries in file order.
+    pub fn entries(&self) -> &[EntryMeta] {
+        self.index.entries()
+    }
+    pub fn entry(&self, id: &str) -> Option<&EntryMeta> {
+        self.index.by_id(id)
+    }
+    /// The leaf entry's id (`None` after a reset or in an empty session).
+    pub fn leaf_id(&self) -> Option<&str> {
+        self.leaf.and_then(|i| self.index.get(i)).map(|m| m.id())
+    }
+    /// The leaf's position.
+    pub fn leaf(&self) -> Option<u32> {
+        self.leaf
+    }
+    /// Children of an entry (`None`: the roots) in insertion order.
+    pub fn children(&self, id: Option<&str>) -> Result<Vec<&EntryMeta>> {
+        let positions = match id {
+            None => self.index.roots(),
+            Some(id) => {
+                let i = self.position(id)?;
+                self.index.children(i)
+            }
+        };
+        Ok(positions.into_iter().filter_map(|i| self.index.get(i)).collect())
+    }
+    /// The path from the root to `id`.
+    pub fn path_to(&self, id: &str) -> Result<Vec<&EntryMeta>> {
+        let i = self.position(id)?;
+        Ok(self
+            .index
+            .path_to(i)
+            .into_iter()
+            .filter_map(|i| self.index.get(i))
+            .collect())
+    }
+    /// The label of an entry.
+    pub fn label(&self, id: &str) -> Option<&str> {
+        self.index.label(id)
+    }
+    /// `(entry id, label)` of every labelled entry, in file order.
+    pub fn labels(&self) -> Vec<(&str, &str)> {
+        self.index
+            .labels()
+            .into_iter()
+            .filter_map(|(i, l)| self.index.get(i).map(|m| (m.id(), l)))
+            .collect()
+    }
+
+    fn position(&self, id: &str) -> Result<u32> {
+        self.index
+            .position(id)
+            .ok_or_else(|| Error::EntryNotFound(id.to_string()))
+    }
+
+    /// The tree for display: roots in file order, children sorted by
+    /// timestamp (stable), each node with its depth.
+    pub fn tree(&self) -> Vec<(usize, &EntryMeta)> {
+        let mut out = Vec::with_capacity(self.index.len());
+        let mut stack: Vec<(usize, u32)> = self.index.roots().into_iter().rev().map(|r| (0, r)).collect();
+        while let Some((depth, i)) = stack.pop() {
+            let Some(meta) = self.index.get(i) else { continue };
+            out.push((depth, meta));
+            let mut kids = self.index.children(i);
+            kids.sort_by_key(|&c| {
+                self.index
+                    .get(c)
+                    .and_then(|m| m.entry.timestamp_ms)
+                    .unwrap_or(i64::MAX)
+            });
+            stack.extend(kids.into_iter().rev().map(|c| (depth + 1, c)));
+        }
+        out
+    }
+
+    /// The stored line of an entry (blob refs unresolved).
+    pub fn raw_line(&self, idx: u32) -> Result<Cow<'_, [u8]>> {
+        let meta = self
+            .index
+            .get(idx)
+            .ok_or_else(|| Error::EntryNotFound(format!("#{idx}")))?;
+        let loc = meta.loc;
+        if loc.in_memory {
+            let start = loc.offset as usize;
+            let end = start + loc.len as usize;
+            return self
+                .mem
+                .get(start..end)
+                .map(Cow::Borrowed)
+                .ok_or_else(|| Error::Invalid("internal: memory line out of range".into()));
+        }
+        let path = self.require_path()?;
+        let bytes = match &self.reader {
+            Some(r) => r.read_at(loc.offset, loc.len as usize),
+            None => self.storage.read_at(path, loc.offset, loc.len as usize),
+        }
+        .at(path)?;
+        if bytes.len() != loc.len as usize {
+            return Err(Error::Invalid(format!(
+                "{}: the file changed under the session; reload it",
+                path.display()
+            )));
+        }
+        Ok(Cow::Owned(bytes))
+    }
+
+    /// An entry as compact JSON with image blob refs resolved.
+    pub fn entry_json(&self, id: &str) -> Result<String> {
+        let idx = self.position(id)?;
+        let line = self.raw_line(idx)?;
+        let text = std::str::from_utf8(&line)
+            .map_err(|_| Error::Invalid("entry line is not UTF-8".into()))?;
+        if let (Some(blobs), true) = (
+            &self.blobs,
+            text.contains(crate::session::blobs::BLOB_REF_PREFIX),
+        ) {
+            if let Ok(mut v) = serde_json::from_str::<Value>(text) {
+                if blobs.resolve_in_entry(&mut v) {
+                    return Ok(v.to_string());
+                }
+            }
+        }
+        Ok(text.to_string())
+    }
+
+    /// An entry as pretty JSON (with a trailing newline) with blob refs
+    /// resolved.
+    pub fn entry_pretty(&self, id: &str) -> Result<String> {
+        let mut s = pretty(&self.entry_json(id)?);
+        s.push('\n');
+        Ok(s)
+    }
+
+    /// The context at the current leaf.
+    pub fn context(&self) -> Result<Context> {
+        match self.leaf {
+            None => self.context_at(LeafSel::Null),
+            Some(i) => {
+                let id = self.index.get(i).map(|m| m.id().to_string()).unwrap_or_default();
+                self.context_at(LeafSel::Id(&id))
+            }
+        }
+    }
+
+    /// The context at any leaf.
+    pub fn context_at(&self, leaf: LeafSel<'_>) -> Result<Context> {
+        build_session_context(&self.index, leaf, self)
+    }
+
+    // -----------------------------------------------------------------
+    // Leaf
+    // -----------------------------------------------------------------
+
+    /// Moves the leaf to an existing entry. Nothing changes on disk.
+    pub fn branch(&mut self, id: &str) -> Result<()> {
+        self.leaf = Some(self.position(id)?);
+        Ok(())
+    }
+
+    /// Sets the leaf to null: the next append creates a new root.
+    pub fn reset_leaf(&mut self) {
+        self.leaf = None;
+    }
+
+    // -----------------------------------------------------------------
+    // Appends
+    // -----------------------------------------------------------------
+
+    /// The latched persistence error, if any.
+    pub fn persistence_error(&self) -> Option<&Error> {
+        self.latched.as_deref()
+    }
+
+    fn check_latched(&self) -> Result<()> {
+        match &self.latched {
+            Some(e) => Err(Error::Persistence(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn latch(&mut self, err: Error) -> Error {
+        if self.latched.is_none() {
+            log::error!(
+                "session {}: persistence failed: {err}",
+                self.path
+                    .as_deref()
+                    .map_or_else(|| "(memory)".into(), |p| p.display().to_string())
+            );
+            self.latched = Some(Arc::new(err.clone()));
+        }
+        err
+    }
+
+    /// Checks what needs the session: label and compaction targets exist,
+    /// and a branch summary's `fromId` names the leaf.
+    fn check_against_session(&self, entry: &mut NewEntry) -> Result<()> {
+        let target = |key: &str| entry.fields.get(key).and_then(Value::as_str).map(str::to_string);
+        match entry.kind {
+            EntryKind::Label => {
+                if let Some(t) = target("targetId") {
+                    self.position(&t)?;
+                }
+            }
+            EntryKind::Compaction => {
+                if let Some(t) = target("firstKeptEntryId") {
+                    self.position(&t)?;
+                }
+            }
+            EntryKind::BranchSummary => {
+                let expected = self.leaf_id().unwrap_or("root").to_string();
+                match target("fromId") {
+                    Some(given) if given != expected => {
+                        return Err(Error::Invalid(format!(
+                            "branch_summary.fromId is \"{given}\" but the leaf is \"{expected}\""
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        // fromId goes first among the fields.
+                        let mut fields = Map::with_capacity(entry.fields.len() + 1);
+                        fields.insert("fromId".into(), Value::String(expected));
+                        fields.extend(std::mem::take(&mut entry.fields));
+                        entry.fields = fields;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn fresh_entry_id(&self) -> String {
+        loop {
+            let id = new_entry_id();
+            if self.index.position(&id).is_none() {
+                return id;
+            }
+        }
+    }
+
+    /// Appends an entry as a child of the leaf and makes it the leaf.
+    /// Returns the new entry's id. On error nothing changes.
+    pub fn append(&mut self, mut entry: NewEntry) -> Result<String> {
+        self.check_latched()?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        // Pick up what other writers appended before deciding the parent.
+        if self.on_disk {
+            self.refresh()?;
+        }
+        self.check_against_session(&mut entry)?;
+        let id = self.fresh_entry_id();
+        let parent = self.leaf_id().map(str::to_string);
+        let mut value = assemble(&entry, &id, parent.as_deref(), &now_iso());
+        if self.persist {
+            if let Some(blobs) = &self.blobs {
+                blobs.externalize_images(&mut value)?;
+            }
+            apply_size_controls(&mut value);
+        }
+        let line = value.to_string();
+        let LineKind::Entry(scanned) = scan_line(line.as_bytes()) else {
+            return Err(Error::Invalid("internal: assembled entry does not scan".into()));
+        };
+        let is_assistant = matches!(
+            &scanned.facts,
+            crate::session::format::Facts::Message {
+                role: crate::session::format::Role::Assistant,
+                ..
+            }
+        );
+        let len = line.len() as u32;
+        if !self.persist || (!self.on_disk && !is_assistant && !self.index.has_assistant()) {
+            // In memory: in-memory sessions, and persistent ones before their
+            // first assistant message.
+            let offset = self.mem.len() as u64;
+            self.mem.extend_from_slice(line.as_bytes());
+            self.mem.push(b'\n');
+            let idx = self.index.push(
+                scanned,
+                Loc {
+                    offset,
+                    len,
+                    in_memory: true,
+                },
+            );
+            self.leaf = Some(idx);
+            return Ok(id);
+        }
+        if !self.on_disk {
+            // The first assistant message: write the whole session.
+            let mut mem = std::mem::take(&mut self.mem);
+            let offset = mem.len() as u64;
+            mem.extend_from_slice(line.as_bytes());
+            mem.push(b'\n');
+            if let Err(e) = self.first_write(&mem) {
+                mem.truncate(offset as usize);
+                self.mem = mem;
+                return Err(self.latch(e));
+            }
+            self.mem = mem;
+            let base = self.header_line.len() as u64 + 1;
+            let idx = self.index.push(
+                scanned,
+                Loc {
+                    offset,
+                    len,
+                    in_memory: true,
+                },
+            );
+            self.index.relocate_memory(base);
+            self.mem = Vec::new();
+            self.leaf = Some(idx);
+            return Ok(id);
+        }
+        let offset = match self.append_line(line.as_bytes()) {
+            Ok(o) => o,
+            Err(e) => return Err(self.latch(e)),
+        };
+        let idx = self.index.push(
+            scanned,
+            Loc {
+                offset,
+                len,
+                in_memory: false,
+            },
+        );
+        self.leaf = Some(idx);
+        Ok(id)
+    }
+
+    /// Writes header and buffered entries as a new file.
+    fn first_write(&mut self, entries: &[u8]) -> Result<()> {
+        let path = self.require_path()?.to_path_buf();
+        if let Some(dir) = path.parent() {
+            self.storage.ensure_dir(dir).at(dir)?;
+        }
+        match self.storage.stat(&path) {
+            Ok(st) if st.size > 0 => {
+                return Err(Error::Invalid(format!(
+                    "{}: a file appeared at the session's path; not overwriting it",
+                    path.display()
+                )))
+            }
+            _ => {}
+        }
+        let mut data = Vec::with_capacity(self.header_line.len() + 1 + entries.len());
+        data.extend_from_slice(self.header_line.as_bytes());
+        data.push(b'\n');
+        data.extend_from_slice(entries);
+        atomic_write(&*self.storage, &path, &data)?;
+        let stat = self.storage.stat(&path).at(&path)?;
+        self.disk = Some(DiskState {
+            end: data.len() as u64,
+            size: stat.size,
+            identity: stat.identity,
+            mtime: stat.mtime,
+            ends_with_newline: true,
+        });
+        self.on_disk = true;
+        self.reader = None;
+        self.writer = None;
+        Ok(())
+    }
+
+    /// Appends one line under the lock; returns the line's offset.
+    fn append_line(&mut self, line: &[u8]) -> Result<u64> {
+        let path = self.require_path()?.to_path_buf();
+        if self.writer.is_none() {
+            self.writer = Some(self.storage.open_append(&path).at(&path)?);
+        }
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(Error::Invalid("internal: no writer".into()));
+        };
+        let _lock = writer.lock().at(&path)?;
+        // Another writer may have appended since refresh(): index it first.
+        let stat = self.storage.stat(&path).at(&path)?;
+        let Some(disk) = self.disk else {
+            return Err(Error::Invalid("internal: no disk state".into()));
+        };
+        if stat.identity != disk.identity || stat.size < disk.size {
+            return Err(Error::Invalid(format!(
+                "{}: the file was replaced while appending; reload the session",
+                path.display()
+            )));
+        }
+        let (ends_with_newline, size) = if stat.size > disk.size {
+            // Lines appeared between our refresh and the lock.
+            self.index_tail(&path)?;
+            let d = self.disk.unwrap_or(disk);
+            (d.ends_with_newline, d.size)
+        } else {
+            (disk.ends_with_newline, disk.size)
+        };
+        let mut buf = Vec::with_capacity(line.len() + 2);
+        if !ends_with_newline {
+            // Never extend a torn last line.
+            buf.push(b'\n');
+        }
+        buf.extend_from_slice(line);
+        buf.push(b'\n');
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(Error::Invalid("internal: no writer".into()));
+        };
+        writer.write_line(&buf).at(&path)?;
+        writer.flush().at(&path)?;
+        let offset = size + u64::from(!ends_with_newline);
+        let stat = self.storage.stat(&path).at(&path)?;
+        let new_size = size + buf.len() as u64;
+        self.disk = Some(DiskState {
+            end: new_size,
+            size: new_size,
+            identity: stat.identity,
+            mtime: stat.mtime,
+            ends_with_newline: true,
+        });
+        Ok(offset)
+    }
+
+    /// Indexes lines that appeared at the end of the file.
+    fn index_tail(&mut self, path: &Path) -> Result<usize> {
+        let Some(disk) = self.disk else { return Ok(0) };
+        let storage = self.storage.clone();
+        let loaded = loader::scan_stream(disk.end, Phase::AfterHeader, self.max_line, &mut |sink| {
+            storage
+                .scan(path, disk.end, CHUNK_SIZE, &mut |off, chunk| {
+                    sink(off, chunk);
+                    true
+                })
+                .map(|_| ())
+                .at(path)
+        })?
+        .map_err(|reason| Error::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        let n = loaded.entries.len();
+        for e in loaded.entries {
+            self.index.push(
+                e.entry,
+                Loc {
+                    offset: e.offset,
+                    len: e.len,
+                    in_memory: false,
+                },
+            );
+        }
+        self.report.skipped += loaded.skipped;
+        self.report.blank += loaded.blank;
+        let stat = self.storage.stat(path).at(path)?;
+        // An unterminated complete line was indexed but not consumed: the
+        // next change reloads the file.
+        self.disk = Some(DiskState {
+            end: loaded.end,
+            size: stat.size,
+            identity: stat.identity,
+            mtime: stat.mtime,
+            ends_with_newline: loaded.ends_with_newline,
+        });
+        if n > 0 {
+            self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
+        }
+        Ok(n)
+    }
+
+    /// Picks up changes made to the file by others: new lines are indexed
+    /// incrementally and the leaf moves to the last entry; a replaced or
+    /// shrunken file is loaded again.
+    pub fn refresh(&mut self) -> Result<Refresh> {
+        if !self.on_disk {
+            return Ok(Refresh::Unchanged);
+        }
+        let (Some(path), Some(disk)) = (self.path.clone(), self.disk) else {
+            return Ok(Refresh::Unchanged);
+        };
+        let stat = self.storage.stat(&path).at(&path)?;
+        let same_file = stat.identity == disk.identity;
+        if same_file && stat.size == disk.size && stat.mtime == disk.mtime {
+            return Ok(Refresh::Unchanged);
+        }
+        if same_file && stat.size > disk.size && disk.ends_with_newline && disk.end == disk.size {
+            let n = self.index_tail(&path)?;
+            return Ok(Refresh::Grew(n));
+        }
+        if same_file && stat.size == disk.size {
+            // Only the time changed (a touch, or our own fsync): nothing new.
+            if let Some(d) = self.disk.as_mut() {
+                d.mtime = stat.mtime;
+            }
+            return Ok(Refresh::Unchanged);
+        }
+        self.reload()?;
+        Ok(Refresh::Reloaded)
+    }
+
+    /// Loads the file again from scratch; the leaf becomes the last entry.
+    pub fn reload(&mut self) -> Result<()> {
+        let path = self.require_path()?.to_path_buf();
+        let options = OpenOptions {
+            read_only: self.read_only,
+            max_line: self.max_line,
+        };
+        let fresh = Session::open(self.storage.clone(), self.blobs.clone(), &path, &options)?;
+        let latched = self.latched.take();
+        *self = fresh;
+        self.latched = latched;
+        Ok(())
+    }
+
+    /// Writes everything queued and fsyncs the session file.
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_latched()?;
+        if !self.on_disk || self.read_only {
+            return Ok(());
+        }
+        let path = self.require_path()?.to_path_buf();
+        if self.writer.is_none() {
+            self.writer = Some(self.storage.open_append(&path).at(&path)?);
+        }
+        let result = match self.writer.as_mut() {
+            Some(w) => w.fsync().at(&path),
+            None => Ok(()),
+        };
+        result.map_err(|e| self.latch(e))
+    }
+
+    /// Opens a reader kept for the following reads (context building of a
+    /// big session reads many lines).
+    pub fn prepare_reads(&mut self) {
+        if self.reader.is_none() && self.on_disk {
+            if let Some(path) = &self.path {
+                self.reader = self.storage.open_read(path).ok();
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------
+    // Typed appends (SPEC §5)
+    // -----------------------------------------------------------------
+
+    fn append_fields(&mut self, kind: EntryKind, fields: Vec<(&str, Option<Value>)>) -> Result<String> {
+        let mut map = Map::new();
+        for (k, v) in fields {
+            if let Some(v) = v {
+                map.insert(k.to_string(), v);
+            }
+        }
+        self.append(NewEntry::new(kind, map))
+    }
+
+    /// Appends a `message` entry.
+    pub fn append_message(&mut self, message: Value) -> Result<String> {
+        self.append_fields(EntryKind::Message, vec![("message", Some(message))])
+    }
+    pub fn append_thinking_level_change(&mut self, level: &str) -> Result<String> {
+        self.append_fields(
+            EntryKind::ThinkingLevelChange,
+            vec![("thinkingLevel", Some(level.into()))],
+        )
+    }
+    /// Appends a `model_change` (`model` is `provider/id`).
+    pub fn append_model_change(&mut self, model: &str, role: Option<&str>) -> Result<String> {
+        self.append_fields(
+            EntryKind::ModelChange,
+            vec![("model", Some(model.into())), ("role", role.map(Into::into))],
+        )
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_compaction(
+        &mut self,
+        summary: &str,
+        short_summary: Option<&str>,
+        first_kept_entry_id: &str,
+        tokens_before: u64,
+        details: Option<Value>,
+        preserve_data: Option<Value>,
+        from_extension: Option<bool>,
+    ) -> Result<String> {
+        self.append_fields(
+            EntryKind::Compaction,
+            vec![
+                ("summary", Some(summary.into())),
+                ("shortSummary", short_summary.map(Into::into)),
+                ("firstKeptEntryId", Some(first_kept_entry_id.into())),
+                ("tokensBefore", Some(tokens_before.into())),
+                ("details", details),
+                ("preserveData", preserve_data),
+                ("fromExtension", from_extension.map(Into::into)),
+            ],
+        )
+    }
+    pub fn append_custom(&mut self, custom_type: &str, data: Option<Value>) -> Result<String> {
+        self.append_fields(
+            EntryKind::Custom,
+            vec![("customType", Some(custom_type.into())), ("data", data)],
+        )
+    }
+    pub fn append_custom_message(
+        &mut self,
+        custom_type: &str,
+        content: Value,
+        display: bool,
+        details: Option<Value>,
+    ) -> Result<String> {
+        self.append_fields(
+            EntryKind::CustomMessage,
+            vec![
+                ("customType", Some(custom_type.into())),
+                ("content", Some(content)),
+                ("display", Some(display.into())),
+                ("details", details),
+            ],
+        )
+    }
+    pub fn append_ttsr_injection(&mut self, rules: &[&str]) -> Result<String> {
+        self.append_fields(
+            EntryKind::TtsrInjection,
+            vec![("injectedRules", Some(rules.iter().map(|r| Value::from(*r)).collect()))],
+        )
+    }
+    pub fn append_session_init(
+        &mut self,
+        system_prompt: &str,
+        task: &str,
+        tools: &[&str],
+        output_schema: Option<Value>,
+    ) -> Result<String> {
+        self.append_fields(
+            EntryKind::SessionInit,
+            vec![
+                ("systemPrompt", Some(system_prompt.into())),
+                ("task", Some(task.into())),
+                ("tools", Some(tools.iter().map(|t| Value::from(*t)).collect())),
+                ("outputSchema", output_schema),
+            ],
+        )
+    }
+    pub fn append_mode_change(&mut self, mode: &str, data: Option<Value>) -> Result<String> {
+        self.append_fields(
+            EntryKind::ModeChange,
+            vec![("mode", Some(mode.into())), ("data", data)],
+        )
+    }
+    /// Validates the target, appends a `label` entry as a child of the
+    /// leaf, and sets (or, with `None` or an empty label, clears) the label.
+    pub fn append_label_change(&mut self, target_id: &str, label: Option<&str>) -> Result<String> {
+        self.position(target_id)?;
+        self.append_fields(
+            EntryKind::Label,
+            vec![
+                ("targetId", Some(target_id.into())),
+                ("label", label.filter(|l| !l.is_empty()).map(Into::into)),
+            ],
+        )
+    }
+    /// Moves the leaf to `id` (validated; `None` resets it) and appends a
+    /// `branch_summary` whose `fromId` is `id` or `"root"`. On error the
+    /// leaf does not move.
+    pub fn branch_with_summary(
+        &mut self,
+        id: Option<&str>,
+        summary: &str,
+        details: Option<Value>,
+        from_extension: Option<bool>,
+    ) -> Result<String> {
+        let target = match id {
+            Some(id) => Some(self.position(id)?),
+            None => None,
+        };
+        let before = self.leaf;
+        self.leaf = target;
+        let result = self.append_fields(
+            EntryKind::BranchSummary,
+            vec![
+                ("fromId", Some(id.unwrap_or("root").into())),
+                ("summary", Some(summary.into())),
+                ("details", details),
+                ("fromExtension", from_extension.map(Into::into)),
+            ],
+        );
+        if result.is_err() {
+            self.leaf = before;
+        }
+        result
+    }
+
+    // -----------------------------------------------------------------
+    // Whole-file operations
+    // -----------------------------------------------------------------
+
+    /// Sets the header's `title` with an atomic rewrite of the file.
+    pub fn set_title(&mut self, title: &str) -> Result<()> {
+        self.check_latched()?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let mut obj_text = {
+            let obj = RawObject::parse(&self.header_line)
+                .map_err(|e| Error::Invalid(format!("header: {e}")))?;
+            let title = json_string(title);
+            let mut members: Vec<(String, String)> = obj
+                .members
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.get().to_string()))
+                .collect();
+            match members.iter_mut().find(|(k, _)| k == "title") {
+                Some(m) => m.1 = title,
+                None => {
+                    let at = members
+                        .iter()
+                        .position(|(k, _)| k == "cwd")
+                        .map_or(members.len(), |i| i + 1);
+                    members.insert(at, ("title".into(), title));
+                }
+            }
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("{}:{v}", json_string(k)))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        };
+        if !self.on_disk {
+            self.header_line = std::mem::take(&mut obj_text);
+            self.header.title = Some(title.to_string());
+            return Ok(());
+        }
+        let path = self.require_path()?.to_path_buf();
+        self.refresh()?;
+        let result = (|| {
+            let _lock = self.storage.lock(&path).at(&path)?;
+            let bytes = self.storage.read(&path).at(&path)?;
+            let disk_header = self.header_line.as_bytes();
+            let Some(pos) = find_line(&bytes, disk_header) else {
+                return Err(Error::Invalid(format!(
+                    "{}: header line not found for rewrite",
+                    path.display()
+                )));
+            };
+            let mut out = Vec::with_capacity(bytes.len() + title.len() + 16);
+            out.extend_from_slice(&bytes[..pos]);
+            out.extend_from_slice(obj_text.as_bytes());
+            out.extend_from_slice(&bytes[pos + disk_header.len()..]);
+            atomic_write(&*self.storage, &path, &out)
+        })();
+        match result {
+            Ok(()) => self.reload(),
+            Err(e) => Err(self.latch(e)),
+        }
+    }
+
+    /// All entry lines in file order, each with `\n`.
+    fn entry_lines(&self, positions: impl Iterator<Item = u32>) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for i in positions {
+            out.extend_from_slice(&self.raw_line(i)?);
+            out.push(b'\n');
+        }
+        Ok(out)
+    }
+
+    /// `fork`: a new session file with the same entries, a new id and
+    /// `parentSession` = this session's id. Returns its path.
+    pub fn fork(&self, agent: &AgentDir) -> Result<PathBuf> {
+        let body = self.entry_lines(0..self.index.len() as u32)?;
+        self.write_new_session(agent, Some(&self.header.id.clone()), body)
+    }
+
+    /// `create_branched_session(leaf)`: a new session file holding only the
+    /// root→leaf path, its labels re-created as fresh label entries after
+    /// it, and `parentSession` = this session's file path.
+    pub fn create_branched_session(&self, agent: &AgentDir, leaf_id: &str) -> Result<PathBuf> {
+        let leaf = self.position(leaf_id)?;
+        let path = self.index.path_to(leaf);
+        let mut body = Vec::new();
+        let mut dropped: std::collections::HashMap<String, Option<String>> = Default::default();
+        let mut last_id: Option<String> = None;
+        for &i in &path {
+            let Some(meta) = self.index.get(i) else { continue };
+            let parent = meta
+                .parent_id()
+                .map(|p| resolve_dropped(&dropped, p));
+            if meta.kind() == EntryKind::Label {
+                dropped.insert(meta.id().to_string(), parent);
+                continue;
+            }
+            let line = self.raw_line(i)?;
+            if parent.as_deref() != meta.parent_id() {
+                let text = std::str::from_utf8(&line)
+                    .map_err(|_| Error::Invalid("entry line is not UTF-8".into()))?;
+                let mut obj = RawObject::parse(text).map_err(|e| Error::Invalid(e.to_string()))?;
+                let pid = parent.as_deref().map_or_else(|| "null".to_string(), json_string);
+                let raw: Box<serde_json::value::RawValue> = serde_json::value::RawValue::from_string(pid)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                for m in obj.members.iter_mut().filter(|(k, _)| k == "parentId") {
+                    m.1 = &raw;
+                }
+                body.extend_from_slice(obj.to_json().as_bytes());
+            } else {
+                body.extend_from_slice(&line);
+            }
+            body.push(b'\n');
+            last_id = Some(meta.id().to_string());
+        }
+        let mut used: std::collections::HashSet<String> =
+            path.iter().filter_map(|&i| self.index.get(i)).map(|m| m.id().to_string()).collect();
+        for &i in &path {
+            let Some(meta) = self.index.get(i) else { continue };
+            if meta.kind() == EntryKind::Label {
+                continue;
+            }
+            if let Some(label) = self.index.label(meta.id()) {
+                let id = loop {
+                    let id = new_entry_id();
+                    if used.insert(id.clone()) {
+                        break id;
+                    }
+                };
+                let mut fields = Map::new();
+                fields.insert("targetId".into(), meta.id().into());
+                fields.insert("label".into(), label.into());
+                let entry = NewEntry::new(EntryKind::Label, fields);
+                let v = assemble(&entry, &id, last_id.as_deref(), &now_iso());
+                body.extend_from_slice(v.to_string().as_bytes());
+                body.push(b'\n');
+                last_id = Some(id);
+            }
+        }
+        let parent = self
+            .path
+            .as_deref()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.header.id.clone());
+        self.write_new_session(agent, Some(&parent), body)
+    }
+
+    fn write_new_session(&self, agent: &AgentDir, parent: Option<&str>, body: Vec<u8>) -> Result<PathBuf> {
+        let id = new_session_id();
+        let ts = now_iso();
+        let cwd = self.header.cwd.clone().unwrap_or_default();
+        let dir = agent.project_dir(&cwd);
+        self.storage.ensure_dir(&dir).at(&dir)?;
+        let path = dir.join(session_file_name(&ts, &id));
+        let mut data = header_line_for(&id, &ts, &cwd, parent).into_bytes();
+        data.push(b'\n');
+        data.extend_from_slice(&body);
+        atomic_write(&*self.storage, &path, &data)?;
+        Ok(path)
+    }
+}
+
+fn resolve_dropped(dropped: &std::collections::HashMap<String, Option<String>>, id: &str) -> String {
+    let mut cur = id.to_string();
+    let mut steps = 0;
+    while let Some(Some(p)) = dropped.get(&cur) {
+        cur = p.clone();
+        steps += 1;
+        if steps > dropped.len() {
+            break;
+        }
+    }
+    cur
+}
+
+/// Offset of `needle` as a whole line in `bytes`.
+fn find_line(bytes: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut start = 0;
+    while start <= bytes.len() {
+        let end = bytes[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(bytes.len(), |p| start + p);
+        let line = &bytes[start..end];
+        let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line == needle {
+            return Some(end - line.len() - usize::from(bytes[start..end].ends_with(b"\r")));
+        }
+        start = end + 1;
+    }
+    None
+}
+
+impl LineSource for Session {
+    fn line(&self, idx: u32) -> Result<Cow<'_, [u8]>> {
+        self.raw_line(idx)
+    }
+
+    fn resolve_blobs(&self, kind: EntryKind, json: &str) -> Option<String> {
+        let blobs = self.blobs.as_ref()?;
+        let mut value: Value = serde_json::from_str(json).ok()?;
+        let changed = match kind {
+            EntryKind::Message => value
+                .get_mut("content")
+                .is_some_and(|c| blobs.resolve_refs(c)),
+            EntryKind::CustomMessage => blobs.resolve_refs(&mut value),
+            _ => false,
+        };
+        changed.then(|| value.to_string())
+    }
+}

@@ -2,6 +2,7 @@
 //! leaf, context reconstruction, persistence, size controls and blobs,
 //! storage, discovery and prompt history.
 
+pub mod append;
 pub mod blobs;
 pub mod context;
 pub mod discovery;

@@ -1,0 +1,229 @@
+//! New entries: validation of entries supplied by users and scripts (the
+//! mount's `append` file and `sessionfs append`), and assembly of the
+//! stored object in the corpus key order (`type`, `id`, `parentId`,
+//! `timestamp`, then the type's fields).
+
+use serde_json::{Map, Value};
+
+use crate::session::error::{Error, Result};
+use crate::session::format::EntryKind;
+
+/// JSON type expected of a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    String,
+    Number,
+    Bool,
+    Object,
+    StringArray,
+    StringOrArray,
+    Any,
+}
+
+impl Expect {
+    fn accepts(self, v: &Value) -> bool {
+        match self {
+            Expect::String => v.is_string(),
+            Expect::Number => v.is_number(),
+            Expect::Bool => v.is_boolean(),
+            Expect::Object => v.is_object(),
+            Expect::StringArray => v
+                .as_array()
+                .is_some_and(|a| a.iter().all(Value::is_string)),
+            Expect::StringOrArray => v.is_string() || v.is_array(),
+            Expect::Any => true,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Expect::String => "a string",
+            Expect::Number => "a number",
+            Expect::Bool => "a boolean",
+            Expect::Object => "an object",
+            Expect::StringArray => "an array of strings",
+            Expect::StringOrArray => "a string or an array",
+            Expect::Any => "any value",
+        }
+    }
+}
+
+/// (field, expected type, required) per entry type.
+fn schema(kind: EntryKind) -> &'static [(&'static str, Expect, bool)] {
+    use Expect::*;
+    match kind {
+        EntryKind::Message => &[("message", Object, true)],
+        EntryKind::ThinkingLevelChange => &[("thinkingLevel", String, true)],
+        EntryKind::ModelChange => &[("model", String, true), ("role", String, false)],
+        EntryKind::Compaction => &[
+            ("summary", String, true),
+            ("shortSummary", String, false),
+            ("firstKeptEntryId", String, true),
+            ("tokensBefore", Number, true),
+            ("details", Any, false),
+            ("preserveData", Any, false),
+            ("fromExtension", Bool, false),
+        ],
+        EntryKind::BranchSummary => &[
+            ("fromId", String, false),
+            ("summary", String, true),
+            ("details", Any, false),
+            ("fromExtension", Bool, false),
+        ],
+        EntryKind::Custom => &[("customType", String, true), ("data", Any, false)],
+        EntryKind::CustomMessage => &[
+            ("customType", String, true),
+            ("content", StringOrArray, true),
+            ("display", Bool, true),
+            ("details", Any, false),
+        ],
+        EntryKind::Label => &[("targetId", String, true), ("label", String, false)],
+        EntryKind::TtsrInjection => &[("injectedRules", StringArray, true)],
+        EntryKind::SessionInit => &[
+            ("systemPrompt", String, true),
+            ("task", String, true),
+            ("tools", StringArray, true),
+            ("outputSchema", Any, false),
+        ],
+        EntryKind::ModeChange => &[("mode", String, true), ("data", Any, false)],
+        EntryKind::Unknown => &[],
+    }
+}
+
+/// A checked entry supplied from outside: its kind and fields (without
+/// `type`, `id`, `parentId` and `timestamp`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEntry {
+    pub kind: EntryKind,
+    pub fields: Map<String, Value>,
+}
+
+impl NewEntry {
+    /// A new entry of a known kind from its fields.
+    pub fn new(kind: EntryKind, fields: Map<String, Value>) -> Self {
+        NewEntry { kind, fields }
+    }
+
+    /// The `type` string.
+    pub fn type_name(&self) -> &'static str {
+        self.kind.type_name().unwrap_or("")
+    }
+}
+
+/// Checks an object supplied by a user or script and turns it into a
+/// [`NewEntry`]. The checks that need the session (label targets,
+/// compaction targets, `fromId`) are done when it is appended.
+pub fn parse_new_entry(value: Value) -> Result<NewEntry> {
+    let Value::Object(mut obj) = value else {
+        return Err(Error::Invalid("an entry must be a JSON object".into()));
+    };
+    let type_name = match obj.remove("type") {
+        Some(Value::String(t)) => t,
+        Some(_) => return Err(Error::Invalid("\"type\" must be a string".into())),
+        None => return Err(Error::Invalid("the entry has no \"type\"".into())),
+    };
+    if type_name == "session" {
+        return Err(Error::Invalid(
+            "type \"session\" is the header and cannot be appended".into(),
+        ));
+    }
+    let kind = EntryKind::from_type(&type_name);
+    if kind == EntryKind::Unknown {
+        return Err(Error::Invalid(format!("unknown entry type \"{type_name}\"")));
+    }
+    for assigned in ["id", "parentId", "timestamp"] {
+        if obj.contains_key(assigned) {
+            return Err(Error::Invalid(format!(
+                "\"{assigned}\" is assigned by sessionfs and must not be supplied"
+            )));
+        }
+    }
+    for (field, expect, required) in schema(kind) {
+        match obj.get(*field) {
+            Some(v) if expect.accepts(v) => {}
+            Some(_) => {
+                return Err(Error::Invalid(format!(
+                    "{type_name}.{field} must be {}",
+                    expect.name()
+                )))
+            }
+            None if *required => {
+                return Err(Error::Invalid(format!(
+                    "{type_name} needs \"{field}\" ({})",
+                    expect.name()
+                )))
+            }
+            None => {}
+        }
+    }
+    if kind == EntryKind::Message {
+        let role_ok = obj
+            .get("message")
+            .and_then(|m| m.get("role"))
+            .is_some_and(Value::is_string);
+        if !role_ok {
+            return Err(Error::Invalid(
+                "message.message needs a string \"role\"".into(),
+            ));
+        }
+    }
+    Ok(NewEntry { kind, fields: obj })
+}
+
+/// The object to store: `type`, `id`, `parentId`, `timestamp`, then the
+/// fields in the order given.
+pub fn assemble(entry: &NewEntry, id: &str, parent_id: Option<&str>, timestamp: &str) -> Value {
+    let mut obj = Map::with_capacity(entry.fields.len() + 4);
+    obj.insert("type".into(), Value::String(entry.type_name().into()));
+    obj.insert("id".into(), Value::String(id.into()));
+    obj.insert(
+        "parentId".into(),
+        parent_id.map_or(Value::Null, |p| Value::String(p.into())),
+    );
+    obj.insert("timestamp".into(), Value::String(timestamp.into()));
+    for (k, v) in &entry.fields {
+        obj.insert(k.clone(), v.clone());
+    }
+    Value::Object(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accepts_well_formed_entries() {
+        let e = parse_new_entry(json!({"type":"message","message":{"role":"user","content":"hi"}})).unwrap();
+        assert_eq!(e.kind, EntryKind::Message);
+        let v = assemble(&e, "abcd0123", None, "2026-01-01T00:00:00.000Z");
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"{"type":"message","id":"abcd0123","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"hi"}}"#
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_entries() {
+        let bad = [
+            json!([1]),
+            json!({"message":{}}),
+            json!({"type":5}),
+            json!({"type":"session","id":"x"}),
+            json!({"type":"nope"}),
+            json!({"type":"message","id":"x","message":{"role":"user"}}),
+            json!({"type":"message","parentId":null,"message":{"role":"user"}}),
+            json!({"type":"message","message":{"content":"no role"}}),
+            json!({"type":"message","message":"text"}),
+            json!({"type":"thinking_level_change"}),
+            json!({"type":"thinking_level_change","thinkingLevel":3}),
+            json!({"type":"label","label":"x"}),
+            json!({"type":"compaction","summary":"s","firstKeptEntryId":"a"}),
+            json!({"type":"ttsr_injection","injectedRules":[1]}),
+            json!({"type":"custom_message","customType":"c","content":"x"}),
+            json!({"type":"session_init","systemPrompt":"s","task":"t","tools":"read"}),
+        ];
+        for v in bad {
+            assert!(matches!(parse_new_entry(v.clone()), Err(Error::Invalid(_))), "{v}");
+        }
+    }
+}
