@@ -27,9 +27,7 @@ impl Expect {
             Expect::Number => v.is_number(),
             Expect::Bool => v.is_boolean(),
             Expect::Object => v.is_object(),
-            Expect::StringArray => v
-                .as_array()
-                .is_some_and(|a| a.iter().all(Value::is_string)),
+            Expect::StringArray => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
             Expect::StringOrArray => v.is_string() || v.is_array(),
             Expect::Any => true,
         }
@@ -128,7 +126,9 @@ pub fn parse_new_entry(value: Value) -> Result<NewEntry> {
     }
     let kind = EntryKind::from_type(&type_name);
     if kind == EntryKind::Unknown {
-        return Err(Error::Invalid(format!("unknown entry type \"{type_name}\"")));
+        return Err(Error::Invalid(format!(
+            "unknown entry type \"{type_name}\""
+        )));
     }
     for assigned in ["id", "parentId", "timestamp"] {
         if obj.contains_key(assigned) {
@@ -193,7 +193,8 @@ mod tests {
 
     #[test]
     fn accepts_well_formed_entries() {
-        let e = parse_new_entry(json!({"type":"message","message":{"role":"user","content":"hi"}})).unwrap();
+        let e = parse_new_entry(json!({"type":"message","message":{"role":"user","content":"hi"}}))
+            .unwrap();
         assert_eq!(e.kind, EntryKind::Message);
         let v = assemble(&e, "abcd0123", None, "2026-01-01T00:00:00.000Z");
         assert_eq!(
@@ -223,7 +224,10 @@ mod tests {
             json!({"type":"session_init","systemPrompt":"s","task":"t","tools":"read"}),
         ];
         for v in bad {
-            assert!(matches!(parse_new_entry(v.clone()), Err(Error::Invalid(_))), "{v}");
+            assert!(
+                matches!(parse_new_entry(v.clone()), Err(Error::Invalid(_))),
+                "{v}"
+            );
         }
     }
 }

@@ -375,16 +375,17 @@ impl Session {
             let path = self.require_path()?;
             let mut out = Vec::new();
             self.storage
-                .scan(path, offset, 64 * 1024, &mut |_, chunk| {
-                    match chunk.iter().position(|&b| b == b'\n') {
-                        Some(p) => {
-                            out.extend_from_slice(&chunk[..p]);
-                            false
-                        }
-                        None => {
-                            out.extend_from_slice(chunk);
-                            true
-                        }
+                .scan(path, offset, 64 * 1024, &mut |_, chunk| match chunk
+                    .iter()
+                    .position(|&b| b == b'\n')
+                {
+                    Some(p) => {
+                        out.extend_from_slice(&chunk[..p]);
+                        false
+                    }
+                    None => {
+                        out.extend_from_slice(chunk);
+                        true
                     }
                 })
                 .at(path)?;
@@ -456,7 +457,10 @@ impl Session {
                 self.index.children(i)
             }
         };
-        Ok(positions.into_iter().filter_map(|i| self.index.get(i)).collect())
+        Ok(positions
+            .into_iter()
+            .filter_map(|i| self.index.get(i))
+            .collect())
     }
     /// The path from the root to `id`.
     pub fn path_to(&self, id: &str) -> Result<Vec<&EntryMeta>> {
@@ -491,9 +495,17 @@ impl Session {
     /// timestamp (stable), each node with its depth.
     pub fn tree(&self) -> Vec<(usize, &EntryMeta)> {
         let mut out = Vec::with_capacity(self.index.len());
-        let mut stack: Vec<(usize, u32)> = self.index.roots().into_iter().rev().map(|r| (0, r)).collect();
+        let mut stack: Vec<(usize, u32)> = self
+            .index
+            .roots()
+            .into_iter()
+            .rev()
+            .map(|r| (0, r))
+            .collect();
         while let Some((depth, i)) = stack.pop() {
-            let Some(meta) = self.index.get(i) else { continue };
+            let Some(meta) = self.index.get(i) else {
+                continue;
+            };
             out.push((depth, meta));
             let mut kids = self.index.children(i);
             kids.sort_by_key(|&c| {
@@ -570,7 +582,11 @@ impl Session {
         match self.leaf {
             None => self.context_at(LeafSel::Null),
             Some(i) => {
-                let id = self.index.get(i).map(|m| m.id().to_string()).unwrap_or_default();
+                let id = self
+                    .index
+                    .get(i)
+                    .map(|m| m.id().to_string())
+                    .unwrap_or_default();
                 self.context_at(LeafSel::Id(&id))
             }
         }
@@ -628,7 +644,13 @@ impl Session {
     /// Checks what needs the session: label and compaction targets exist,
     /// and a branch summary's `fromId` names the leaf.
     fn check_against_session(&self, entry: &mut NewEntry) -> Result<()> {
-        let target = |key: &str| entry.fields.get(key).and_then(Value::as_str).map(str::to_string);
+        let target = |key: &str| {
+            entry
+                .fields
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
         match entry.kind {
             EntryKind::Label => {
                 if let Some(t) = target("targetId") {
@@ -695,7 +717,9 @@ impl Session {
         }
         let line = value.to_string();
         let LineKind::Entry(scanned) = scan_line(line.as_bytes()) else {
-            return Err(Error::Invalid("internal: assembled entry does not scan".into()));
+            return Err(Error::Invalid(
+                "internal: assembled entry does not scan".into(),
+            ));
         };
         let is_assistant = matches!(
             &scanned.facts,
@@ -856,19 +880,20 @@ impl Session {
     fn index_tail(&mut self, path: &Path) -> Result<usize> {
         let Some(disk) = self.disk else { return Ok(0) };
         let storage = self.storage.clone();
-        let loaded = loader::scan_stream(disk.end, Phase::AfterHeader, self.max_line, &mut |sink| {
-            storage
-                .scan(path, disk.end, CHUNK_SIZE, &mut |off, chunk| {
-                    sink(off, chunk);
-                    true
-                })
-                .map(|_| ())
-                .at(path)
-        })?
-        .map_err(|reason| Error::Unreadable {
-            path: path.to_path_buf(),
-            reason,
-        })?;
+        let loaded =
+            loader::scan_stream(disk.end, Phase::AfterHeader, self.max_line, &mut |sink| {
+                storage
+                    .scan(path, disk.end, CHUNK_SIZE, &mut |off, chunk| {
+                        sink(off, chunk);
+                        true
+                    })
+                    .map(|_| ())
+                    .at(path)
+            })?
+            .map_err(|reason| Error::Unreadable {
+                path: path.to_path_buf(),
+                reason,
+            })?;
         let n = loaded.entries.len();
         for e in loaded.entries {
             self.index.push(
@@ -973,7 +998,11 @@ impl Session {
     // Typed appends (SPEC §5)
     // -----------------------------------------------------------------
 
-    fn append_fields(&mut self, kind: EntryKind, fields: Vec<(&str, Option<Value>)>) -> Result<String> {
+    fn append_fields(
+        &mut self,
+        kind: EntryKind,
+        fields: Vec<(&str, Option<Value>)>,
+    ) -> Result<String> {
         let mut map = Map::new();
         for (k, v) in fields {
             if let Some(v) = v {
@@ -997,7 +1026,10 @@ impl Session {
     pub fn append_model_change(&mut self, model: &str, role: Option<&str>) -> Result<String> {
         self.append_fields(
             EntryKind::ModelChange,
-            vec![("model", Some(model.into())), ("role", role.map(Into::into))],
+            vec![
+                ("model", Some(model.into())),
+                ("role", role.map(Into::into)),
+            ],
         )
     }
     #[allow(clippy::too_many_arguments)]
@@ -1050,7 +1082,10 @@ impl Session {
     pub fn append_ttsr_injection(&mut self, rules: &[&str]) -> Result<String> {
         self.append_fields(
             EntryKind::TtsrInjection,
-            vec![("injectedRules", Some(rules.iter().map(|r| Value::from(*r)).collect()))],
+            vec![(
+                "injectedRules",
+                Some(rules.iter().map(|r| Value::from(*r)).collect()),
+            )],
         )
     }
     pub fn append_session_init(
@@ -1065,7 +1100,10 @@ impl Session {
             vec![
                 ("systemPrompt", Some(system_prompt.into())),
                 ("task", Some(task.into())),
-                ("tools", Some(tools.iter().map(|t| Value::from(*t)).collect())),
+                (
+                    "tools",
+                    Some(tools.iter().map(|t| Value::from(*t)).collect()),
+                ),
                 ("outputSchema", output_schema),
             ],
         )
@@ -1210,10 +1248,10 @@ impl Session {
         let mut dropped: std::collections::HashMap<String, Option<String>> = Default::default();
         let mut last_id: Option<String> = None;
         for &i in &path {
-            let Some(meta) = self.index.get(i) else { continue };
-            let parent = meta
-                .parent_id()
-                .map(|p| resolve_dropped(&dropped, p));
+            let Some(meta) = self.index.get(i) else {
+                continue;
+            };
+            let parent = meta.parent_id().map(|p| resolve_dropped(&dropped, p));
             if meta.kind() == EntryKind::Label {
                 dropped.insert(meta.id().to_string(), parent);
                 continue;
@@ -1223,9 +1261,12 @@ impl Session {
                 let text = std::str::from_utf8(&line)
                     .map_err(|_| Error::Invalid("entry line is not UTF-8".into()))?;
                 let mut obj = RawObject::parse(text).map_err(|e| Error::Invalid(e.to_string()))?;
-                let pid = parent.as_deref().map_or_else(|| "null".to_string(), json_string);
-                let raw: Box<serde_json::value::RawValue> = serde_json::value::RawValue::from_string(pid)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                let pid = parent
+                    .as_deref()
+                    .map_or_else(|| "null".to_string(), json_string);
+                let raw: Box<serde_json::value::RawValue> =
+                    serde_json::value::RawValue::from_string(pid)
+                        .map_err(|e| Error::Invalid(e.to_string()))?;
                 for m in obj.members.iter_mut().filter(|(k, _)| k == "parentId") {
                     m.1 = &raw;
                 }
@@ -1236,10 +1277,15 @@ impl Session {
             body.push(b'\n');
             last_id = Some(meta.id().to_string());
         }
-        let mut used: std::collections::HashSet<String> =
-            path.iter().filter_map(|&i| self.index.get(i)).map(|m| m.id().to_string()).collect();
+        let mut used: std::collections::HashSet<String> = path
+            .iter()
+            .filter_map(|&i| self.index.get(i))
+            .map(|m| m.id().to_string())
+            .collect();
         for &i in &path {
-            let Some(meta) = self.index.get(i) else { continue };
+            let Some(meta) = self.index.get(i) else {
+                continue;
+            };
             if meta.kind() == EntryKind::Label {
                 continue;
             }
@@ -1268,7 +1314,12 @@ impl Session {
         self.write_new_session(agent, Some(&parent), body)
     }
 
-    fn write_new_session(&self, agent: &AgentDir, parent: Option<&str>, body: Vec<u8>) -> Result<PathBuf> {
+    fn write_new_session(
+        &self,
+        agent: &AgentDir,
+        parent: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<PathBuf> {
         let id = new_session_id();
         let ts = now_iso();
         let cwd = self.header.cwd.clone().unwrap_or_default();
@@ -1283,7 +1334,10 @@ impl Session {
     }
 }
 
-fn resolve_dropped(dropped: &std::collections::HashMap<String, Option<String>>, id: &str) -> String {
+fn resolve_dropped(
+    dropped: &std::collections::HashMap<String, Option<String>>,
+    id: &str,
+) -> String {
     let mut cur = id.to_string();
     let mut steps = 0;
     while let Some(Some(p)) = dropped.get(&cur) {
@@ -1305,7 +1359,9 @@ fn find_line(bytes: &[u8], needle: &[u8]) -> Option<usize> {
             .position(|&b| b == b'\n')
             .map_or(bytes.len(), |p| start + p);
         let line = &bytes[start..end];
-        let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
+        let line = line
+            .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+            .unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line == needle {
             return Some(end - line.len() - usize::from(bytes[start..end].ends_with(b"\r")));
