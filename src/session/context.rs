@@ -131,7 +131,7 @@ pub fn build_session_context(
     let mut mode: Option<Box<str>> = Some("\"none\"".into());
     let mut mode_data: Option<Box<str>> = None;
     let mut compaction_at: Option<usize> = None;
-    let mut set_model =
+    let set_model =
         |models: &mut Vec<(Box<str>, Option<Box<str>>)>, key: &str, v: Option<Box<str>>| {
             match models.iter_mut().find(|(k, _)| &**k == key) {
                 Some(slot) => slot.1 = v,
@@ -175,7 +175,7 @@ pub fn build_session_context(
 
     // Messages.
     let mut messages: Vec<String> = Vec::new();
-    let mut emit_range = |from: usize, to: usize, messages: &mut Vec<String>| -> Result<()> {
+    let emit_range = |from: usize, to: usize, messages: &mut Vec<String>| -> Result<()> {
         for &i in &path[from..to] {
             if let Some(m) = message_of(index, i, src)? {
                 messages.push(m);

@@ -116,15 +116,17 @@ impl TreeIndex {
     /// Adds an entry at the end.
     pub fn push(&mut self, entry: ScannedEntry, loc: Loc) -> u32 {
         let idx = self.entries.len() as u32;
-        if let Facts::Label { target, label } = &entry.facts {
-            if let Some(target) = target {
-                match label {
-                    Some(l) => {
-                        self.labels.insert(target.clone(), l.clone());
-                    }
-                    None => {
-                        self.labels.remove(target);
-                    }
+        if let Facts::Label {
+            target: Some(target),
+            label,
+        } = &entry.facts
+        {
+            match label {
+                Some(l) => {
+                    self.labels.insert(target.clone(), l.clone());
+                }
+                None => {
+                    self.labels.remove(target);
                 }
             }
         }

@@ -218,13 +218,16 @@ impl Classifier<'_> {
     }
 }
 
+/// A sink for `(offset, chunk)` pairs.
+pub type ChunkSink<'a> = dyn FnMut(u64, &[u8]) + 'a;
+
 /// Scans bytes (a whole file from offset 0, or the tail of a file from
 /// `start`) with the loader's rules. `read` supplies chunks.
 pub fn scan_stream(
     start: u64,
     phase: Phase,
     max_line: usize,
-    feed: &mut dyn FnMut(&mut dyn FnMut(u64, &[u8])) -> Result<()>,
+    feed: &mut dyn FnMut(&mut ChunkSink<'_>) -> Result<()>,
 ) -> Result<std::result::Result<Loaded, String>> {
     let mut loaded = Loaded {
         end: start,

@@ -21,5 +21,7 @@ pub mod sizecontrol;
 pub mod storage;
 pub mod time;
 
+pub use context::{Context, LeafSel};
 pub use error::{Error, Result};
+pub use manager::{OpenOptions, Refresh, Session};
 pub use storage::{FileStorage, MemoryStorage, Storage};

@@ -1,0 +1,171 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sessionfs::session::paths::AgentDir;
+use sessionfs::session::storage::{FileStorage, MemoryStorage, Storage};
+
+/// The repository's `fixtures/` directory.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Copies a directory tree.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A private agent directory holding a copy of the fixture sessions and
+/// blobs on the real filesystem.
+pub fn fixture_agent_dir() -> (tempfile::TempDir, AgentDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixtures().join("sessions"), &tmp.path().join("sessions"));
+    copy_tree(&fixtures().join("blobs"), &tmp.path().join("blobs"));
+    let agent = AgentDir::new(tmp.path());
+    (tmp, agent)
+}
+
+/// Copies a real directory tree into a memory storage at the same paths.
+pub fn load_into_memory(storage: &MemoryStorage, from: &Path, to: &Path) {
+    storage.ensure_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            load_into_memory(storage, &entry.path(), &target);
+        } else {
+            storage
+                .write(&target, &std::fs::read(entry.path()).unwrap())
+                .unwrap();
+        }
+    }
+}
+
+/// Which storage an engine test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    File,
+    Memory,
+}
+
+pub const BACKENDS: [Backend; 2] = [Backend::File, Backend::Memory];
+
+/// A storage and an agent dir holding the fixtures, on either backend.
+pub struct Env {
+    pub storage: Arc<dyn Storage>,
+    pub memory: Option<MemoryStorage>,
+    pub agent: AgentDir,
+    _tmp: tempfile::TempDir,
+}
+
+/// An environment with the fixture sessions copied in.
+pub fn fixture_env(backend: Backend) -> Env {
+    let (tmp, agent) = fixture_agent_dir();
+    match backend {
+        Backend::File => Env {
+            storage: Arc::new(FileStorage::new()),
+            memory: None,
+            agent,
+            _tmp: tmp,
+        },
+        Backend::Memory => {
+            let mem = MemoryStorage::new();
+            load_into_memory(&mem, tmp.path(), tmp.path());
+            Env {
+                storage: Arc::new(mem.clone()),
+                memory: Some(mem),
+                agent,
+                _tmp: tmp,
+            }
+        }
+    }
+}
+
+/// An empty environment (agent dir exists, no sessions).
+pub fn empty_env(backend: Backend) -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = AgentDir::new(tmp.path());
+    match backend {
+        Backend::File => Env {
+            storage: Arc::new(FileStorage::new()),
+            memory: None,
+            agent,
+            _tmp: tmp,
+        },
+        Backend::Memory => {
+            let mem = MemoryStorage::new();
+            mem.ensure_dir(tmp.path()).unwrap();
+            Env {
+                storage: Arc::new(mem.clone()),
+                memory: Some(mem),
+                agent,
+                _tmp: tmp,
+            }
+        }
+    }
+}
+
+/// Replaces `\uD800`–`\uDFFF` escapes by `\uFFFD` so that serde_json can
+/// parse JavaScript JSON with lone surrogates (for value comparisons only).
+pub fn tolerate_surrogates(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 1 < b.len() {
+            if b[i + 1] == b'u' && i + 6 <= b.len() {
+                let hex = &text[i + 2..i + 6];
+                if let Ok(u) = u16::from_str_radix(hex, 16) {
+                    if (0xD800..=0xDFFF).contains(&u) {
+                        out.push_str("\\ufffd");
+                        i += 6;
+                        continue;
+                    }
+                }
+            }
+            out.push_str(&text[i..i + 2]);
+            i += 2;
+            continue;
+        }
+        let ch_len = text[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&text[i..i + ch_len]);
+        i += ch_len;
+    }
+    out
+}
+
+/// Parses JavaScript-style JSON for comparisons.
+pub fn js_json(text: &str) -> serde_json::Value {
+    serde_json::from_str(&tolerate_surrogates(text))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", &text[..text.len().min(200)]))
+}
+
+/// Every session file under `sessions/`, sorted.
+pub fn session_files(sessions: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for project in std::fs::read_dir(sessions).unwrap() {
+        let project = project.unwrap().path();
+        if !project.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&project).unwrap() {
+            let file = file.unwrap().path();
+            if file.extension().is_some_and(|e| e == "jsonl") {
+                out.push(file);
+            }
+        }
+    }
+    out.sort();
+    out
+}
