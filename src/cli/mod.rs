@@ -1,6 +1,8 @@
 //! The command line: a thin adapter over the engine (and the mount).
 
 pub mod history;
+pub mod ls;
+pub mod mount;
 
 use clap::{Parser, Subcommand};
 
@@ -18,12 +20,18 @@ pub enum Command {
     /// Prompt history (SQLite with FTS5).
     #[command(subcommand)]
     History(history::HistoryCommand),
+    /// Mount the sessions as a FUSE filesystem (foreground).
+    Mount(mount::MountArgs),
+    /// List what the mount would show at a path (no FUSE needed).
+    Ls(ls::LsArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::History(cmd) => history::run(cmd),
+        Command::Mount(args) => mount::run(args),
+        Command::Ls(args) => ls::run(args),
     };
     match result {
         Ok(code) => code,

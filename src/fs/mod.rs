@@ -1,1 +1,689 @@
-//! The FUSE filesystem: a thin adapter over the engine's public API.
+//! The FUSE filesystem (SPEC §12): a thin adapter from `fuser` requests to
+//! the tree model ([`tree::Tree`]), which works on the engine's public API.
+//!
+//! * [`layout`]: nodes, names, escaping of ids;
+//! * [`inode`]: stable inode numbers and the table of nodes the kernel holds;
+//! * [`tree`]: lookup, listings, attributes, contents, control commands;
+//! * [`cache`]: the LRU of loaded sessions;
+//! * [`control`]: parsers of the `append`, `leaf` and `labels` commands;
+//! * [`watch`]: the worker that keeps kernel caches fresh;
+//! * [`errno`]: engine errors → errno;
+//! * [`mount`]: mounting, signals and unmounting;
+//! * [`demo`]: the bundled example sessions.
+
+pub mod cache;
+pub mod control;
+pub mod demo;
+pub mod errno;
+pub mod inode;
+pub mod layout;
+pub mod mount;
+pub mod tree;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+
+use crate::fs::control::AppendStream;
+use crate::fs::inode::InodeTable;
+use crate::fs::layout::{Caching, Node, NodeType, SessionFile};
+use crate::fs::tree::{is_not_found, Attr, Tree};
+use crate::session::error::Error;
+
+/// Directories, symlinks and their names.
+pub const DIR_TTL: Duration = Duration::from_secs(1);
+/// Entry files never change.
+pub const IMMUTABLE_TTL: Duration = Duration::from_secs(3600);
+/// Names of dynamic files; their attributes are not cached at all.
+pub const DYNAMIC_ENTRY_TTL: Duration = Duration::from_secs(1);
+/// A name that does not exist.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+
+enum Handle {
+    /// A directory listing snapshot taken at `opendir`.
+    Dir(Vec<(u64, FileType, Vec<u8>)>),
+    /// A readable file: its content, rendered on the first read (and again
+    /// on a read at offset 0 for dynamic files).
+    Read {
+        node: Node,
+        content: Option<Arc<Vec<u8>>>,
+        dynamic: bool,
+    },
+    /// A control file open for writing (and maybe reading).
+    Control {
+        node: Node,
+        stream: AppendStream,
+        content: Option<Arc<Vec<u8>>>,
+    },
+}
+
+/// The filesystem served by `sessionfs mount`.
+pub struct SessionFs {
+    tree: Arc<Tree>,
+    inodes: Arc<InodeTable>,
+    handles: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
+    next_fh: AtomicU64,
+    uid: u32,
+    gid: u32,
+}
+
+fn ttls(node: &Node) -> (Duration, Duration) {
+    // (attribute TTL, entry TTL)
+    match node.caching() {
+        Caching::Dir => (DIR_TTL, DIR_TTL),
+        Caching::Immutable => (IMMUTABLE_TTL, IMMUTABLE_TTL),
+        Caching::Dynamic => (Duration::ZERO, DYNAMIC_ENTRY_TTL),
+    }
+}
+
+fn file_type(t: NodeType) -> FileType {
+    match t {
+        NodeType::Dir => FileType::Directory,
+        NodeType::File => FileType::RegularFile,
+        NodeType::Symlink => FileType::Symlink,
+    }
+}
+
+fn err_of(e: &Error) -> Errno {
+    if is_not_found(e) {
+        return Errno::ENOENT;
+    }
+    errno::fuse_errno(e)
+}
+
+impl SessionFs {
+    pub fn new(tree: Arc<Tree>, inodes: Arc<InodeTable>) -> Self {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        SessionFs {
+            tree,
+            inodes,
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            uid,
+            gid,
+        }
+    }
+
+    fn file_attr(&self, ino: u64, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ino),
+            size: a.size,
+            blocks: a.size.div_ceil(512),
+            atime: a.mtime,
+            mtime: a.mtime,
+            ctime: a.mtime,
+            crtime: a.mtime,
+            kind: file_type(a.node_type),
+            perm: a.perm,
+            nlink: 1,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
+        self.inodes.get(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    /// The errno for an attempt to change the tree.
+    fn refuse(&self) -> Errno {
+        if self.tree.read_only() {
+            Errno::EROFS
+        } else {
+            Errno::EPERM
+        }
+    }
+
+    fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, Arc::new(Mutex::new(h)));
+        fh
+    }
+
+    fn handle(&self, fh: FileHandle) -> Option<Arc<Mutex<Handle>>> {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .cloned()
+    }
+
+    fn take_handle(&self, fh: FileHandle) -> Option<Arc<Mutex<Handle>>> {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0)
+    }
+
+    fn render(&self, node: &Node) -> Result<Arc<Vec<u8>>, Errno> {
+        self.tree.read(node).map(Arc::new).map_err(|e| err_of(&e))
+    }
+}
+
+fn slice(content: &[u8], offset: u64, size: u32) -> &[u8] {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(content.len());
+    let end = start.saturating_add(size as usize).min(content.len());
+    &content[start..end]
+}
+
+impl Filesystem for SessionFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = match self.node(parent) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let child = match self.tree.lookup(&parent, name.as_bytes()) {
+            Ok(c) => c,
+            Err(e) if is_not_found(&e) => {
+                // A negative entry, cached briefly.
+                let attr = self.file_attr(
+                    0,
+                    &Attr {
+                        node_type: NodeType::File,
+                        size: 0,
+                        perm: 0,
+                        mtime: SystemTime::UNIX_EPOCH,
+                    },
+                );
+                return reply.entry(&NEGATIVE_TTL, &attr, Generation(0));
+            }
+            Err(e) => return reply.error(err_of(&e)),
+        };
+        match self.tree.attr(&child) {
+            Ok(a) => {
+                let ino = self.inodes.remember(&child);
+                let (attr_ttl, entry_ttl) = ttls(&child);
+                reply.entry_with_ttls(
+                    &attr_ttl,
+                    &entry_ttl,
+                    &self.file_attr(ino, &a),
+                    Generation(0),
+                );
+            }
+            Err(e) => reply.error(err_of(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.tree.attr(&node) {
+            Ok(a) => reply.attr(&ttls(&node).0, &self.file_attr(ino.0, &a)),
+            Err(e) => reply.error(err_of(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        // Control files accept truncation (`>`) and time updates, as no-ops.
+        let control = matches!(&node, Node::File(_, f) if f.is_control());
+        if !control
+            || mode.is_some()
+            || uid.is_some()
+            || gid.is_some()
+            || size.is_some_and(|s| s > 0)
+        {
+            return reply.error(self.refuse());
+        }
+        if self.tree.read_only() {
+            return reply.error(Errno::EROFS);
+        }
+        match self.tree.attr(&node) {
+            Ok(a) => reply.attr(&ttls(&node).0, &self.file_attr(ino.0, &a)),
+            Err(e) => reply.error(err_of(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.tree.readlink(&node) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(err_of(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.refuse());
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.refuse());
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(self.refuse());
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(self.refuse());
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.refuse());
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(self.refuse());
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(self.refuse());
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let acc = flags.acc_mode();
+        let writes = acc != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let reads = acc != OpenAccMode::O_WRONLY;
+        let (handle, fopen) = match &node {
+            Node::File(_, f) if f.is_control() => {
+                if writes && self.tree.read_only() {
+                    return reply.error(Errno::EROFS);
+                }
+                if *f == SessionFile::Append && reads {
+                    return reply.error(Errno::EACCES);
+                }
+                (
+                    Handle::Control {
+                        node: node.clone(),
+                        stream: AppendStream::new(),
+                        content: None,
+                    },
+                    FopenFlags::FOPEN_DIRECT_IO,
+                )
+            }
+            Node::File(..) | Node::EntryFile(..) => {
+                if writes {
+                    return reply.error(if self.tree.read_only() {
+                        Errno::EROFS
+                    } else {
+                        Errno::EACCES
+                    });
+                }
+                let dynamic = node.caching() == Caching::Dynamic;
+                let fopen = if dynamic {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                };
+                (
+                    Handle::Read {
+                        node: node.clone(),
+                        content: None,
+                        dynamic,
+                    },
+                    fopen,
+                )
+            }
+            n if n.is_dir() => return reply.error(Errno::EISDIR),
+            _ => return reply.error(Errno::EINVAL),
+        };
+        // The node must still exist.
+        if let Err(e) = self.tree.attr(&node) {
+            return reply.error(err_of(&e));
+        }
+        let fh = self.add_handle(handle);
+        reply.opened(FileHandle(fh), fopen);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let Some(h) = self.handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+        let content = match &mut *h {
+            Handle::Read {
+                node,
+                content,
+                dynamic,
+            } => {
+                if content.is_none() || (*dynamic && offset == 0) {
+                    match self.render(node) {
+                        Ok(c) => *content = Some(c),
+                        Err(e) => return reply.error(e),
+                    }
+                }
+                content.clone()
+            }
+            Handle::Control { node, content, .. } => {
+                if matches!(node, Node::File(_, SessionFile::Append)) {
+                    return reply.data(&[]);
+                }
+                if content.is_none() || offset == 0 {
+                    match self.render(node) {
+                        Ok(c) => *content = Some(c),
+                        Err(e) => return reply.error(e),
+                    }
+                }
+                content.clone()
+            }
+            Handle::Dir(_) => return reply.error(Errno::EISDIR),
+        };
+        match content {
+            Some(c) => reply.data(slice(&c, offset, size)),
+            None => reply.data(&[]),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let Some(h) = self.handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+        let Handle::Control { node, stream, .. } = &mut *h else {
+            return reply.error(Errno::EBADF);
+        };
+        let Node::File(key, file) = node else {
+            return reply.error(Errno::EBADF);
+        };
+        match self.tree.write_control(key, *file, stream, data) {
+            Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(err_of(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Commands run when their write arrives; nothing is left to do.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if let Some(h) = self.take_handle(fh) {
+            let h = h.lock().unwrap_or_else(|p| p.into_inner());
+            if let Handle::Control { node, stream, .. } = &*h {
+                let pending = stream.pending();
+                if pending > 0 {
+                    if let Node::File(key, _) = node {
+                        self.tree.discard_partial(key, pending);
+                    }
+                }
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.node(ino) {
+            Ok(Node::File(key, f)) if f.is_control() => match self.tree.fsync(&key) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err_of(&e)),
+            },
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        if !node.is_dir() {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let children = match self.tree.list(&node) {
+            Ok(c) => c,
+            Err(e) => return reply.error(err_of(&e)),
+        };
+        let parent = self.tree.parent_of(&node);
+        let mut items = Vec::with_capacity(children.len() + 2);
+        items.push((ino.0, FileType::Directory, b".".to_vec()));
+        items.push((
+            self.inodes.ino_of(&parent),
+            FileType::Directory,
+            b"..".to_vec(),
+        ));
+        for (name, child) in children {
+            items.push((
+                self.inodes.ino_of(&child),
+                file_type(child.node_type()),
+                name.into_bytes(),
+            ));
+        }
+        let fh = self.add_handle(Handle::Dir(items));
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(h) = self.handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let h = h.lock().unwrap_or_else(|p| p.into_inner());
+        let Handle::Dir(items) = &*h else {
+            return reply.error(Errno::ENOTDIR);
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (ino, kind, name)) in items.iter().enumerate().skip(start) {
+            if reply.add(
+                INodeNo(*ino),
+                (i + 1) as u64,
+                *kind,
+                OsStr::from_bytes(name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.take_handle(fh);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(self.refuse());
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::NO_XATTR);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        // No extended attributes.
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(self.refuse());
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(self.refuse());
+    }
+}

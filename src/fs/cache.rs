@@ -1,0 +1,278 @@
+//! The open sessions of the mount: one slot per session that was accessed,
+//! each behind its own mutex (the FUSE threads share them), and an LRU that
+//! bounds what the loaded sessions hold.
+//!
+//! # Sizing
+//!
+//! A loaded session keeps its tree index in memory (entry bodies stay in
+//! the file and are read on demand). Its cost is estimated as
+//! [`BYTES_PER_ENTRY`] per entry plus its header and cached sizes; the
+//! loaded sessions together stay under the `--cache-mb` budget (default
+//! 256 MiB) and their number under [`MAX_LOADED`] (each holds up to two
+//! file descriptors). The least recently used sessions are dropped first
+//! and reloaded on the next access. A session with entries that are not
+//! yet in its file (the deferred first write) is never dropped.
+//!
+//! What a slot keeps when its session is dropped: `last-error`, and the
+//! leaf — restored on reload when the file has not changed size since.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::fs::layout::{EntryFile, SessionKey};
+use crate::session::Session;
+
+/// Estimated memory of one indexed entry (metadata, id map, tree links).
+pub const BYTES_PER_ENTRY: usize = 320;
+
+/// At most this many sessions are loaded at once.
+pub const MAX_LOADED: usize = 128;
+
+/// Why a session file could not be opened, and the file state that failed.
+#[derive(Debug, Clone)]
+pub struct Broken {
+    pub reason: String,
+    pub fingerprint: Fingerprint,
+}
+
+/// Enough of a file's metadata to notice that it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub size: u64,
+    pub mtime: Option<std::time::SystemTime>,
+    pub ino: u64,
+}
+
+/// The leaf of a dropped session.
+#[derive(Debug, Clone)]
+pub struct SavedLeaf {
+    pub leaf: Option<String>,
+    pub file_size: u64,
+}
+
+/// The state `context.json` depends on: (load generation, entry count,
+/// leaf position).
+pub type ContextKey = (u64, usize, Option<u32>);
+
+/// Everything the mount keeps about one session.
+#[derive(Debug, Default)]
+pub struct SlotState {
+    /// The loaded session.
+    pub session: Option<Session>,
+    /// Set when the file cannot be opened.
+    pub broken: Option<Broken>,
+    /// The text of `last-error`.
+    pub last_error: Option<String>,
+    /// The leaf to restore after a reload.
+    pub saved_leaf: Option<SavedLeaf>,
+    /// Bumped whenever the session is (re)loaded from scratch.
+    pub generation: u64,
+    /// Sizes of rendered entry files (immutable), by entry position.
+    pub entry_sizes: HashMap<(u32, EntryFile), u64>,
+    /// Size of `context.json` at a state of the session.
+    pub context_size: Option<(ContextKey, u64)>,
+    tick: u64,
+}
+
+impl SlotState {
+    fn estimate(&self) -> usize {
+        let session = self.session.as_ref().map_or(0, |s| {
+            s.entries().len() * BYTES_PER_ENTRY + s.header_json().len() + 4096
+        });
+        512 + session + self.entry_sizes.len() * 48
+    }
+
+    fn pinned(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| !s.is_on_disk() && !s.entries().is_empty())
+    }
+
+    /// Drops the loaded session, keeping what must survive.
+    fn unload(&mut self) {
+        if self.pinned() {
+            return;
+        }
+        if let Some(s) = self.session.take() {
+            let file_size = s
+                .path()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(u64::MAX, |m| m.len());
+            self.saved_leaf = Some(SavedLeaf {
+                leaf: s.leaf_id().map(str::to_string),
+                file_size,
+            });
+        }
+        self.entry_sizes = HashMap::new();
+        self.context_size = None;
+    }
+}
+
+/// One session's slot.
+#[derive(Debug, Default)]
+pub struct Slot {
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Default)]
+struct Lru {
+    /// Loaded sessions: last access tick and estimated bytes.
+    loaded: HashMap<SessionKey, (u64, usize)>,
+    total: usize,
+}
+
+/// The slots and the LRU over the loaded sessions.
+pub struct SessionCache {
+    slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    lru: Mutex<Lru>,
+    budget: usize,
+    max_loaded: usize,
+    clock: AtomicU64,
+}
+
+impl SessionCache {
+    /// A cache holding at most `budget` estimated bytes of loaded sessions.
+    pub fn new(budget: usize) -> Self {
+        SessionCache {
+            slots: Mutex::new(HashMap::new()),
+            lru: Mutex::new(Lru::default()),
+            budget,
+            max_loaded: MAX_LOADED,
+            clock: AtomicU64::new(1),
+        }
+    }
+
+    fn slot(&self, key: &SessionKey) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.entry(key.clone()).or_default().clone()
+    }
+
+    /// Runs `f` on the slot of a session (created if needed), then accounts
+    /// for its size and drops least recently used sessions over budget.
+    pub fn with_slot<R>(&self, key: &SessionKey, f: impl FnOnce(&mut SlotState) -> R) -> R {
+        let slot = self.slot(key);
+        let (result, tick, est, loaded) = {
+            let mut st = slot.lock();
+            let result = f(&mut st);
+            let tick = self.clock.fetch_add(1, Ordering::Relaxed);
+            st.tick = tick;
+            (result, tick, st.estimate(), st.session.is_some())
+        };
+        self.account(key, tick, est, loaded);
+        result
+    }
+
+    /// Runs `f` on a slot only if the session is loaded (no LRU update).
+    pub fn with_loaded<R>(
+        &self,
+        key: &SessionKey,
+        f: impl FnOnce(&mut SlotState) -> R,
+    ) -> Option<R> {
+        let slot = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.get(key).cloned()?
+        };
+        let mut st = slot.lock();
+        st.session.as_ref()?;
+        Some(f(&mut st))
+    }
+
+    /// The sessions loaded now.
+    pub fn loaded_keys(&self) -> Vec<SessionKey> {
+        let lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        lru.loaded.keys().cloned().collect()
+    }
+
+    /// Forgets a session whose file is gone.
+    pub fn remove(&self, key: &SessionKey) {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.remove(key)
+        };
+        {
+            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, est)) = lru.loaded.remove(key) {
+                lru.total = lru.total.saturating_sub(est);
+            }
+        }
+        if let Some(slot) = slot {
+            let mut st = slot.lock();
+            st.session = None;
+        }
+    }
+
+    /// Total estimated bytes of the loaded sessions.
+    pub fn estimated_bytes(&self) -> usize {
+        self.lru.lock().unwrap_or_else(|p| p.into_inner()).total
+    }
+
+    fn account(&self, key: &SessionKey, tick: u64, est: usize, loaded: bool) {
+        let victims: Vec<(SessionKey, u64)> = {
+            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, old)) = lru.loaded.remove(key) {
+                lru.total = lru.total.saturating_sub(old);
+            }
+            if loaded {
+                lru.loaded.insert(key.clone(), (tick, est));
+                lru.total += est;
+            }
+            let mut victims = Vec::new();
+            if lru.total > self.budget || lru.loaded.len() > self.max_loaded {
+                let mut order: Vec<(u64, SessionKey, usize)> = lru
+                    .loaded
+                    .iter()
+                    .filter(|(k, _)| *k != key)
+                    .map(|(k, (t, e))| (*t, k.clone(), *e))
+                    .collect();
+                order.sort_unstable_by_key(|(t, _, _)| *t);
+                let mut total = lru.total;
+                let mut count = lru.loaded.len();
+                for (t, k, e) in order {
+                    if total <= self.budget && count <= self.max_loaded {
+                        break;
+                    }
+                    total = total.saturating_sub(e);
+                    count -= 1;
+                    lru.loaded.remove(&k);
+                    victims.push((k, t));
+                }
+                lru.total = total;
+            }
+            victims
+        };
+        for (victim, tick) in victims {
+            let slot = {
+                let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+                slots.get(&victim).cloned()
+            };
+            let Some(slot) = slot else { continue };
+            let mut st = slot.lock();
+            // Used again since it was chosen: it re-entered the LRU itself.
+            if st.tick != tick {
+                continue;
+            }
+            st.unload();
+            if st.session.is_some() {
+                // Pinned: keep it accounted for.
+                let est = st.estimate();
+                drop(st);
+                let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+                lru.loaded.insert(victim, (tick, est));
+                lru.total += est;
+            } else {
+                log::debug!(
+                    "dropped session {}/{} from the cache",
+                    victim.project,
+                    victim.session
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Parsers of the control files' commands (SPEC §12, "Control files").
+//!
+//! * `append` takes a stream of JSON objects. [`AppendStream`] splits the
+//!   bytes of successive writes into objects without parsing them (it only
+//!   follows strings, escapes and nesting) and hands each complete object
+//!   to the caller at once, in order. One object may span many writes and
+//!   one write may hold many objects. An object larger than
+//!   [`MAX_APPEND_COMMAND`] is refused with `EFBIG`.
+//! * `leaf` and `labels` take newline-separated commands, complete within
+//!   one write; a last piece without a newline is a command too. A command
+//!   line longer than [`MAX_LINE_COMMAND`] is refused with `EFBIG`.
+
+use crate::session::error::{Error, Result};
+
+/// The largest single object accepted by `append` (32 MiB). A 3 MB entry
+/// (bigger than any one FUSE write) fits easily; the engine then cuts
+/// strings over 500,000 characters (SPEC §8).
+pub const MAX_APPEND_COMMAND: usize = 32 << 20;
+
+/// The longest `leaf` or `labels` command line (64 KiB).
+pub const MAX_LINE_COMMAND: usize = 64 << 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Between objects: only whitespace is allowed.
+    Between,
+    /// Inside an object.
+    Object,
+    /// Inside an object that exceeded the cap: bytes are dropped until it
+    /// closes.
+    Skipping,
+}
+
+/// The `append` stream of one open file: the part of an object received so
+/// far.
+#[derive(Debug)]
+pub struct AppendStream {
+    buf: Vec<u8>,
+    state: State,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    cap: usize,
+}
+
+impl Default for AppendStream {
+    fn default() -> Self {
+        AppendStream::new()
+    }
+}
+
+impl AppendStream {
+    pub fn new() -> Self {
+        AppendStream::with_cap(MAX_APPEND_COMMAND)
+    }
+
+    /// A stream with another size cap (tests).
+    pub fn with_cap(cap: usize) -> Self {
+        AppendStream {
+            buf: Vec::new(),
+            state: State::Between,
+            depth: 0,
+            in_string: false,
+            escaped: false,
+            cap,
+        }
+    }
+
+    /// Bytes of an incomplete object waiting for the rest of it (an
+    /// oversized object being skipped was already refused and counts 0).
+    pub fn pending(&self) -> usize {
+        match self.state {
+            State::Object => self.buf.len(),
+            State::Between | State::Skipping => 0,
+        }
+    }
+
+    /// Drops any incomplete object.
+    pub fn reset(&mut self) {
+        self.buf = Vec::new();
+        self.state = State::Between;
+        self.depth = 0;
+        self.in_string = false;
+        self.escaped = false;
+    }
+
+    /// Feeds the bytes of one write. Each object completed by them is passed
+    /// to `exec` as soon as its closing brace is seen. Stops at the first
+    /// error — from `exec`, malformed input between objects, or an object
+    /// over the cap — and returns it; the rest of this write is dropped then
+    /// (objects executed before stay executed). An oversized object makes
+    /// this write and every later one up to the object's end fail with
+    /// [`Error::TooLarge`].
+    pub fn feed(&mut self, data: &[u8], exec: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut i = 0;
+        while i < data.len() {
+            match self.state {
+                State::Between => {
+                    let b = data[i];
+                    i += 1;
+                    match b {
+                        b' ' | b'\t' | b'\n' | b'\r' => {}
+                        b'{' => {
+                            self.buf.clear();
+                            self.buf.push(b);
+                            self.state = State::Object;
+                            self.depth = 1;
+                            self.in_string = false;
+                            self.escaped = false;
+                        }
+                        other => {
+                            self.reset();
+                            return Err(Error::Invalid(format!(
+                                "append expects JSON objects; found {} where an object should start",
+                                describe_byte(other)
+                            )));
+                        }
+                    }
+                }
+                State::Object | State::Skipping => {
+                    let skipping = self.state == State::Skipping;
+                    let start = i;
+                    let mut closed = false;
+                    while i < data.len() {
+                        let b = data[i];
+                        i += 1;
+                        if self.scan(b) {
+                            closed = true;
+                            break;
+                        }
+                    }
+                    if !skipping {
+                        self.buf.extend_from_slice(&data[start..i]);
+                    }
+                    if !skipping && self.buf.len() > self.cap {
+                        let size = self.buf.len();
+                        self.buf = Vec::new();
+                        if closed {
+                            self.state = State::Between;
+                        } else {
+                            self.state = State::Skipping;
+                        }
+                        return Err(too_large(size, self.cap));
+                    }
+                    if !closed {
+                        if skipping {
+                            return Err(too_large(self.cap + 1, self.cap));
+                        }
+                        return Ok(());
+                    }
+                    self.state = State::Between;
+                    if skipping {
+                        return Err(too_large(self.cap + 1, self.cap));
+                    }
+                    let object = std::mem::take(&mut self.buf);
+                    if let Err(e) = exec(&object) {
+                        self.reset();
+                        return Err(e);
+                    }
+                    self.buf = object;
+                    self.buf.clear();
+                    if self.buf.capacity() > (1 << 20) {
+                        self.buf = Vec::new();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Follows one byte inside an object; true when it closes the object.
+    fn scan(&mut self, b: u8) -> bool {
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.in_string = false;
+            }
+            return false;
+        }
+        match b {
+            b'"' => self.in_string = true,
+            b'{' | b'[' => self.depth += 1,
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+                return self.depth == 0;
+            }
+            _ => {}
+        }
+        false
+    }
+}
+
+fn too_large(size: usize, cap: usize) -> Error {
+    Error::TooLarge(format!(
+        "an append command of more than {size} bytes exceeds the limit of {cap} bytes"
+    ))
+}
+
+fn describe_byte(b: u8) -> String {
+    if b.is_ascii_graphic() {
+        format!("'{}'", b as char)
+    } else {
+        format!("byte 0x{b:02x}")
+    }
+}
+
+/// Splits one write into command lines: separated by `\n`, a last piece
+/// without a newline is a command too (a final newline does not start an
+/// empty one). Each line is trimmed.
+fn command_lines(data: &[u8]) -> Result<Vec<&str>> {
+    let text = std::str::from_utf8(data)
+        .map_err(|_| Error::Invalid("commands must be UTF-8 text".into()))?;
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for line in body.split('\n') {
+        if line.len() > MAX_LINE_COMMAND {
+            return Err(Error::TooLarge(format!(
+                "a command line of {} bytes exceeds the limit of {MAX_LINE_COMMAND} bytes",
+                line.len()
+            )));
+        }
+        out.push(line.trim());
+    }
+    Ok(out)
+}
+
+/// A command written to `leaf`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeafCommand {
+    /// Move the leaf to this entry.
+    Branch(String),
+    /// Set the leaf to null.
+    Reset,
+}
+
+/// Parses the commands of one write to `leaf`: an id branches, an empty
+/// command or `null` resets.
+pub fn parse_leaf_commands(data: &[u8]) -> Result<Vec<LeafCommand>> {
+    Ok(command_lines(data)?
+        .into_iter()
+        .map(|line| match line {
+            "" | "null" => LeafCommand::Reset,
+            id => LeafCommand::Branch(id.to_string()),
+        })
+        .collect())
+}
+
+/// A command written to `labels`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelCommand {
+    Set { id: String, label: String },
+    Clear { id: String },
+}
+
+/// Parses the commands of one write to `labels`: `<id> <label>` sets (the
+/// label is the rest of the line, trimmed; space or tab separates), `<id>`
+/// alone clears. Blank lines are ignored.
+pub fn parse_label_commands(data: &[u8]) -> Result<Vec<LabelCommand>> {
+    Ok(command_lines(data)?
+        .into_iter()
+        .filter(|line| !line.is_empty())
+        .map(|line| match line.split_once([' ', '\t']) {
+            Some((id, label)) if !label.trim().is_empty() => LabelCommand::Set {
+                id: id.to_string(),
+                label: label.trim().to_string(),
+            },
+            Some((id, _)) => LabelCommand::Clear { id: id.to_string() },
+            None => LabelCommand::Clear {
+                id: line.to_string(),
+            },
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stream: &mut AppendStream, data: &[u8], got: &mut Vec<String>) -> Result<()> {
+        stream.feed(data, &mut |obj| {
+            let text = String::from_utf8(obj.to_vec()).unwrap();
+            if text.contains("FAIL") {
+                return Err(Error::Invalid("fail".into()));
+            }
+            got.push(text);
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn splits_objects_across_and_within_writes() {
+        let mut s = AppendStream::new();
+        let mut got = Vec::new();
+        run(&mut s, b"{\"a\":\"}{\\\"\",", &mut got).unwrap();
+        assert!(got.is_empty());
+        assert!(s.pending() > 0);
+        run(&mut s, b"\"b\":[1,{}]}\n{\"c\":1}  {\"d\"", &mut got).unwrap();
+        assert_eq!(got, vec!["{\"a\":\"}{\\\"\",\"b\":[1,{}]}", "{\"c\":1}"]);
+        run(&mut s, b":2}\n", &mut got).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(s.pending(), 0);
+    }
+
+    #[test]
+    fn stops_at_the_first_failure() {
+        let mut s = AppendStream::new();
+        let mut got = Vec::new();
+        let err = run(&mut s, b"{\"x\":1}{\"FAIL\":1}{\"y\":1}", &mut got).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)));
+        assert_eq!(got, vec!["{\"x\":1}"]);
+        assert_eq!(s.pending(), 0);
+        let err = run(&mut s, b"  [1]\n", &mut got).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)));
+        run(&mut s, b"{\"z\":1}", &mut got).unwrap();
+        assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn oversized_objects_fail_until_they_end() {
+        let mut s = AppendStream::with_cap(16);
+        let mut got = Vec::new();
+        assert!(run(&mut s, b"{\"a\":\"0123456789", &mut got).is_ok());
+        let e = run(&mut s, b"0123456789", &mut got).unwrap_err();
+        assert!(matches!(e, Error::TooLarge(_)));
+        let e = run(&mut s, b"more", &mut got).unwrap_err();
+        assert!(matches!(e, Error::TooLarge(_)));
+        assert_eq!(s.pending(), 0, "already refused");
+        let e = run(&mut s, b"\"}{\"ignored\":1}", &mut got).unwrap_err();
+        assert!(matches!(e, Error::TooLarge(_)));
+        assert_eq!(s.pending(), 0);
+        run(&mut s, b"{\"ok\":1}", &mut got).unwrap();
+        assert_eq!(got, vec!["{\"ok\":1}"]);
+    }
+
+    #[test]
+    fn leaf_commands() {
+        use LeafCommand::*;
+        assert_eq!(
+            parse_leaf_commands(b"abc\n").unwrap(),
+            vec![Branch("abc".into())]
+        );
+        assert_eq!(parse_leaf_commands(b"\n").unwrap(), vec![Reset]);
+        assert_eq!(parse_leaf_commands(b"null").unwrap(), vec![Reset]);
+        assert_eq!(parse_leaf_commands(b"").unwrap(), vec![]);
+        assert_eq!(
+            parse_leaf_commands(b"a\n\nb").unwrap(),
+            vec![Branch("a".into()), Reset, Branch("b".into())]
+        );
+        assert!(parse_leaf_commands(b"\xff\n").is_err());
+    }
+
+    #[test]
+    fn label_commands() {
+        assert_eq!(
+            parse_label_commands(b"abc  my label \nxyz\n\n").unwrap(),
+            vec![
+                LabelCommand::Set {
+                    id: "abc".into(),
+                    label: "my label".into()
+                },
+                LabelCommand::Clear { id: "xyz".into() }
+            ]
+        );
+        assert_eq!(
+            parse_label_commands(b"abc\t \n").unwrap(),
+            vec![LabelCommand::Clear { id: "abc".into() }]
+        );
+    }
+}

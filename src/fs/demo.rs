@@ -1,0 +1,65 @@
+//! The bundled example sessions (the reference corpus in `fixtures/`),
+//! embedded at build time, for `sessionfs mount --demo`.
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use crate::session::ids::random_hex;
+
+include!(concat!(env!("OUT_DIR"), "/demo_files.rs"));
+
+/// Writes the example sessions and blobs into `agent_dir` (laid out as an
+/// agent directory: `sessions/…`, `blobs/…`).
+pub fn write_demo(agent_dir: &Path) -> io::Result<()> {
+    for (rel, bytes) in DEMO_FILES {
+        let rel = Path::new(rel);
+        if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+            continue;
+        }
+        let path = agent_dir.join(rel);
+        if let Some(dir) = path.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        io::Write::write_all(&mut f, bytes)?;
+    }
+    Ok(())
+}
+
+/// A private temporary agent directory holding the example sessions;
+/// removed when dropped.
+pub struct DemoDir {
+    path: PathBuf,
+}
+
+impl DemoDir {
+    pub fn create() -> io::Result<Self> {
+        let path = std::env::temp_dir().join(format!(
+            "sessionfs-demo-{}-{}",
+            std::process::id(),
+            random_hex(4)
+        ));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        let demo = DemoDir { path };
+        write_demo(&demo.path)?;
+        Ok(demo)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for DemoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

@@ -1,0 +1,419 @@
+//! What the mount shows: the nodes of the tree, the reserved names, and the
+//! rule that turns an id (or a project or session name) into a file name.
+//!
+//! # Escaping rule
+//!
+//! An entry id, project name or session name is shown unchanged when it is
+//! a usable file name. Otherwise it is percent-encoded (RFC 3986 style,
+//! two uppercase hex digits per byte):
+//!
+//! 1. every `%`, `/` and NUL byte becomes `%25`, `%2F`, `%00`;
+//! 2. if the result is `.`, `..` or one of the [`RESERVED`] names, its first
+//!    byte is encoded too (`leaf` → `%6Ceaf`, `.` → `%2E`, `..` → `%2E.`);
+//! 3. the empty id is shown as a lone `%`;
+//! 4. a result longer than 255 bytes (NAME_MAX) is cut to its first 200
+//!    bytes (on a character boundary, never inside a `%XX`) followed by
+//!    `%~` and the first 16 hex digits of the SHA-256 of the id. Such names
+//!    cannot be decoded; `entry.json` holds the full id.
+//!
+//! Any percent-decoder turns names of rules 1–2 back into the id. A name
+//! that does not contain `%` is the id itself.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+/// Names with a meaning of their own somewhere in the tree; an id or name
+/// equal to one of them is escaped everywhere.
+pub const RESERVED: &[&str] = &[
+    "header.json",
+    "context.json",
+    "leaf",
+    "labels",
+    "append",
+    "last-error",
+    "entries",
+    "entry.json",
+    "by-id",
+];
+
+/// The longest file name Linux accepts.
+pub const NAME_MAX: usize = 255;
+
+/// Where a long name is cut before its hash suffix.
+const LONG_NAME_PREFIX: usize = 200;
+
+fn needs_byte_escape(b: u8) -> bool {
+    matches!(b, b'%' | b'/' | 0)
+}
+
+fn push_escaped_byte(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(HEX[(b >> 4) as usize] as char);
+    out.push(HEX[(b & 15) as usize] as char);
+}
+
+/// The file name of an id or name (see the module documentation).
+pub fn escape_name(id: &str) -> String {
+    if id.is_empty() {
+        return "%".to_string();
+    }
+    let mut out = String::with_capacity(id.len() + 4);
+    for (i, ch) in id.char_indices() {
+        let first = i == 0;
+        let is_special = ch.is_ascii() && needs_byte_escape(ch as u8);
+        if is_special {
+            push_escaped_byte(&mut out, ch as u8);
+        } else if first && (id == "." || id == ".." || RESERVED.contains(&id)) {
+            // Reserved and dot names: encode the first byte (always ASCII).
+            push_escaped_byte(&mut out, ch as u8);
+        } else {
+            out.push(ch);
+        }
+    }
+    if out.len() > NAME_MAX {
+        let mut cut = LONG_NAME_PREFIX;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        // Never cut inside a %XX triple.
+        let bytes = out.as_bytes();
+        if cut >= 1 && bytes[cut - 1] == b'%' {
+            cut -= 1;
+        } else if cut >= 2 && bytes[cut - 2] == b'%' {
+            cut -= 2;
+        }
+        out.truncate(cut);
+        out.push_str("%~");
+        out.push_str(&long_name_hash(id));
+    }
+    out
+}
+
+fn long_name_hash(id: &str) -> String {
+    let digest = Sha256::digest(id.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a file name stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unescaped {
+    /// The id or name itself.
+    Exact(String),
+    /// A shortened long name: compare [`escape_name`] of the candidates.
+    Hashed,
+    /// Not a name this mount produces.
+    Invalid,
+}
+
+/// Decodes a file name produced by [`escape_name`].
+pub fn unescape_name(name: &[u8]) -> Unescaped {
+    if name == b"%" {
+        return Unescaped::Exact(String::new());
+    }
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Unescaped::Invalid;
+    }
+    if name.windows(2).any(|w| w == b"%~") {
+        return Unescaped::Hashed;
+    }
+    if !name.contains(&b'%') {
+        let Ok(s) = std::str::from_utf8(name) else {
+            return Unescaped::Invalid;
+        };
+        if s == "." || s == ".." || RESERVED.contains(&s) {
+            return Unescaped::Invalid;
+        }
+        return Unescaped::Exact(s.to_string());
+    }
+    let mut out = Vec::with_capacity(name.len());
+    let mut i = 0;
+    while i < name.len() {
+        if name[i] == b'%' {
+            let hex = name
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            let Some(byte) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) else {
+                return Unescaped::Invalid;
+            };
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(name[i]);
+            i += 1;
+        }
+    }
+    match String::from_utf8(out) {
+        // Only canonical encodings name something: re-encoding must give the
+        // same name back.
+        Ok(s) if escape_name(&s).as_bytes() == name => Unescaped::Exact(s),
+        _ => Unescaped::Invalid,
+    }
+}
+
+/// A project directory and a session file in it, by their names on disk
+/// (the session name is the file name without `.jsonl`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionKey {
+    pub project: Arc<str>,
+    pub session: Arc<str>,
+}
+
+impl SessionKey {
+    pub fn new(project: &str, session: &str) -> Self {
+        SessionKey {
+            project: project.into(),
+            session: session.into(),
+        }
+    }
+    /// The session file name.
+    pub fn file_name(&self) -> String {
+        format!("{}.jsonl", self.session)
+    }
+}
+
+/// The files of a session directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionFile {
+    Header,
+    Context,
+    Leaf,
+    Labels,
+    Append,
+    LastError,
+}
+
+impl SessionFile {
+    pub const ALL: [SessionFile; 6] = [
+        SessionFile::Header,
+        SessionFile::Context,
+        SessionFile::Leaf,
+        SessionFile::Labels,
+        SessionFile::Append,
+        SessionFile::LastError,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionFile::Header => "header.json",
+            SessionFile::Context => "context.json",
+            SessionFile::Leaf => "leaf",
+            SessionFile::Labels => "labels",
+            SessionFile::Append => "append",
+            SessionFile::LastError => "last-error",
+        }
+    }
+
+    pub fn from_name(name: &[u8]) -> Option<SessionFile> {
+        SessionFile::ALL
+            .into_iter()
+            .find(|f| f.name().as_bytes() == name)
+    }
+
+    /// Files that accept commands.
+    pub fn is_control(self) -> bool {
+        matches!(
+            self,
+            SessionFile::Leaf | SessionFile::Labels | SessionFile::Append
+        )
+    }
+
+    /// Files whose content can be read.
+    pub fn is_readable(self) -> bool {
+        self != SessionFile::Append
+    }
+}
+
+/// The two files of an entry directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntryFile {
+    Entry,
+    Context,
+}
+
+impl EntryFile {
+    pub const ALL: [EntryFile; 2] = [EntryFile::Entry, EntryFile::Context];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryFile::Entry => "entry.json",
+            EntryFile::Context => "context.json",
+        }
+    }
+
+    pub fn from_name(name: &[u8]) -> Option<EntryFile> {
+        EntryFile::ALL
+            .into_iter()
+            .find(|f| f.name().as_bytes() == name)
+    }
+}
+
+/// Which of the two views of an entry a node belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum View {
+    /// `entries/<id>/`
+    Flat,
+    /// `<root id>/<child id>/…`
+    Nested,
+}
+
+/// One node of the mounted tree.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Node {
+    Root,
+    /// `by-id/`
+    ById,
+    /// `by-id/<session id>` → `../<project>/<session>`
+    Link {
+        id: Arc<str>,
+        key: SessionKey,
+    },
+    /// `<project>/`
+    Project(Arc<str>),
+    /// `<project>/<session>/`
+    Session(SessionKey),
+    /// A file directly in a session directory.
+    File(SessionKey, SessionFile),
+    /// `<session>/entries/`
+    Entries(SessionKey),
+    /// An entry directory, flat or nested.
+    EntryDir(SessionKey, Arc<str>, View),
+    /// `entry.json` or `context.json` of an entry directory.
+    EntryFile(SessionKey, Arc<str>, View, EntryFile),
+}
+
+impl Node {
+    /// The session this node belongs to, if any.
+    pub fn session_key(&self) -> Option<&SessionKey> {
+        match self {
+            Node::Link { key, .. }
+            | Node::Session(key)
+            | Node::File(key, _)
+            | Node::Entries(key)
+            | Node::EntryDir(key, _, _)
+            | Node::EntryFile(key, _, _, _) => Some(key),
+            Node::Root | Node::ById | Node::Project(_) => None,
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        matches!(
+            self,
+            Node::Root
+                | Node::ById
+                | Node::Project(_)
+                | Node::Session(_)
+                | Node::Entries(_)
+                | Node::EntryDir(..)
+        )
+    }
+}
+
+/// The kind of file a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeType {
+    Dir,
+    File,
+    Symlink,
+}
+
+/// How a node is cached by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caching {
+    /// Directories and symlinks: short TTL.
+    Dir,
+    /// Content never changes: long TTL, page cache kept.
+    Immutable,
+    /// Content changes: direct I/O, attributes not cached.
+    Dynamic,
+}
+
+impl Node {
+    pub fn node_type(&self) -> NodeType {
+        match self {
+            Node::Link { .. } => NodeType::Symlink,
+            Node::File(..) | Node::EntryFile(..) => NodeType::File,
+            _ => NodeType::Dir,
+        }
+    }
+
+    pub fn caching(&self) -> Caching {
+        match self {
+            Node::File(..) => Caching::Dynamic,
+            Node::EntryFile(..) => Caching::Immutable,
+            _ => Caching::Dir,
+        }
+    }
+
+    /// Permission bits (the mount's owner only; write bits only where
+    /// commands are accepted).
+    pub fn perm(&self, read_only: bool) -> u16 {
+        match self {
+            Node::Link { .. } => 0o777,
+            Node::File(_, f) if f.is_control() && !read_only => match f {
+                SessionFile::Append => 0o200,
+                _ => 0o644,
+            },
+            Node::File(_, SessionFile::Append) => 0o000,
+            Node::File(..) | Node::EntryFile(..) => 0o444,
+            _ => 0o555,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_ids_are_unchanged() {
+        for id in ["a1b2c3d4", "01a23785-3ef0-730e", "x.y", "..."] {
+            assert_eq!(escape_name(id), id);
+            assert_eq!(unescape_name(id.as_bytes()), Unescaped::Exact(id.into()));
+        }
+    }
+
+    #[test]
+    fn special_ids_are_escaped_and_round_trip() {
+        let cases = [
+            ("a/b", "a%2Fb"),
+            ("50%", "50%25"),
+            ("nul\0x", "nul%00x"),
+            (".", "%2E"),
+            ("..", "%2E."),
+            ("leaf", "%6Ceaf"),
+            ("entries", "%65ntries"),
+            ("by-id", "%62y-id"),
+            ("", "%"),
+            ("/", "%2F"),
+        ];
+        for (id, name) in cases {
+            assert_eq!(escape_name(id), name, "{id:?}");
+            assert_eq!(
+                unescape_name(name.as_bytes()),
+                Unescaped::Exact(id.into()),
+                "{name}"
+            );
+        }
+        for bad in ["leaf", ".", "..", "%zz", "%6ceaf", "%61"] {
+            assert_eq!(unescape_name(bad.as_bytes()), Unescaped::Invalid, "{bad}");
+        }
+    }
+
+    #[test]
+    fn long_ids_are_cut_and_hashed() {
+        let id = "x".repeat(10_000);
+        let name = escape_name(&id);
+        assert!(name.len() <= NAME_MAX);
+        assert!(name.contains("%~"));
+        assert_eq!(unescape_name(name.as_bytes()), Unescaped::Hashed);
+        let slashes = "/".repeat(300);
+        let name = escape_name(&slashes);
+        assert!(name.len() <= NAME_MAX);
+        assert!(name.split("%~").next().unwrap().ends_with("%2F"));
+        let wide = "é".repeat(200);
+        assert!(escape_name(&wide).len() <= NAME_MAX);
+        assert_ne!(escape_name(&"x".repeat(300)), escape_name(&"x".repeat(301)));
+    }
+}

@@ -1,0 +1,1027 @@
+//! The mounted tree without FUSE: name lookup, listings, attributes,
+//! contents and control-file commands over the engine's public API. The
+//! FUSE adapter (`fs::SessionFs`) and `sessionfs ls` both use it.
+//!
+//! Listing the root or a project reads no session file; a session is
+//! loaded on the first access to anything inside it, and every access to a
+//! loaded session first calls `Session::refresh` (one `stat`), so lines
+//! appended by others show up and the leaf follows the file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::fs::cache::{Broken, ContextKey, Fingerprint, SessionCache, SlotState};
+use crate::fs::control::{
+    parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LeafCommand,
+};
+use crate::fs::layout::{
+    escape_name, unescape_name, EntryFile, Node, NodeType, SessionFile, SessionKey, Unescaped, View,
+};
+use crate::session::append::parse_new_entry;
+use crate::session::blobs::BlobStore;
+use crate::session::error::{Error, Result};
+use crate::session::json::pretty;
+use crate::session::paths::{session_id_from_file_name, AgentDir};
+use crate::session::storage::{FileStorage, Storage};
+use crate::session::time::now_iso;
+use crate::session::{LeafSel, OpenOptions, Refresh, Session};
+
+/// What the kernel may have cached that changed (sent to the watcher).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// New entries (id, tree parent id) appeared in a session, or it was
+    /// loaded again from scratch (`reloaded`).
+    Session {
+        key: SessionKey,
+        new_entries: Vec<(Arc<str>, Option<Arc<str>>)>,
+        reloaded: bool,
+    },
+}
+
+/// Attributes of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub node_type: NodeType,
+    pub size: u64,
+    pub perm: u16,
+    pub mtime: SystemTime,
+}
+
+/// How a tree is set up.
+#[derive(Debug, Clone)]
+pub struct TreeConfig {
+    pub agent: AgentDir,
+    pub read_only: bool,
+    /// Budget of the session cache in bytes.
+    pub cache_bytes: usize,
+}
+
+/// The state of a session file as far as a request is concerned.
+enum Status {
+    Ready,
+    Broken,
+}
+
+fn not_found(what: impl std::fmt::Display) -> Error {
+    Error::EntryNotFound(what.to_string())
+}
+
+/// True for errors that mean "no such node".
+pub fn is_not_found(err: &Error) -> bool {
+    matches!(err, Error::EntryNotFound(_)) || err.is_not_found()
+}
+
+/// Where a tree reports changes.
+type ChangeSink = Box<dyn Fn(Change) + Send>;
+
+/// The mounted tree.
+pub struct Tree {
+    sessions_dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    blobs: BlobStore,
+    read_only: bool,
+    cache: SessionCache,
+    changes: Mutex<Option<ChangeSink>>,
+    started: SystemTime,
+}
+
+impl Tree {
+    pub fn new(config: TreeConfig) -> Self {
+        let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+        let blobs = BlobStore::new(storage.clone(), config.agent.blobs_dir());
+        Tree {
+            sessions_dir: config.agent.sessions_dir(),
+            storage,
+            blobs,
+            read_only: config.read_only,
+            cache: SessionCache::new(config.cache_bytes),
+            changes: Mutex::new(None),
+            started: SystemTime::now(),
+        }
+    }
+
+    /// Where changes are reported (the watcher).
+    pub fn set_change_sink(&self, sink: impl Fn(Change) + Send + 'static) {
+        *self.changes.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(sink));
+    }
+
+    /// Channel form of [`Tree::set_change_sink`].
+    pub fn set_change_sender(&self, tx: Sender<Change>) {
+        let tx = Mutex::new(tx);
+        self.set_change_sink(move |c| {
+            let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(c);
+        });
+    }
+
+    fn report(&self, change: Change) {
+        if let Some(sink) = &*self.changes.lock().unwrap_or_else(|p| p.into_inner()) {
+            sink(change);
+        }
+    }
+
+    pub fn sessions_dir(&self) -> &Path {
+        &self.sessions_dir
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn cache(&self) -> &SessionCache {
+        &self.cache
+    }
+
+    pub fn session_path(&self, key: &SessionKey) -> PathBuf {
+        self.sessions_dir.join(&*key.project).join(key.file_name())
+    }
+
+    // -----------------------------------------------------------------
+    // The directory structure on disk (names only)
+    // -----------------------------------------------------------------
+
+    /// Project directories, sorted. Names that are not UTF-8 are skipped.
+    pub fn projects(&self) -> Result<Vec<String>> {
+        let rd = match fs::read_dir(&self.sessions_dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&self.sessions_dir, e)),
+        };
+        let mut out = Vec::new();
+        for entry in rd.flatten() {
+            // Symlinks are not followed out of the agent directory.
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if let Ok(name) = entry.file_name().into_string() {
+                out.push(name);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Session names (file names without `.jsonl`) of a project, sorted.
+    pub fn sessions(&self, project: &str) -> Result<Vec<String>> {
+        let dir = self.sessions_dir.join(project);
+        let rd = fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+        let mut out = Vec::new();
+        for entry in rd.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if let Some(stem) = name.strip_suffix(".jsonl") {
+                out.push(stem.to_string());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn project_exists(&self, project: &str) -> bool {
+        !project.is_empty()
+            && !project.contains('/')
+            && project != "."
+            && project != ".."
+            && fs::symlink_metadata(self.sessions_dir.join(project)).is_ok_and(|m| m.is_dir())
+    }
+
+    fn session_file_meta(&self, key: &SessionKey) -> Option<fs::Metadata> {
+        if key.session.contains('/') || key.project.contains('/') {
+            return None;
+        }
+        fs::symlink_metadata(self.session_path(key))
+            .ok()
+            .filter(|m| m.is_file())
+    }
+
+    /// `by-id` links: (session id, session), the first session in sorted
+    /// order winning when ids repeat.
+    pub fn links(&self) -> Result<Vec<(String, SessionKey)>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for project in self.projects()? {
+            let Ok(sessions) = self.sessions(&project) else {
+                continue;
+            };
+            for stem in sessions {
+                let file = format!("{stem}.jsonl");
+                let Some(id) = session_id_from_file_name(&file) else {
+                    continue;
+                };
+                if seen.insert(id.to_string()) {
+                    out.push((id.to_string(), SessionKey::new(&project, &stem)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    // -----------------------------------------------------------------
+    // Sessions
+    // -----------------------------------------------------------------
+
+    /// Loads the session of `key` if needed, or picks up changes to its
+    /// file. `Err` (not found) when the file is gone.
+    fn ensure(&self, key: &SessionKey, st: &mut SlotState) -> Result<Status> {
+        let path = self.session_path(key);
+        if let Some(s) = st.session.as_mut() {
+            let before = s.entries().len();
+            match s.refresh() {
+                Ok(Refresh::Unchanged) => {
+                    if s.is_on_disk() || !s.entries().is_empty() {
+                        return Ok(Status::Ready);
+                    }
+                    // A blank session over an empty file: reopen once the
+                    // file has content.
+                    match self.session_file_meta(key) {
+                        Some(m) if m.len() == 0 => return Ok(Status::Ready),
+                        Some(_) => st.session = None,
+                        None => {
+                            st.session = None;
+                            return Err(not_found(path.display()));
+                        }
+                    }
+                }
+                Ok(Refresh::Grew(_)) => {
+                    st.context_size = None;
+                    self.report_new(key, s, before);
+                    return Ok(Status::Ready);
+                }
+                Ok(Refresh::Reloaded) => {
+                    s.prepare_reads();
+                    st.generation += 1;
+                    st.entry_sizes.clear();
+                    st.context_size = None;
+                    self.report_reloaded(key);
+                    return Ok(Status::Ready);
+                }
+                Err(e) if e.is_not_found() => {
+                    st.session = None;
+                    st.saved_leaf = None;
+                    return Err(not_found(path.display()));
+                }
+                Err(Error::Unreadable { reason, .. }) => {
+                    st.session = None;
+                    st.saved_leaf = None;
+                    let fingerprint = self
+                        .session_file_meta(key)
+                        .map(|m| fingerprint(&m))
+                        .unwrap_or(Fingerprint {
+                            size: 0,
+                            mtime: None,
+                            ino: 0,
+                        });
+                    st.broken = Some(Broken {
+                        reason: reason.clone(),
+                        fingerprint,
+                    });
+                    log::warn!("{}: unreadable session file: {reason}", path.display());
+                    self.report_reloaded(key);
+                    return Ok(Status::Broken);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(meta) = self.session_file_meta(key) else {
+            st.saved_leaf = None;
+            return Err(not_found(path.display()));
+        };
+        let fp = fingerprint(&meta);
+        if let Some(b) = &st.broken {
+            if b.fingerprint == fp {
+                return Ok(Status::Broken);
+            }
+        }
+        let options = OpenOptions {
+            read_only: self.read_only,
+            ..OpenOptions::default()
+        };
+        match Session::open(
+            self.storage.clone(),
+            Some(self.blobs.clone()),
+            &path,
+            &options,
+        ) {
+            Ok(mut s) => {
+                if !s.is_on_disk() && self.session_file_meta(key).is_none() {
+                    // Deleted while it was being opened.
+                    return Err(not_found(path.display()));
+                }
+                if let Some(saved) = st.saved_leaf.take() {
+                    if self.session_file_meta(key).map(|m| m.len()) == Some(saved.file_size) {
+                        match saved.leaf {
+                            Some(id) => {
+                                let _ = s.branch(&id);
+                            }
+                            None => s.reset_leaf(),
+                        }
+                    }
+                }
+                s.prepare_reads();
+                st.broken = None;
+                st.generation += 1;
+                st.entry_sizes.clear();
+                st.context_size = None;
+                st.session = Some(s);
+                Ok(Status::Ready)
+            }
+            Err(e) if e.is_not_found() => Err(not_found(path.display())),
+            Err(e) => {
+                let reason = match &e {
+                    Error::Unreadable { reason, .. } => reason.clone(),
+                    other => other.to_string(),
+                };
+                log::warn!("{}: cannot open session: {reason}", path.display());
+                st.broken = Some(Broken {
+                    reason,
+                    fingerprint: fp,
+                });
+                Ok(Status::Broken)
+            }
+        }
+    }
+
+    fn report_new(&self, key: &SessionKey, s: &Session, before: usize) {
+        let index = s.index();
+        let new_entries: Vec<(Arc<str>, Option<Arc<str>>)> = (before..index.len())
+            .filter_map(|i| {
+                let meta = index.get(i as u32)?;
+                let parent = index
+                    .tree_parent(i as u32)
+                    .and_then(|p| index.get(p))
+                    .map(|m| Arc::from(m.id()));
+                Some((Arc::from(meta.id()), parent))
+            })
+            .collect();
+        if !new_entries.is_empty() {
+            self.report(Change::Session {
+                key: key.clone(),
+                new_entries,
+                reloaded: false,
+            });
+        }
+    }
+
+    fn report_reloaded(&self, key: &SessionKey) {
+        self.report(Change::Session {
+            key: key.clone(),
+            new_entries: Vec::new(),
+            reloaded: true,
+        });
+    }
+
+    /// Runs `f` on a ready session (loaded and refreshed). A broken file
+    /// gives `Ok(None)` with its reason available from the slot.
+    fn with_session<R>(
+        &self,
+        key: &SessionKey,
+        f: impl FnOnce(&mut SlotState, Option<&mut Session>) -> Result<R>,
+    ) -> Result<R> {
+        self.cache.with_slot(key, |st| match self.ensure(key, st)? {
+            Status::Ready => {
+                let mut session = st.session.take();
+                let result = f(st, session.as_mut());
+                if st.session.is_none() {
+                    st.session = session;
+                }
+                result
+            }
+            Status::Broken => f(st, None),
+        })
+    }
+
+    /// Picks up changes of a session file if the session is loaded (the
+    /// watcher calls this when the file changed).
+    pub fn refresh_loaded(&self, key: &SessionKey) {
+        let _ = self.cache.with_loaded(key, |st| {
+            if let Err(e) = self.ensure(key, st) {
+                if is_not_found(&e) {
+                    st.session = None;
+                }
+            }
+        });
+    }
+
+    /// Forgets a session whose file disappeared.
+    pub fn forget_session(&self, key: &SessionKey) {
+        self.cache.remove(key);
+    }
+
+    // -----------------------------------------------------------------
+    // Lookup and listing
+    // -----------------------------------------------------------------
+
+    /// The child `name` of `parent`; `Err` (not found) when there is none.
+    pub fn lookup(&self, parent: &Node, name: &[u8]) -> Result<Node> {
+        let missing = || not_found(String::from_utf8_lossy(name));
+        match parent {
+            Node::Root => {
+                if name == b"by-id" {
+                    return Ok(Node::ById);
+                }
+                let project = match unescape_name(name) {
+                    Unescaped::Exact(p) => p,
+                    Unescaped::Hashed => return self.find_in_listing(parent, name),
+                    Unescaped::Invalid => return Err(missing()),
+                };
+                if self.project_exists(&project) {
+                    Ok(Node::Project(project.into()))
+                } else {
+                    Err(missing())
+                }
+            }
+            Node::ById => {
+                let Unescaped::Exact(id) = unescape_name(name) else {
+                    return self.find_in_listing(parent, name);
+                };
+                self.links()?
+                    .into_iter()
+                    .find(|(i, _)| *i == id)
+                    .map(|(id, key)| Node::Link { id: id.into(), key })
+                    .ok_or_else(missing)
+            }
+            Node::Project(project) => {
+                let stem = match unescape_name(name) {
+                    Unescaped::Exact(s) => s,
+                    Unescaped::Hashed => return self.find_in_listing(parent, name),
+                    Unescaped::Invalid => return Err(missing()),
+                };
+                let key = SessionKey::new(project, &stem);
+                if self.project_exists(project) && self.session_file_meta(&key).is_some() {
+                    Ok(Node::Session(key))
+                } else {
+                    Err(missing())
+                }
+            }
+            Node::Session(key) => self.with_session(key, |st, s| {
+                let Some(s) = s else {
+                    return if name == SessionFile::LastError.name().as_bytes() {
+                        let _ = st;
+                        Ok(Node::File(key.clone(), SessionFile::LastError))
+                    } else {
+                        Err(missing())
+                    };
+                };
+                if let Some(f) = SessionFile::from_name(name) {
+                    return Ok(Node::File(key.clone(), f));
+                }
+                if name == b"entries" {
+                    return Ok(Node::Entries(key.clone()));
+                }
+                let idx = find_entry(s, name, None).ok_or_else(missing)?;
+                Ok(entry_node(key, s, idx, View::Nested))
+            }),
+            Node::Entries(key) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(missing)?;
+                let idx = find_entry_anywhere(s, name).ok_or_else(missing)?;
+                Ok(entry_node(key, s, idx, View::Flat))
+            }),
+            Node::EntryDir(key, id, view) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(missing)?;
+                let pos = s.index().position(id).ok_or_else(missing)?;
+                if let Some(f) = EntryFile::from_name(name) {
+                    return Ok(Node::EntryFile(key.clone(), id.clone(), *view, f));
+                }
+                if *view == View::Flat {
+                    return Err(missing());
+                }
+                let idx = find_entry(s, name, Some(pos)).ok_or_else(missing)?;
+                Ok(entry_node(key, s, idx, View::Nested))
+            }),
+            Node::Link { .. } | Node::File(..) | Node::EntryFile(..) => {
+                Err(Error::Invalid("not a directory".into()))
+            }
+        }
+    }
+
+    fn find_in_listing(&self, parent: &Node, name: &[u8]) -> Result<Node> {
+        self.list(parent)?
+            .into_iter()
+            .find(|(n, _)| n.as_bytes() == name)
+            .map(|(_, node)| node)
+            .ok_or_else(|| not_found(String::from_utf8_lossy(name)))
+    }
+
+    /// The children of a directory, by name (without `.` and `..`).
+    pub fn list(&self, dir: &Node) -> Result<Vec<(String, Node)>> {
+        match dir {
+            Node::Root => {
+                let mut out: Vec<(String, Node)> = self
+                    .projects()?
+                    .into_iter()
+                    .map(|p| (escape_name(&p), Node::Project(p.into())))
+                    .collect();
+                out.push(("by-id".into(), Node::ById));
+                Ok(out)
+            }
+            Node::ById => Ok(self
+                .links()?
+                .into_iter()
+                .map(|(id, key)| (escape_name(&id), Node::Link { id: id.into(), key }))
+                .collect()),
+            Node::Project(project) => {
+                if !self.project_exists(project) {
+                    return Err(not_found(project));
+                }
+                Ok(self
+                    .sessions(project)?
+                    .into_iter()
+                    .map(|stem| {
+                        let node = Node::Session(SessionKey::new(project, &stem));
+                        (escape_name(&stem), node)
+                    })
+                    .collect())
+            }
+            Node::Session(key) => self.with_session(key, |_, s| {
+                let Some(s) = s else {
+                    return Ok(vec![(
+                        SessionFile::LastError.name().to_string(),
+                        Node::File(key.clone(), SessionFile::LastError),
+                    )]);
+                };
+                let mut out: Vec<(String, Node)> = SessionFile::ALL
+                    .iter()
+                    .map(|f| (f.name().to_string(), Node::File(key.clone(), *f)))
+                    .collect();
+                out.push(("entries".into(), Node::Entries(key.clone())));
+                let index = s.index();
+                for idx in index.roots() {
+                    if let Some(item) = list_item(key, s, idx, View::Nested) {
+                        out.push(item);
+                    }
+                }
+                Ok(out)
+            }),
+            Node::Entries(key) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found("entries"))?;
+                Ok((0..s.index().len() as u32)
+                    .filter_map(|idx| list_item(key, s, idx, View::Flat))
+                    .collect())
+            }),
+            Node::EntryDir(key, id, view) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
+                let mut out: Vec<(String, Node)> = EntryFile::ALL
+                    .iter()
+                    .map(|f| {
+                        (
+                            f.name().to_string(),
+                            Node::EntryFile(key.clone(), id.clone(), *view, *f),
+                        )
+                    })
+                    .collect();
+                if *view == View::Nested {
+                    for idx in s.index().children(pos) {
+                        if let Some(item) = list_item(key, s, idx, View::Nested) {
+                            out.push(item);
+                        }
+                    }
+                }
+                Ok(out)
+            }),
+            Node::Link { .. } | Node::File(..) | Node::EntryFile(..) => {
+                Err(Error::Invalid("not a directory".into()))
+            }
+        }
+    }
+
+    /// The parent directory of a node (for `..`).
+    pub fn parent_of(&self, node: &Node) -> Node {
+        match node {
+            Node::Root | Node::ById | Node::Project(_) => Node::Root,
+            Node::Link { .. } => Node::ById,
+            Node::Session(key) => Node::Project(key.project.clone()),
+            Node::File(key, _) | Node::Entries(key) => Node::Session(key.clone()),
+            Node::EntryDir(key, _, View::Flat) => Node::Entries(key.clone()),
+            Node::EntryFile(key, id, view, _) => Node::EntryDir(key.clone(), id.clone(), *view),
+            Node::EntryDir(key, id, View::Nested) => self
+                .cache
+                .with_loaded(key, |st| {
+                    let s = st.session.as_ref()?;
+                    let index = s.index();
+                    let parent = index.tree_parent(index.position(id)?)?;
+                    let pid = index.get(parent)?.id();
+                    Some(Node::EntryDir(key.clone(), pid.into(), View::Nested))
+                })
+                .flatten()
+                .unwrap_or_else(|| Node::Session(key.clone())),
+        }
+    }
+
+    /// The target of a `by-id` link.
+    pub fn readlink(&self, node: &Node) -> Result<String> {
+        match node {
+            Node::Link { key, .. } => {
+                if self.session_file_meta(key).is_none() {
+                    return Err(not_found(&key.session));
+                }
+                Ok(format!(
+                    "../{}/{}",
+                    escape_name(&key.project),
+                    escape_name(&key.session)
+                ))
+            }
+            _ => Err(Error::Invalid("not a symlink".into())),
+        }
+    }
+
+    // -----------------------------------------------------------------
+    // Attributes and contents
+    // -----------------------------------------------------------------
+
+    /// The attributes of a node; `Err` (not found) when it no longer exists.
+    pub fn attr(&self, node: &Node) -> Result<Attr> {
+        let perm = node.perm(self.read_only);
+        let dir = |mtime| Attr {
+            node_type: NodeType::Dir,
+            size: 0,
+            perm,
+            mtime,
+        };
+        match node {
+            Node::Root | Node::ById => Ok(dir(fs::metadata(&self.sessions_dir)
+                .and_then(|m| m.modified())
+                .unwrap_or(self.started))),
+            Node::Project(p) => {
+                if !self.project_exists(p) {
+                    return Err(not_found(p));
+                }
+                let mtime = fs::metadata(self.sessions_dir.join(&**p))
+                    .and_then(|m| m.modified())
+                    .unwrap_or(self.started);
+                Ok(dir(mtime))
+            }
+            Node::Link { .. } => {
+                let target = self.readlink(node)?;
+                let mtime = node
+                    .session_key()
+                    .and_then(|k| self.session_file_meta(k))
+                    .and_then(|m| m.modified().ok())
+                    .unwrap_or(self.started);
+                Ok(Attr {
+                    node_type: NodeType::Symlink,
+                    size: target.len() as u64,
+                    perm,
+                    mtime,
+                })
+            }
+            Node::Session(key) => {
+                let meta = self
+                    .session_file_meta(key)
+                    .ok_or_else(|| not_found(&key.session))?;
+                Ok(dir(meta.modified().unwrap_or(self.started)))
+            }
+            Node::Entries(key) => {
+                let mtime = self.file_mtime(key);
+                self.with_session(key, |_, s| {
+                    s.ok_or_else(|| not_found("entries"))?;
+                    Ok(dir(mtime))
+                })
+            }
+            Node::File(key, f) => {
+                let mtime = self.file_mtime(key);
+                self.with_session(key, |st, s| {
+                    let size = match (s, f) {
+                        (None, SessionFile::LastError) => render_last_error(st).len() as u64,
+                        (None, _) => return Err(not_found(f.name())),
+                        (Some(_), SessionFile::Append) => 0,
+                        (Some(s), SessionFile::Context) => context_size(st, s)?,
+                        (Some(s), f) => render_session_file(st, s, *f)?.len() as u64,
+                    };
+                    Ok(Attr {
+                        node_type: NodeType::File,
+                        size,
+                        perm,
+                        mtime,
+                    })
+                })
+            }
+            Node::EntryDir(key, id, view) => {
+                let fallback = self.file_mtime(key);
+                self.with_session(key, |_, s| {
+                    let s = s.ok_or_else(|| not_found(id))?;
+                    let pos = check_entry(s, id, *view)?;
+                    Ok(dir(entry_mtime(s, pos).unwrap_or(fallback)))
+                })
+            }
+            Node::EntryFile(key, id, view, f) => {
+                let fallback = self.file_mtime(key);
+                self.with_session(key, |st, s| {
+                    let s = s.ok_or_else(|| not_found(id))?;
+                    let pos = check_entry(s, id, *view)?;
+                    let size = match st.entry_sizes.get(&(pos, *f)) {
+                        Some(&size) => size,
+                        None => {
+                            let size = render_entry_file(s, id, *f)?.len() as u64;
+                            st.entry_sizes.insert((pos, *f), size);
+                            size
+                        }
+                    };
+                    Ok(Attr {
+                        node_type: NodeType::File,
+                        size,
+                        perm,
+                        mtime: entry_mtime(s, pos).unwrap_or(fallback),
+                    })
+                })
+            }
+        }
+    }
+
+    fn file_mtime(&self, key: &SessionKey) -> SystemTime {
+        self.session_file_meta(key)
+            .and_then(|m| m.modified().ok())
+            .unwrap_or(self.started)
+    }
+
+    /// The content of a file node.
+    pub fn read(&self, node: &Node) -> Result<Vec<u8>> {
+        match node {
+            Node::File(key, f) => self.with_session(key, |st, s| match (s, f) {
+                (None, SessionFile::LastError) => Ok(render_last_error(st).into_bytes()),
+                (None, _) => Err(not_found(f.name())),
+                (Some(_), SessionFile::Append) => Ok(Vec::new()),
+                (Some(s), f) => render_session_file(st, s, *f),
+            }),
+            Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = check_entry(s, id, *view)?;
+                let data = render_entry_file(s, id, *f)?;
+                st.entry_sizes.insert((pos, *f), data.len() as u64);
+                Ok(data)
+            }),
+            _ => Err(Error::Invalid("not a file".into())),
+        }
+    }
+
+    // -----------------------------------------------------------------
+    // Control files
+    // -----------------------------------------------------------------
+
+    /// Executes the commands of one write to a control file. On error the
+    /// reason is logged and kept for `last-error`.
+    pub fn write_control(
+        &self,
+        key: &SessionKey,
+        file: SessionFile,
+        stream: &mut AppendStream,
+        data: &[u8],
+    ) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        self.with_session(key, |st, s| {
+            let Some(s) = s else {
+                let reason = st
+                    .broken
+                    .as_ref()
+                    .map_or_else(String::new, |b| b.reason.clone());
+                return Err(Error::Invalid(format!(
+                    "the session file cannot be read: {reason}"
+                )));
+            };
+            let before = s.entries().len();
+            let result = match file {
+                SessionFile::Leaf => run_leaf(s, data),
+                SessionFile::Labels => run_labels(s, data),
+                SessionFile::Append => stream.feed(data, &mut |obj| append_object(s, obj)),
+                other => Err(Error::Invalid(format!(
+                    "{} accepts no commands",
+                    other.name()
+                ))),
+            };
+            if s.entries().len() != before {
+                st.context_size = None;
+                self.report_new(key, s, before);
+            }
+            if let Err(e) = &result {
+                record_error(st, key, file.name(), &e.to_string());
+            }
+            result
+        })
+    }
+
+    /// An `append` file was closed with an incomplete object.
+    pub fn discard_partial(&self, key: &SessionKey, pending: usize) {
+        let _ = self.with_session(key, |st, _| {
+            record_error(
+                st,
+                key,
+                SessionFile::Append.name(),
+                &format!(
+                    "incomplete JSON object discarded when the file was closed ({pending} bytes)"
+                ),
+            );
+            Ok(())
+        });
+    }
+
+    /// `fsync` of a control file: flushes and fsyncs the session file.
+    pub fn fsync(&self, key: &SessionKey) -> Result<()> {
+        self.with_session(key, |st, s| {
+            let Some(s) = s else { return Ok(()) };
+            let result = s.flush();
+            if let Err(e) = &result {
+                record_error(st, key, "fsync", &e.to_string());
+            }
+            result
+        })
+    }
+}
+
+fn fingerprint(m: &fs::Metadata) -> Fingerprint {
+    use std::os::unix::fs::MetadataExt;
+    Fingerprint {
+        size: m.len(),
+        mtime: m.modified().ok(),
+        ino: m.ino(),
+    }
+}
+
+fn record_error(st: &mut SlotState, key: &SessionKey, what: &str, message: &str) {
+    log::warn!("{}/{}: {what}: {message}", key.project, key.session);
+    st.last_error = Some(format!("{} {what}: {message}\n", now_iso()));
+}
+
+fn run_leaf(s: &mut Session, data: &[u8]) -> Result<()> {
+    for cmd in parse_leaf_commands(data)? {
+        match cmd {
+            LeafCommand::Branch(id) => s.branch(&id)?,
+            LeafCommand::Reset => s.reset_leaf(),
+        }
+    }
+    Ok(())
+}
+
+fn run_labels(s: &mut Session, data: &[u8]) -> Result<()> {
+    for cmd in parse_label_commands(data)? {
+        match cmd {
+            LabelCommand::Set { id, label } => {
+                if s.entry(&id).is_none() {
+                    return Err(Error::EntryNotFound(id));
+                }
+                if s.label(&id) != Some(label.as_str()) {
+                    s.append_label_change(&id, Some(&label))?;
+                }
+            }
+            LabelCommand::Clear { id } => {
+                if s.entry(&id).is_none() {
+                    return Err(Error::EntryNotFound(id));
+                }
+                if s.label(&id).is_some() {
+                    s.append_label_change(&id, None)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn append_object(s: &mut Session, obj: &[u8]) -> Result<()> {
+    let value: Value = serde_json::from_slice(obj)
+        .map_err(|e| Error::Invalid(format!("not a valid JSON object: {e}")))?;
+    let entry = parse_new_entry(value)?;
+    s.append(entry).map(|_| ())
+}
+
+/// Finds the entry a name in a nested directory stands for: an entry whose
+/// tree parent is `parent` (`None`: a root).
+fn find_entry(s: &Session, name: &[u8], parent: Option<u32>) -> Option<u32> {
+    let index = s.index();
+    match unescape_name(name) {
+        Unescaped::Exact(id) => {
+            let pos = index.position(&id)?;
+            (index.tree_parent(pos) == parent).then_some(pos)
+        }
+        Unescaped::Hashed => {
+            let candidates = match parent {
+                Some(p) => index.children(p),
+                None => index.roots(),
+            };
+            candidates.into_iter().find(|&i| {
+                index.get(i).is_some_and(|m| {
+                    index.position(m.id()) == Some(i) && escape_name(m.id()).as_bytes() == name
+                })
+            })
+        }
+        Unescaped::Invalid => None,
+    }
+}
+
+/// Finds the entry a name in `entries/` stands for.
+fn find_entry_anywhere(s: &Session, name: &[u8]) -> Option<u32> {
+    let index = s.index();
+    match unescape_name(name) {
+        Unescaped::Exact(id) => index.position(&id),
+        Unescaped::Hashed => (0..index.len() as u32).find(|&i| {
+            index.get(i).is_some_and(|m| {
+                index.position(m.id()) == Some(i) && escape_name(m.id()).as_bytes() == name
+            })
+        }),
+        Unescaped::Invalid => None,
+    }
+}
+
+fn entry_node(key: &SessionKey, s: &Session, idx: u32, view: View) -> Node {
+    let id = s.index().get(idx).map_or("", |m| m.id());
+    Node::EntryDir(key.clone(), id.into(), view)
+}
+
+/// A listing item for the entry at `idx`, unless an entry later in the file
+/// has the same id (ids resolve to the last one, as in the engine).
+fn list_item(key: &SessionKey, s: &Session, idx: u32, view: View) -> Option<(String, Node)> {
+    let index = s.index();
+    let meta = index.get(idx)?;
+    if index.position(meta.id()) != Some(idx) {
+        return None;
+    }
+    Some((
+        escape_name(meta.id()),
+        Node::EntryDir(key.clone(), meta.id().into(), view),
+    ))
+}
+
+/// The position of an entry node's entry; not found when it is gone (or,
+/// nested, when it is no longer where it was).
+fn check_entry(s: &Session, id: &str, _view: View) -> Result<u32> {
+    s.index().position(id).ok_or_else(|| not_found(id))
+}
+
+fn entry_mtime(s: &Session, pos: u32) -> Option<SystemTime> {
+    let ms = s.index().get(pos)?.entry.timestamp_ms?;
+    let ms = u64::try_from(ms).ok()?;
+    SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_millis(ms))
+}
+
+fn render_last_error(st: &SlotState) -> String {
+    if let Some(b) = &st.broken {
+        return format!("unreadable session file: {}\n", b.reason);
+    }
+    st.last_error.clone().unwrap_or_default()
+}
+
+fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Result<Vec<u8>> {
+    let text = match f {
+        SessionFile::Header => {
+            let mut t = pretty(s.header_json());
+            t.push('\n');
+            t
+        }
+        SessionFile::Context => {
+            let mut t = s.context()?.to_pretty();
+            t.push('\n');
+            st.context_size = Some((context_key(st, s), t.len() as u64));
+            t
+        }
+        SessionFile::Leaf => match s.leaf_id() {
+            Some(id) => format!("{id}\n"),
+            None => String::new(),
+        },
+        SessionFile::Labels => {
+            let mut t = String::new();
+            for (id, label) in s.labels() {
+                t.push_str(id);
+                t.push('\t');
+                t.push_str(label);
+                t.push('\n');
+            }
+            t
+        }
+        SessionFile::LastError => render_last_error(st),
+        SessionFile::Append => String::new(),
+    };
+    Ok(text.into_bytes())
+}
+
+fn context_key(st: &SlotState, s: &Session) -> ContextKey {
+    (st.generation, s.entries().len(), s.leaf())
+}
+
+fn context_size(st: &mut SlotState, s: &Session) -> Result<u64> {
+    let key = context_key(st, s);
+    if let Some((k, size)) = st.context_size {
+        if k == key {
+            return Ok(size);
+        }
+    }
+    Ok(render_session_file(st, s, SessionFile::Context)?.len() as u64)
+}
+
+fn render_entry_file(s: &Session, id: &str, f: EntryFile) -> Result<Vec<u8>> {
+    match f {
+        EntryFile::Entry => Ok(s.entry_pretty(id)?.into_bytes()),
+        EntryFile::Context => {
+            let mut t = s.context_at(LeafSel::Id(id))?.to_pretty();
+            t.push('\n');
+            Ok(t.into_bytes())
+        }
+    }
+}

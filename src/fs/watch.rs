@@ -1,0 +1,456 @@
+//! Freshness: a worker thread that watches the sessions directory and its
+//! project directories with inotify, picks up changes of loaded sessions,
+//! and tells the kernel what it may have cached that is now stale
+//! (`Notifier::inval_entry` / `inval_inode`). Request handlers never call
+//! the notifier themselves (the kernel may hold locks while it waits for
+//! their reply); they send [`Change`]s here instead.
+//!
+//! What is invalidated:
+//! * a project or session file that appears or disappears: its name in the
+//!   root, its project and `by-id` (a cached negative lookup would hide it);
+//! * new entries (appended through the mount or by another process): their
+//!   names in `entries/` and in their nested parent directory;
+//! * a session file replaced or rewritten: every node of that session the
+//!   kernel holds (attributes and cached pages).
+//!
+//! Without inotify (or when a watch cannot be added) the mount still shows
+//! changes on the next access — every access refreshes the session — and
+//! kernel caches expire by their short TTLs.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use fuser::{INodeNo, Notifier};
+
+use crate::fs::inode::{InodeTable, ROOT_INO};
+use crate::fs::layout::{escape_name, Node, SessionKey, View};
+use crate::fs::tree::{Change, Tree};
+use crate::session::paths::session_id_from_file_name;
+
+/// At most this many new entries of one change are invalidated by name
+/// (a bulk load is left to the negative-lookup TTL).
+const MAX_NAMED_INVALIDATIONS: usize = 4096;
+
+/// Something the worker can be woken up for.
+pub enum Wake {
+    Change(Change),
+    Stop,
+}
+
+/// A handle to send changes to the worker (cheap to clone).
+#[derive(Clone)]
+pub struct ChangeSender {
+    tx: Sender<Wake>,
+    event_fd: Arc<EventFd>,
+}
+
+impl ChangeSender {
+    pub fn send(&self, change: Change) {
+        if self.tx.send(Wake::Change(change)).is_ok() {
+            self.event_fd.signal();
+        }
+    }
+}
+
+struct EventFd(libc::c_int);
+
+impl EventFd {
+    fn new() -> std::io::Result<Self> {
+        // SAFETY: plain syscall, no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(EventFd(fd))
+    }
+    fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        unsafe {
+            libc::write(self.0, (&one as *const u64).cast(), 8);
+        }
+    }
+    fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
+        unsafe {
+            libc::read(self.0, (&mut v as *mut u64).cast(), 8);
+        }
+    }
+}
+
+impl Drop for EventFd {
+    fn drop(&mut self) {
+        // SAFETY: closes the fd we own.
+        unsafe {
+            libc::close(self.0);
+        }
+    }
+}
+
+/// The running worker.
+pub struct Watcher {
+    tx: Sender<Wake>,
+    event_fd: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// A sender for request handlers.
+    pub fn sender(&self) -> ChangeSender {
+        ChangeSender {
+            tx: self.tx.clone(),
+            event_fd: self.event_fd.clone(),
+        }
+    }
+
+    /// Stops the worker and waits for it.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.tx.send(Wake::Stop);
+        self.event_fd.signal();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the worker. `notifier` is `None` when there is no kernel to
+/// notify (tests).
+pub fn start(
+    tree: Arc<Tree>,
+    inodes: Arc<InodeTable>,
+    notifier: Option<Notifier>,
+) -> std::io::Result<Watcher> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let event_fd = Arc::new(EventFd::new()?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = Worker {
+        tree,
+        inodes,
+        notifier,
+        rx,
+        event_fd: event_fd.clone(),
+        stop: stop.clone(),
+        inotify: Inotify::new().ok(),
+        watches: HashMap::new(),
+        sessions_wd: None,
+    };
+    let thread = std::thread::Builder::new()
+        .name("sessionfs-watch".into())
+        .spawn(move || worker.run())?;
+    Ok(Watcher {
+        tx,
+        event_fd,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+struct Inotify(libc::c_int);
+
+impl Inotify {
+    fn new() -> std::io::Result<Self> {
+        // SAFETY: plain syscall.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            log::warn!("inotify unavailable ({e}); changes show up on access only");
+            return Err(e);
+        }
+        Ok(Inotify(fd))
+    }
+
+    fn add(&self, path: &Path, mask: u32) -> Option<i32> {
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: valid NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(self.0, c.as_ptr(), mask) };
+        if wd < 0 {
+            log::debug!(
+                "cannot watch {}: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        Some(wd)
+    }
+
+    /// Reads the pending events: (wd, mask, name).
+    fn read(&self) -> Vec<(i32, u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: reads into a buffer we own, of its length.
+            let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            let n = n as usize;
+            let header = std::mem::size_of::<libc::inotify_event>();
+            let mut off = 0;
+            while off + header <= n {
+                // SAFETY: the kernel wrote a whole event header at `off`;
+                // read_unaligned copes with any alignment.
+                let ev: libc::inotify_event = unsafe {
+                    std::ptr::read_unaligned(buf[off..].as_ptr().cast::<libc::inotify_event>())
+                };
+                let name_start = off + header;
+                let name_end = (name_start + ev.len as usize).min(n);
+                let raw = &buf[name_start..name_end];
+                let name = raw.split(|&b| b == 0).next().unwrap_or(&[]).to_vec();
+                out.push((ev.wd, ev.mask, name));
+                off = name_end;
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Inotify {
+    fn drop(&mut self) {
+        // SAFETY: closes the fd we own.
+        unsafe {
+            libc::close(self.0);
+        }
+    }
+}
+
+const DIR_MASK: u32 = libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF;
+const PROJECT_MASK: u32 = DIR_MASK | libc::IN_MODIFY | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB;
+
+struct Worker {
+    tree: Arc<Tree>,
+    inodes: Arc<InodeTable>,
+    notifier: Option<Notifier>,
+    rx: Receiver<Wake>,
+    event_fd: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+    inotify: Option<Inotify>,
+    /// wd → project name.
+    watches: HashMap<i32, String>,
+    sessions_wd: Option<i32>,
+}
+
+impl Worker {
+    fn run(mut self) {
+        self.add_watches();
+        let mut last_rescan = Instant::now();
+        while !self.stop.load(Ordering::SeqCst) {
+            let mut fds = vec![libc::pollfd {
+                fd: self.event_fd.0,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            if let Some(ino) = &self.inotify {
+                fds.push(libc::pollfd {
+                    fd: ino.0,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            // SAFETY: polls a valid array of pollfds of the given length.
+            unsafe {
+                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000);
+            }
+            self.event_fd.drain();
+            self.handle_inotify();
+            let mut changes = Vec::new();
+            while let Ok(w) = self.rx.try_recv() {
+                match w {
+                    Wake::Change(c) => changes.push(c),
+                    Wake::Stop => return,
+                }
+            }
+            for c in changes {
+                self.apply(c);
+            }
+            if self.sessions_wd.is_none() && last_rescan.elapsed() > Duration::from_secs(2) {
+                last_rescan = Instant::now();
+                self.add_watches();
+            }
+        }
+    }
+
+    fn add_watches(&mut self) {
+        let Some(ino) = &self.inotify else { return };
+        let dir = self.tree.sessions_dir().to_path_buf();
+        self.sessions_wd = ino.add(&dir, DIR_MASK);
+        if self.sessions_wd.is_none() {
+            return;
+        }
+        if let Ok(projects) = self.tree.projects() {
+            for p in projects {
+                if let Some(wd) = ino.add(&dir.join(&p), PROJECT_MASK) {
+                    self.watches.insert(wd, p);
+                }
+            }
+        }
+    }
+
+    fn handle_inotify(&mut self) {
+        let Some(ino) = &self.inotify else { return };
+        let events = ino.read();
+        if events.is_empty() {
+            return;
+        }
+        let mut changed: HashSet<SessionKey> = HashSet::new();
+        let mut overflow = false;
+        for (wd, mask, name) in events {
+            if mask & libc::IN_Q_OVERFLOW != 0 {
+                overflow = true;
+                continue;
+            }
+            let Ok(name) = String::from_utf8(name) else {
+                continue;
+            };
+            if Some(wd) == self.sessions_wd {
+                if mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED) != 0 {
+                    self.sessions_wd = None;
+                    continue;
+                }
+                if name.is_empty() {
+                    continue;
+                }
+                self.inval_entry(ROOT_INO, &escape_name(&name));
+                if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 && mask & libc::IN_ISDIR != 0 {
+                    let path = self.tree.sessions_dir().join(&name);
+                    if let Some(wd) = self
+                        .inotify
+                        .as_ref()
+                        .and_then(|i| i.add(&path, PROJECT_MASK))
+                    {
+                        self.watches.insert(wd, name.clone());
+                    }
+                    self.inval_by_id_all();
+                }
+                if mask & (libc::IN_DELETE | libc::IN_MOVED_FROM) != 0 {
+                    self.inval_by_id_all();
+                }
+                continue;
+            }
+            let Some(project) = self.watches.get(&wd).cloned() else {
+                continue;
+            };
+            if mask & libc::IN_IGNORED != 0 {
+                self.watches.remove(&wd);
+                continue;
+            }
+            let Some(stem) = name.strip_suffix(".jsonl") else {
+                continue;
+            };
+            let key = SessionKey::new(&project, stem);
+            if mask & (libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_DELETE | libc::IN_MOVED_FROM)
+                != 0
+            {
+                let project_ino = self.inodes.ino_of(&Node::Project(project.as_str().into()));
+                self.inval_entry(project_ino, &escape_name(stem));
+                if let Some(id) = session_id_from_file_name(&name) {
+                    self.inval_entry(self.inodes.ino_of(&Node::ById), &escape_name(id));
+                }
+            }
+            if mask & (libc::IN_DELETE | libc::IN_MOVED_FROM) != 0 {
+                self.tree.forget_session(&key);
+                self.inval_session_nodes(&key);
+                changed.remove(&key);
+                continue;
+            }
+            changed.insert(key);
+        }
+        if overflow {
+            changed.extend(self.tree.cache().loaded_keys());
+        }
+        for key in changed {
+            // Changes found here come back through the change channel.
+            self.tree.refresh_loaded(&key);
+        }
+    }
+
+    fn inval_by_id_all(&self) {
+        let by_id = self.inodes.ino_of(&Node::ById);
+        for (ino, _) in self.inodes.known_where(|n| matches!(n, Node::Link { .. })) {
+            self.inval_inode(ino);
+        }
+        self.inval_inode(by_id);
+    }
+
+    fn apply(&self, change: Change) {
+        match change {
+            Change::Session {
+                key,
+                new_entries,
+                reloaded,
+            } => {
+                if reloaded {
+                    self.inval_session_nodes(&key);
+                }
+                let entries_ino = self.inodes.ino_of(&Node::Entries(key.clone()));
+                let entries_known = self.inodes.get(entries_ino).is_some();
+                for (id, parent) in new_entries.iter().take(MAX_NAMED_INVALIDATIONS) {
+                    let name = escape_name(id);
+                    if entries_known {
+                        self.inval_entry(entries_ino, &name);
+                    }
+                    let parent_node = match parent {
+                        Some(p) => Node::EntryDir(key.clone(), p.clone(), View::Nested),
+                        None => Node::Session(key.clone()),
+                    };
+                    let parent_ino = self.inodes.ino_of(&parent_node);
+                    if self.inodes.get(parent_ino).is_some() {
+                        self.inval_entry(parent_ino, &name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every node of a session the kernel holds: attributes and pages, and
+    /// the names of entry files.
+    fn inval_session_nodes(&self, key: &SessionKey) {
+        let known = self
+            .inodes
+            .known_where(|n| n.session_key() == Some(key) && !matches!(n, Node::Link { .. }));
+        for (ino, node) in known {
+            self.inval_inode(ino);
+            if let Node::EntryFile(k, id, view, f) = &node {
+                let dir = self
+                    .inodes
+                    .ino_of(&Node::EntryDir(k.clone(), id.clone(), *view));
+                self.inval_entry(dir, f.name());
+            }
+            if let Node::EntryDir(k, id, View::Flat) = &node {
+                let dir = self.inodes.ino_of(&Node::Entries(k.clone()));
+                self.inval_entry(dir, &escape_name(id));
+            }
+        }
+    }
+
+    fn inval_entry(&self, parent: u64, name: &str) {
+        if let Some(n) = &self.notifier {
+            if let Err(e) = n.inval_entry(INodeNo(parent), OsStr::new(name)) {
+                log::debug!("inval_entry({parent}, {name}): {e}");
+            }
+        }
+    }
+
+    fn inval_inode(&self, ino: u64) {
+        if let Some(n) = &self.notifier {
+            if let Err(e) = n.inval_inode(INodeNo(ino), 0, 0) {
+                log::debug!("inval_inode({ino}): {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,784 @@
+//! Mount tests, read side (issue 4): layout, contents equal to the engine's,
+//! freshness, deep sessions, inode stability, rejected modifications,
+//! read-only mounts and clean shutdown. They use the real binary through
+//! `tests/common/fuse.rs` and skip when FUSE is unavailable.
+
+mod common;
+#[path = "common/fuse.rs"]
+mod fuse;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{fixture_agent_dir, js_json, session_files};
+use fuse::{fuse_ok, sh, Mount};
+use sessionfs::fs::layout::escape_name;
+use sessionfs::session::blobs::BlobStore;
+use sessionfs::session::json::pretty;
+use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::{LeafSel, OpenOptions, Session};
+
+/// Sorted names of a directory.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The engine's view of a session file, without writing anything.
+fn engine(agent: &Path, file: &Path) -> Session {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+    let blobs = BlobStore::new(storage.clone(), agent.join("blobs"));
+    let options = OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    Session::open(storage, Some(blobs), file, &options)
+        .unwrap_or_else(|e| panic!("engine open {}: {e}", file.display()))
+}
+
+/// `readdir` and `stat` agree on the inode number of every child.
+fn check_inodes_agree(dir: &Path) {
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let meta = fs::symlink_metadata(e.path()).unwrap();
+        assert_eq!(e.ino(), meta.ino(), "inode of {}", e.path().display());
+    }
+}
+
+/// Polls `cond` until it holds (bounded); false if it never did.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn file_bytes(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.insert(e.path(), fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Walks the nested tree of one entry and checks it against the engine.
+fn check_nested(dir: &Path, s: &Session, id: &str) {
+    let mut expected: BTreeSet<String> = ["context.json", "entry.json"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for child in s.children(Some(id)).unwrap() {
+        expected.insert(escape_name(child.id()));
+    }
+    let got: BTreeSet<String> = names(dir).into_iter().collect();
+    assert_eq!(got, expected, "nested children of {id}");
+    check_inodes_agree(dir);
+    assert_eq!(read(&dir.join("entry.json")), s.entry_pretty(id).unwrap());
+    for child in s.children(Some(id)).unwrap() {
+        check_nested(&dir.join(escape_name(child.id())), s, child.id());
+    }
+}
+
+#[test]
+fn corpus_layout_contents_and_links() {
+    if !fuse_ok("corpus_layout_contents_and_links") {
+        return;
+    }
+    let (tmp, agent) = fixture_agent_dir();
+    let pi = agent.sessions_dir().join("--home-dev-pi--");
+    fs::write(pi.join("notes.txt"), "not a session").unwrap();
+    fs::write(pi.join(".2026-x.jsonl.1234.tmp"), "a temp file").unwrap();
+    let broken_name = "2026-01-01T00-00-00-000Z_deadbeefdeadbeef";
+    let broken = pi.join(format!("{broken_name}.jsonl"));
+    fs::write(&broken, "this is not json\nnor is this\n").unwrap();
+    let m = Mount::start(tmp.path(), &[]);
+
+    assert_eq!(
+        names(m.path()),
+        [
+            "--home-dev-big--",
+            "--home-dev-legacy--",
+            "--home-dev-other-project--",
+            "--home-dev-pi--",
+            "by-id"
+        ]
+    );
+    check_inodes_agree(m.path());
+
+    // The unreadable file: a directory holding only last-error; untouched.
+    let bdir = m.join(format!("--home-dev-pi--/{broken_name}"));
+    assert_eq!(names(&bdir), ["last-error"]);
+    let reason = read(&bdir.join("last-error"));
+    assert!(reason.contains("unreadable"), "{reason}");
+    assert_eq!(read(&broken), "this is not json\nnor is this\n");
+    assert!(!bdir.join("context.json").exists());
+
+    let mut sessions = 0;
+    for file in session_files(&agent.sessions_dir()) {
+        let project = file
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let stem = file.file_stem().unwrap().to_str().unwrap();
+        if stem == broken_name {
+            continue;
+        }
+        sessions += 1;
+        let dir = m.join(format!("{project}/{stem}"));
+        // Through the mount first: opening a legacy file migrates it.
+        let ctx = read(&dir.join("context.json"));
+        let leaf = read(&dir.join("leaf"));
+        let s = engine(tmp.path(), &file);
+        assert_eq!(
+            js_json(&ctx),
+            js_json(s.context().unwrap().as_json()),
+            "{stem}: context.json"
+        );
+        assert_eq!(
+            leaf,
+            format!("{}\n", s.leaf_id().unwrap()),
+            "{stem}: leaf is the last entry"
+        );
+        assert_eq!(
+            s.leaf_id(),
+            s.entries().last().map(|e| e.id()),
+            "{stem}: the engine's leaf is the last entry too"
+        );
+        let mut header = pretty(s.header_json());
+        header.push('\n');
+        assert_eq!(read(&dir.join("header.json")), header, "{stem}: header");
+        let labels: String = s
+            .labels()
+            .iter()
+            .map(|(id, l)| format!("{id}\t{l}\n"))
+            .collect();
+        assert_eq!(read(&dir.join("labels")), labels, "{stem}: labels");
+        assert_eq!(read(&dir.join("last-error")), "");
+
+        // The session directory: the files, entries/ and the roots.
+        let mut expected: BTreeSet<String> = [
+            "header.json",
+            "context.json",
+            "leaf",
+            "labels",
+            "append",
+            "last-error",
+            "entries",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for root in s.children(None).unwrap() {
+            expected.insert(escape_name(root.id()));
+        }
+        let got: BTreeSet<String> = names(&dir).into_iter().collect();
+        assert_eq!(got, expected, "{stem}: session directory");
+        check_inodes_agree(&dir);
+
+        // Flat view: every entry, with its context.
+        let ids: BTreeSet<String> = s.entries().iter().map(|e| escape_name(e.id())).collect();
+        let listed: BTreeSet<String> = names(&dir.join("entries")).into_iter().collect();
+        assert_eq!(listed, ids, "{stem}: entries/");
+        check_inodes_agree(&dir.join("entries"));
+        for e in s.entries() {
+            let edir = dir.join("entries").join(escape_name(e.id()));
+            assert_eq!(names(&edir), ["context.json", "entry.json"]);
+            let want = s.context_at(LeafSel::Id(e.id())).unwrap();
+            assert_eq!(
+                js_json(&read(&edir.join("context.json"))),
+                js_json(want.as_json()),
+                "{stem}: entries/{}/context.json",
+                e.id()
+            );
+            assert_eq!(
+                read(&edir.join("entry.json")),
+                s.entry_pretty(e.id()).unwrap()
+            );
+        }
+        // Nested view.
+        for root in s.children(None).unwrap() {
+            check_nested(&dir.join(escape_name(root.id())), &s, root.id());
+        }
+    }
+    assert_eq!(sessions, 7);
+
+    // by-id links resolve to the session directories.
+    let links = names(&m.join("by-id"));
+    assert_eq!(links.len(), 8, "{links:?}");
+    check_inodes_agree(&m.join("by-id"));
+    for id in links {
+        let link = m.join("by-id").join(&id);
+        let target = fs::read_link(&link).unwrap();
+        let target = target.to_str().unwrap();
+        assert!(target.starts_with("../--home-dev-"), "{target}");
+        assert!(target.ends_with(&format!("_{id}")), "{target}");
+        assert!(fs::metadata(&link).unwrap().is_dir());
+        assert!(link.join("last-error").exists());
+    }
+    drop(m);
+}
+
+/// A linear session file of `n` entries; returns (path, ids).
+fn write_linear_session(dir: &Path, n: usize) -> (PathBuf, Vec<String>) {
+    fs::create_dir_all(dir).unwrap();
+    let path = dir.join("2026-01-01T00-00-00-000Z_1111222233334444.jsonl");
+    let mut text = String::from(
+        r#"{"type":"session","version":3,"id":"1111222233334444","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/work/deep"}"#,
+    );
+    text.push('\n');
+    let mut ids = Vec::with_capacity(n);
+    let mut parent = "null".to_string();
+    for i in 0..n {
+        let id = format!("{i:08x}");
+        let msg = if i % 2 == 0 {
+            format!(r#"{{"role":"user","content":"question {i}","timestamp":{i}}}"#)
+        } else {
+            format!(
+                r#"{{"role":"assistant","provider":"p","model":"m","content":[{{"type":"text","text":"answer {i}"}}],"timestamp":{i}}}"#
+            )
+        };
+        text.push_str(&format!(
+            r#"{{"type":"message","id":"{id}","parentId":{parent},"timestamp":"2026-01-01T00:00:00.000Z","message":{msg}}}"#
+        ));
+        text.push('\n');
+        parent = format!("\"{id}\"");
+        ids.push(id);
+    }
+    fs::write(&path, text).unwrap();
+    (path, ids)
+}
+
+#[test]
+fn deep_linear_session_is_reachable_flat_and_nested() {
+    if !fuse_ok("deep_linear_session_is_reachable_flat_and_nested") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, ids) = write_linear_session(&tmp.path().join("sessions/--work-deep--"), 3000);
+    let m = Mount::start(tmp.path(), &[]);
+    let sdir = m.join("--work-deep--/2026-01-01T00-00-00-000Z_1111222233334444");
+    assert_eq!(read(&sdir.join("leaf")), format!("{}\n", ids[2999]));
+
+    // Flat: every entry.
+    let listed = names(&sdir.join("entries"));
+    assert_eq!(listed.len(), 3000);
+    let want: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(listed.iter().collect::<BTreeSet<_>>(), want);
+    for id in &ids {
+        let entry = read(&sdir.join("entries").join(id).join("entry.json"));
+        assert_eq!(js_json(&entry)["id"], serde_json::json!(id));
+    }
+    let s = engine(tmp.path(), &file);
+    for id in [&ids[0], &ids[1500], &ids[2999]] {
+        assert_eq!(
+            js_json(&read(&sdir.join("entries").join(id).join("context.json"))),
+            js_json(s.context_at(LeafSel::Id(id)).unwrap().as_json())
+        );
+    }
+
+    // Nested: a relative walk, one directory per step, each opened
+    // relative to the previous one (the absolute path would exceed
+    // PATH_MAX; a shell's `cd` would also call getcwd, which then walks
+    // back up the whole tree at every step).
+    let mut dir = fs::File::open(&sdir).unwrap();
+    for (depth, id) in ids.iter().enumerate() {
+        dir =
+            openat(&dir, id, true).unwrap_or_else(|e| panic!("openat {id} at depth {depth}: {e}"));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut openat(&dir, "context.json", false).unwrap(), &mut text)
+        .unwrap();
+    assert_eq!(
+        js_json(&text),
+        js_json(s.context_at(LeafSel::Id(&ids[2999])).unwrap().as_json())
+    );
+    assert!(openat(&dir, "entry.json", false).is_ok());
+    // The deepest directory holds only its two files.
+    assert!(openat(&dir, "00000000", true).is_err());
+}
+
+/// Opens `name` relative to the directory `dir`.
+fn openat(dir: &fs::File, name: &str, directory: bool) -> std::io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let c = std::ffi::CString::new(name).unwrap();
+    let mut flags = libc::O_RDONLY | libc::O_CLOEXEC;
+    if directory {
+        flags |= libc::O_DIRECTORY;
+    }
+    // SAFETY: a valid directory fd and NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new descriptor we own.
+    Ok(unsafe { fs::File::from_raw_fd(fd) })
+}
+
+#[test]
+fn outside_changes_show_up_without_remounting() {
+    if !fuse_ok("outside_changes_show_up_without_remounting") {
+        return;
+    }
+    let (tmp, agent) = fixture_agent_dir();
+    let m = Mount::start(tmp.path(), &[]);
+    let project = "--home-dev-pi--";
+    let stem = "2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
+    let file = agent
+        .sessions_dir()
+        .join(project)
+        .join(format!("{stem}.jsonl"));
+    let sdir = m.join(format!("{project}/{stem}"));
+    let old_leaf = read(&sdir.join("leaf")).trim().to_string();
+    let old_ctx = js_json(&read(&sdir.join("context.json")));
+    let old_count = old_ctx["messages"].as_array().unwrap().len();
+    // Look the new name up before it exists (a cached negative entry).
+    assert!(!sdir.join("entries/0a0b0c0d").exists());
+    assert!(!sdir
+        .join("entries")
+        .join(&old_leaf)
+        .join("0a0b0c0d")
+        .exists());
+
+    // Another process appends a line.
+    let line = format!(
+        r#"{{"type":"message","id":"0a0b0c0d","parentId":"{old_leaf}","timestamp":"2026-12-02T17:00:00.000Z","message":{{"role":"user","content":"from outside","timestamp":1}}}}"#
+    );
+    let mut f = fs::OpenOptions::new().append(true).open(&file).unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+    drop(f);
+
+    assert_eq!(read(&sdir.join("leaf")), "0a0b0c0d\n");
+    assert!(names(&sdir.join("entries")).contains(&"0a0b0c0d".to_string()));
+    assert!(eventually(|| sdir
+        .join("entries/0a0b0c0d/entry.json")
+        .exists()));
+    let ctx = js_json(&read(&sdir.join("context.json")));
+    let msgs = ctx["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), old_count + 1);
+    assert_eq!(msgs.last().unwrap()["content"], "from outside");
+    // In the nested tree, under the old leaf.
+    let s = engine(tmp.path(), &file);
+    let path: Vec<String> = s
+        .path_to("0a0b0c0d")
+        .unwrap()
+        .iter()
+        .map(|e| escape_name(e.id()))
+        .collect();
+    let nested = path.iter().fold(sdir.clone(), |p, id| p.join(id));
+    assert!(eventually(|| nested.join("entry.json").exists()));
+    assert_eq!(js_json(&read(&nested.join("entry.json")))["id"], "0a0b0c0d");
+
+    // A new session file appears, in its project and in by-id.
+    let new_stem = "2026-12-03T00-00-00-000Z_5555666677778888";
+    let new_file = agent
+        .sessions_dir()
+        .join(project)
+        .join(format!("{new_stem}.jsonl"));
+    fs::write(
+        &new_file,
+        "{\"type\":\"session\",\"version\":3,\"id\":\"5555666677778888\",\"timestamp\":\"2026-12-03T00:00:00.000Z\",\"cwd\":\"/home/dev/pi\"}\n",
+    )
+    .unwrap();
+    assert!(names(&m.join(project)).contains(&new_stem.to_string()));
+    assert!(names(&m.join("by-id")).contains(&"5555666677778888".to_string()));
+    assert_eq!(read(&m.join(format!("{project}/{new_stem}/leaf"))), "");
+    assert!(m.join("by-id/5555666677778888/header.json").exists());
+
+    // And goes away.
+    fs::remove_file(&new_file).unwrap();
+    assert!(!names(&m.join(project)).contains(&new_stem.to_string()));
+    assert!(!names(&m.join("by-id")).contains(&"5555666677778888".to_string()));
+    assert!(eventually(|| !m
+        .join(format!("{project}/{new_stem}"))
+        .exists()));
+
+    // A new project directory appears and goes away.
+    let new_project = agent.sessions_dir().join("--home-dev-new--");
+    fs::create_dir(&new_project).unwrap();
+    fs::copy(&file, new_project.join(format!("{stem}-copy.jsonl"))).unwrap();
+    assert!(names(m.path()).contains(&"--home-dev-new--".to_string()));
+    assert_eq!(names(&m.join("--home-dev-new--")), [format!("{stem}-copy")]);
+    fs::remove_dir_all(&new_project).unwrap();
+    assert!(!names(m.path()).contains(&"--home-dev-new--".to_string()));
+    assert!(eventually(|| !m.join("--home-dev-new--").exists()));
+}
+
+/// Inode numbers of a set of paths inside a mount.
+fn inode_map(m: &Mount, rels: &[String]) -> Vec<u64> {
+    rels.iter()
+        .map(|r| fs::symlink_metadata(m.join(r)).unwrap().ino())
+        .collect()
+}
+
+#[test]
+fn inode_numbers_are_stable_across_remounts() {
+    if !fuse_ok("inode_numbers_are_stable_across_remounts") {
+        return;
+    }
+    let (tmp, _agent) = fixture_agent_dir();
+    let stem = "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
+    let mut rels = vec![
+        "--home-dev-pi--".to_string(),
+        "by-id".to_string(),
+        "by-id/01a23785-3ef0-730e-bcbd-2244aa2871ee".to_string(),
+        stem.to_string(),
+        format!("{stem}/context.json"),
+        format!("{stem}/leaf"),
+        format!("{stem}/entries"),
+    ];
+    let m = Mount::start(tmp.path(), &[]);
+    let ids = names(&m.join(format!("{stem}/entries")));
+    for id in &ids {
+        rels.push(format!("{stem}/entries/{id}"));
+        rels.push(format!("{stem}/entries/{id}/entry.json"));
+        rels.push(format!("{stem}/entries/{id}/context.json"));
+    }
+    let roots: Vec<String> = names(&m.join(stem))
+        .into_iter()
+        .filter(|n| ids.contains(n))
+        .collect();
+    for r in roots {
+        rels.push(format!("{stem}/{r}"));
+        rels.push(format!("{stem}/{r}/entry.json"));
+    }
+    let first = inode_map(&m, &rels);
+    let unique: BTreeSet<u64> = first.iter().copied().collect();
+    assert_eq!(unique.len(), first.len(), "distinct nodes, distinct inodes");
+    assert!(first.iter().all(|&i| i > 1));
+    assert_eq!(m.stop().code(), Some(0));
+
+    let m = Mount::start(tmp.path(), &[]);
+    // Another order of first lookups.
+    let mut rev = rels.clone();
+    rev.reverse();
+    let mut second = inode_map(&m, &rev);
+    second.reverse();
+    assert_eq!(first, second);
+    check_inodes_agree(&m.join(format!("{stem}/entries")));
+}
+
+#[test]
+fn ls_and_find_over_the_demo_mount() {
+    if !fuse_ok("ls_and_find_over_the_demo_mount") {
+        return;
+    }
+    let m = Mount::demo();
+    let log = m.log_text();
+    assert!(log.contains("agent directory"), "{log}");
+    let (ok, out, err) = sh(m.path(), "ls -lR .");
+    assert!(ok, "ls -lR failed: {err}");
+    assert!(
+        out.contains("context.json") && out.contains("by-id"),
+        "{out}"
+    );
+    let (ok, out, err) = sh(
+        m.path(),
+        "find . | wc -l && find -L by-id -maxdepth 2 -name leaf | wc -l",
+    );
+    assert!(ok, "find failed: {err}");
+    let counts: Vec<usize> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert!(counts[0] > 100, "{out}");
+    assert_eq!(counts[1], 7, "{out}");
+    let (ok, _, err) = sh(
+        m.path(),
+        "find . -type f -name '*.json' -exec cat {} + > /dev/null",
+    );
+    assert!(ok, "reading every JSON file failed: {err}");
+    let (ok, out, _) = sh(m.path(), "cat by-id/*/leaf | wc -l");
+    assert!(ok);
+    assert_eq!(out.trim(), "7");
+}
+
+#[test]
+fn modifications_are_rejected_and_change_nothing() {
+    if !fuse_ok("modifications_are_rejected_and_change_nothing") {
+        return;
+    }
+    let (tmp, agent) = fixture_agent_dir();
+    let m = Mount::start(tmp.path(), &[]);
+    let stem = "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
+    let sdir = m.join(stem);
+    let leaf = read(&sdir.join("leaf")).trim().to_string();
+    let edir = sdir.join("entries").join(&leaf);
+    let before = file_bytes(agent.root());
+
+    let errno =
+        |r: std::io::Result<()>| -> i32 { r.err().and_then(|e| e.raw_os_error()).unwrap_or(0) };
+    use std::os::unix::fs::PermissionsExt;
+    let cases: Vec<(&str, std::io::Result<()>, &[i32])> = vec![
+        (
+            "create",
+            fs::File::create(sdir.join("new-file")).map(|_| ()),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "create in root",
+            fs::File::create(m.join("x")).map(|_| ()),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "mkdir",
+            fs::create_dir(sdir.join("d")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "mkdir in entries",
+            fs::create_dir(sdir.join("entries/d")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "unlink",
+            fs::remove_file(sdir.join("header.json")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "unlink entry file",
+            fs::remove_file(edir.join("entry.json")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "rmdir",
+            fs::remove_dir(edir.clone()),
+            &[libc::EPERM, libc::EACCES, libc::ENOTEMPTY],
+        ),
+        (
+            "rename",
+            fs::rename(sdir.join("leaf"), sdir.join("leaf2")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "rename project",
+            fs::rename(m.join("--home-dev-pi--"), m.join("p2")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "symlink",
+            std::os::unix::fs::symlink("leaf", sdir.join("l")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "link",
+            fs::hard_link(sdir.join("leaf"), sdir.join("l2")),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "write context.json",
+            fs::OpenOptions::new()
+                .write(true)
+                .open(sdir.join("context.json"))
+                .map(|_| ()),
+            &[libc::EACCES, libc::EPERM],
+        ),
+        (
+            "write header.json",
+            fs::OpenOptions::new()
+                .append(true)
+                .open(sdir.join("header.json"))
+                .map(|_| ()),
+            &[libc::EACCES, libc::EPERM],
+        ),
+        (
+            "write entry.json",
+            fs::OpenOptions::new()
+                .write(true)
+                .open(edir.join("entry.json"))
+                .map(|_| ()),
+            &[libc::EACCES, libc::EPERM],
+        ),
+        (
+            "truncate entry.json",
+            fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(edir.join("entry.json"))
+                .map(|_| ()),
+            &[libc::EACCES, libc::EPERM],
+        ),
+        (
+            "chmod",
+            fs::set_permissions(sdir.join("leaf"), fs::Permissions::from_mode(0o777)),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "chmod dir",
+            fs::set_permissions(sdir.clone(), fs::Permissions::from_mode(0o777)),
+            &[libc::EPERM, libc::EACCES],
+        ),
+        (
+            "read append",
+            fs::File::open(sdir.join("append")).map(|_| ()),
+            &[libc::EACCES],
+        ),
+    ];
+    for (what, result, allowed) in cases {
+        let e = errno(result);
+        assert!(
+            allowed.contains(&e),
+            "{what}: errno {e}, expected one of {allowed:?}"
+        );
+    }
+    // Truncating an entry file to a size.
+    let c = std::ffi::CString::new(edir.join("entry.json").to_str().unwrap()).unwrap();
+    // SAFETY: valid path.
+    let rc = unsafe { libc::truncate(c.as_ptr(), 3) };
+    assert_eq!(rc, -1);
+    let e = std::io::Error::last_os_error().raw_os_error().unwrap();
+    assert!(e == libc::EPERM || e == libc::EACCES, "truncate: {e}");
+    // Extended attributes.
+    let path = std::ffi::CString::new(sdir.join("leaf").to_str().unwrap()).unwrap();
+    let name = std::ffi::CString::new("user.x").unwrap();
+    // SAFETY: valid strings and buffer.
+    let rc = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(rc, -1);
+    let e = std::io::Error::last_os_error().raw_os_error().unwrap();
+    assert!(
+        e == libc::EPERM || e == libc::EACCES || e == libc::ENOTSUP,
+        "setxattr: {e}"
+    );
+    let mut buf = [0u8; 64];
+    // SAFETY: valid strings and buffer.
+    let rc = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert_eq!(rc, -1);
+    let e = std::io::Error::last_os_error().raw_os_error().unwrap();
+    assert!(
+        e == libc::ENODATA || e == libc::ENOSYS || e == libc::ENOTSUP,
+        "getxattr: {e}"
+    );
+    // SAFETY: valid path and buffer.
+    let rc = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(rc == 0 || rc == -1, "listxattr: {rc}");
+    // Unknown names.
+    assert_eq!(
+        fs::metadata(sdir.join("nope")).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(
+        fs::metadata(sdir.join("entries/nope"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(
+        fs::metadata(m.join("--nope--")).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+
+    assert_eq!(file_bytes(agent.root()), before, "no file changed");
+    assert_eq!(read(&sdir.join("leaf")), format!("{leaf}\n"));
+}
+
+#[test]
+fn read_only_mount_rejects_writes_with_erofs() {
+    if !fuse_ok("read_only_mount_rejects_writes_with_erofs") {
+        return;
+    }
+    let (tmp, agent) = fixture_agent_dir();
+    let before = file_bytes(agent.root());
+    let m = Mount::start(tmp.path(), &["--read-only"]);
+    let stem = "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
+    let sdir = m.join(stem);
+    let leaf = read(&sdir.join("leaf")).trim().to_string();
+    // Legacy files are readable but not migrated on disk.
+    for legacy in names(&m.join("--home-dev-legacy--")) {
+        let ctx = read(&m.join(format!("--home-dev-legacy--/{legacy}/context.json")));
+        assert!(js_json(&ctx)["messages"].is_array());
+    }
+    let erofs = |r: std::io::Result<()>| r.err().and_then(|e| e.raw_os_error());
+    let w = |p: PathBuf, data: &str| -> std::io::Result<()> {
+        let mut f = fs::OpenOptions::new().write(true).open(p)?;
+        f.write_all(data.as_bytes())
+    };
+    assert_eq!(
+        erofs(w(sdir.join("leaf"), &format!("{leaf}\n"))),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        erofs(w(sdir.join("labels"), &format!("{leaf} x\n"))),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        erofs(w(
+            sdir.join("append"),
+            r#"{"type":"custom","customType":"x"}"#
+        )),
+        Some(libc::EROFS)
+    );
+    assert_eq!(erofs(fs::create_dir(sdir.join("d"))), Some(libc::EROFS));
+    assert_eq!(erofs(fs::remove_file(sdir.join("leaf"))), Some(libc::EROFS));
+    assert_eq!(
+        erofs(fs::File::create(sdir.join("x")).map(|_| ())),
+        Some(libc::EROFS)
+    );
+    let (ok, _, err) = sh(&sdir, "echo nothing > leaf");
+    assert!(!ok && err.contains("Read-only"), "{err}");
+    assert_eq!(file_bytes(agent.root()), before, "no file changed");
+    assert_eq!(m.stop().code(), Some(0));
+}
+
+#[test]
+fn sigterm_and_outside_unmount_end_the_process_cleanly() {
+    if !fuse_ok("sigterm_and_outside_unmount_end_the_process_cleanly") {
+        return;
+    }
+    let (tmp, _agent) = fixture_agent_dir();
+    let m = Mount::start(tmp.path(), &[]);
+    assert!(names(m.path()).contains(&"by-id".to_string()));
+    let mnt = m.path().to_path_buf();
+    let status = m.stop();
+    assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+    assert!(!fuse::is_mounted(&mnt));
+
+    // Unmounted from outside: the process exits 0 as well.
+    let mut m = Mount::start(tmp.path(), &[]);
+    let mnt = m.path().to_path_buf();
+    let ok = std::process::Command::new("umount")
+        .arg(&mnt)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+        || std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(&mnt)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+    assert!(ok, "umount failed");
+    assert_eq!(m.wait_exit().code(), Some(0), "{}", m.log_text());
+}
