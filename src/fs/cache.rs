@@ -70,8 +70,9 @@ pub struct SlotState {
     pub generation: u64,
     /// Sizes of rendered entry files (immutable), by entry position.
     pub entry_sizes: HashMap<(u32, EntryFile), u64>,
-    /// Size of `context.json` at a state of the session.
-    pub context_size: Option<(ContextKey, u64)>,
+    /// The last rendered `context.json`, for the state it was rendered at
+    /// (a `cat` stats the file, then reads it: one rendering serves both).
+    pub context: Option<(ContextKey, Arc<Vec<u8>>)>,
     tick: u64,
 }
 
@@ -80,7 +81,8 @@ impl SlotState {
         let session = self.session.as_ref().map_or(0, |s| {
             s.entries().len() * BYTES_PER_ENTRY + s.header_json().len() + 4096
         });
-        512 + session + self.entry_sizes.len() * 48
+        let context = self.context.as_ref().map_or(0, |(_, c)| c.len());
+        512 + session + context + self.entry_sizes.len() * 48
     }
 
     fn pinned(&self) -> bool {
@@ -105,7 +107,7 @@ impl SlotState {
             });
         }
         self.entry_sizes = HashMap::new();
-        self.context_size = None;
+        self.context = None;
     }
 }
 

@@ -175,7 +175,7 @@ impl SessionFs {
     }
 
     fn render(&self, node: &Node) -> Result<Arc<Vec<u8>>, Errno> {
-        self.tree.read(node).map(Arc::new).map_err(|e| err_of(&e))
+        self.tree.read(node).map_err(|e| err_of(&e))
     }
 }
 

@@ -42,7 +42,7 @@ impl MountConfig {
             read_only: false,
             cache_mb: 256,
             allow_other: false,
-            threads: 2,
+            threads: 4,
         }
     }
 }

@@ -251,7 +251,7 @@ impl Tree {
                     }
                 }
                 Ok(Refresh::Grew(_)) => {
-                    st.context_size = None;
+                    st.context = None;
                     self.report_new(key, s, before);
                     return Ok(Status::Ready);
                 }
@@ -259,7 +259,7 @@ impl Tree {
                     s.prepare_reads();
                     st.generation += 1;
                     st.entry_sizes.clear();
-                    st.context_size = None;
+                    st.context = None;
                     self.report_reloaded(key);
                     return Ok(Status::Ready);
                 }
@@ -329,7 +329,7 @@ impl Tree {
                 st.broken = None;
                 st.generation += 1;
                 st.entry_sizes.clear();
-                st.context_size = None;
+                st.context = None;
                 st.session = Some(s);
                 Ok(Status::Ready)
             }
@@ -693,7 +693,6 @@ impl Tree {
                         (None, SessionFile::LastError) => render_last_error(st).len() as u64,
                         (None, _) => return Err(not_found(f.name())),
                         (Some(_), SessionFile::Append) => 0,
-                        (Some(s), SessionFile::Context) => context_size(st, s)?,
                         (Some(s), f) => render_session_file(st, s, *f)?.len() as u64,
                     };
                     Ok(Attr {
@@ -743,12 +742,14 @@ impl Tree {
     }
 
     /// The content of a file node.
-    pub fn read(&self, node: &Node) -> Result<Vec<u8>> {
+    pub fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
         match node {
             Node::File(key, f) => self.with_session(key, |st, s| match (s, f) {
-                (None, SessionFile::LastError) => Ok(render_last_error(st).into_bytes()),
+                (None, SessionFile::LastError) => {
+                    Ok(Arc::new(render_last_error(st).into_bytes()))
+                }
                 (None, _) => Err(not_found(f.name())),
-                (Some(_), SessionFile::Append) => Ok(Vec::new()),
+                (Some(_), SessionFile::Append) => Ok(Arc::new(Vec::new())),
                 (Some(s), f) => render_session_file(st, s, *f),
             }),
             Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
@@ -756,7 +757,7 @@ impl Tree {
                 let pos = check_entry(s, id, *view)?;
                 let data = render_entry_file(s, id, *f)?;
                 st.entry_sizes.insert((pos, *f), data.len() as u64);
-                Ok(data)
+                Ok(Arc::new(data))
             }),
             _ => Err(Error::Invalid("not a file".into())),
         }
@@ -799,7 +800,7 @@ impl Tree {
                 ))),
             };
             if s.entries().len() != before {
-                st.context_size = None;
+                st.context = None;
                 self.report_new(key, s, before);
             }
             if let Err(e) = &result {
@@ -968,7 +969,7 @@ fn render_last_error(st: &SlotState) -> String {
     st.last_error.clone().unwrap_or_default()
 }
 
-fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Result<Vec<u8>> {
+fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Result<Arc<Vec<u8>>> {
     let text = match f {
         SessionFile::Header => {
             let mut t = pretty(s.header_json());
@@ -976,10 +977,17 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
             t
         }
         SessionFile::Context => {
+            let key = context_key(st, s);
+            if let Some((k, data)) = &st.context {
+                if *k == key {
+                    return Ok(data.clone());
+                }
+            }
             let mut t = s.context()?.to_pretty();
             t.push('\n');
-            st.context_size = Some((context_key(st, s), t.len() as u64));
-            t
+            let data = Arc::new(t.into_bytes());
+            st.context = Some((key, data.clone()));
+            return Ok(data);
         }
         SessionFile::Leaf => match s.leaf_id() {
             Some(id) => format!("{id}\n"),
@@ -998,21 +1006,11 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
         SessionFile::LastError => render_last_error(st),
         SessionFile::Append => String::new(),
     };
-    Ok(text.into_bytes())
+    Ok(Arc::new(text.into_bytes()))
 }
 
 fn context_key(st: &SlotState, s: &Session) -> ContextKey {
     (st.generation, s.entries().len(), s.leaf())
-}
-
-fn context_size(st: &mut SlotState, s: &Session) -> Result<u64> {
-    let key = context_key(st, s);
-    if let Some((k, size)) = st.context_size {
-        if k == key {
-            return Ok(size);
-        }
-    }
-    Ok(render_session_file(st, s, SessionFile::Context)?.len() as u64)
 }
 
 fn render_entry_file(s: &Session, id: &str, f: EntryFile) -> Result<Vec<u8>> {
