@@ -1,6 +1,8 @@
 //! The command line: a thin adapter over the engine (and the mount).
 
+pub mod common;
 pub mod history;
+pub mod inspect;
 
 use clap::{Parser, Subcommand};
 
@@ -15,6 +17,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Print the context (what the model sees) at the leaf, as JSON.
+    Context(inspect::ContextArgs),
+    /// Print the entry tree: one line per entry, `*` on the leaf.
+    Tree(inspect::TreeArgs),
     /// Prompt history (SQLite with FTS5).
     #[command(subcommand)]
     History(history::HistoryCommand),
@@ -23,6 +29,8 @@ pub enum Command {
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
+        Command::Context(args) => inspect::context(&args),
+        Command::Tree(args) => inspect::tree(&args),
         Command::History(cmd) => history::run(cmd),
     };
     match result {
