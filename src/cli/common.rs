@@ -87,6 +87,16 @@ pub fn open_existing(agent: &AgentDir, file: &Path, read_only: bool) -> Result<S
     Session::open(storage, Some(blobs), file, &options)
 }
 
+/// A session named on the command line: an existing path, or else a unique
+/// prefix of a session id (looked up in the agent dir by file name).
+pub fn resolve_file(agent: &AgentDir, arg: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(arg);
+    if path.exists() || arg.contains('/') || arg.ends_with(".jsonl") {
+        return Ok(path);
+    }
+    crate::session::discovery::resolve_session(&*file_storage(), agent, arg)
+}
+
 /// Writes text to stdout; a closed pipe (`| head`) is not an error.
 pub fn print_out(text: &str) -> Result<()> {
     use std::io::Write;

@@ -641,46 +641,50 @@ impl Session {
         err
     }
 
-    /// Checks what needs the session: label and compaction targets exist,
-    /// and a branch summary's `fromId` names the leaf.
-    fn check_against_session(&self, entry: &mut NewEntry) -> Result<()> {
-        let target = |key: &str| {
-            entry
-                .fields
-                .get(key)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
+    /// Checks what needs the session before an append: label and
+    /// compaction targets exist, and a supplied `branch_summary.fromId` is
+    /// `leaf_id` (the entry the new one will hang under; `"root"` for none).
+    pub fn validate_new_entry(&self, entry: &NewEntry, leaf_id: Option<&str>) -> Result<()> {
+        let field = |key: &str| entry.fields.get(key).and_then(Value::as_str);
         match entry.kind {
             EntryKind::Label => {
-                if let Some(t) = target("targetId") {
-                    self.position(&t)?;
+                if let Some(t) = field("targetId") {
+                    self.position(t)?;
                 }
             }
             EntryKind::Compaction => {
-                if let Some(t) = target("firstKeptEntryId") {
-                    self.position(&t)?;
+                if let Some(t) = field("firstKeptEntryId") {
+                    self.position(t)?;
                 }
             }
             EntryKind::BranchSummary => {
-                let expected = self.leaf_id().unwrap_or("root").to_string();
-                match target("fromId") {
-                    Some(given) if given != expected => {
+                let expected = leaf_id.unwrap_or("root");
+                if let Some(given) = field("fromId") {
+                    if given != expected {
                         return Err(Error::Invalid(format!(
                             "branch_summary.fromId is \"{given}\" but the leaf is \"{expected}\""
-                        )))
-                    }
-                    Some(_) => {}
-                    None => {
-                        // fromId goes first among the fields.
-                        let mut fields = Map::with_capacity(entry.fields.len() + 1);
-                        fields.insert("fromId".into(), Value::String(expected));
-                        fields.extend(std::mem::take(&mut entry.fields));
-                        entry.fields = fields;
+                        )));
                     }
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Validates against the session and fills in `branch_summary.fromId`.
+    fn check_against_session(&self, entry: &mut NewEntry) -> Result<()> {
+        let leaf = self.leaf_id().map(str::to_string);
+        self.validate_new_entry(entry, leaf.as_deref())?;
+        if entry.kind == EntryKind::BranchSummary && !entry.fields.contains_key("fromId") {
+            // fromId goes first among the fields.
+            let mut fields = Map::with_capacity(entry.fields.len() + 1);
+            fields.insert(
+                "fromId".into(),
+                Value::String(leaf.unwrap_or_else(|| "root".into())),
+            );
+            fields.extend(std::mem::take(&mut entry.fields));
+            entry.fields = fields;
         }
         Ok(())
     }
