@@ -149,7 +149,10 @@ impl Model {
             Some(c) => {
                 let comp = path[c];
                 messages.push(json!({"role":"compactionSummary","summary":comp["summary"],"tokensBefore":comp["tokensBefore"],"timestamp":ts(comp)}));
-                if let Some(start) = path[..c].iter().position(|e| e["id"] == comp["firstKeptEntryId"]) {
+                if let Some(start) = path[..c]
+                    .iter()
+                    .position(|e| e["id"] == comp["firstKeptEntryId"])
+                {
                     messages.extend(path[start..c].iter().filter_map(|e| message(e)));
                 }
                 messages.extend(path[c + 1..].iter().filter_map(|e| message(e)));
@@ -180,7 +183,12 @@ impl Model {
         }
         let mut out: Vec<(usize, String, String)> = map
             .into_iter()
-            .filter_map(|(t, l)| self.entries.iter().rposition(|e| e["id"] == t).map(|i| (i, t, l)))
+            .filter_map(|(t, l)| {
+                self.entries
+                    .iter()
+                    .rposition(|e| e["id"] == t)
+                    .map(|i| (i, t, l))
+            })
             .collect();
         out.sort();
         out.into_iter().map(|(_, t, l)| (t, l)).collect()
@@ -200,7 +208,11 @@ fn pick(ids: &[String], k: usize) -> Option<String> {
 }
 
 fn apply(s: &mut Session, m: &mut Model, op: &Op) {
-    let ids: Vec<String> = m.entries.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> = m
+        .entries
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
     let result = match op {
         Op::User(t) => s.append_message(json!({"role":"user","content":t,"timestamp":1})).map(Some),
         Op::Assistant(p) => s
@@ -262,15 +274,29 @@ fn check(s: &Session, m: &Model) {
     assert_eq!(got, m.context(m.leaf.as_deref()), "context at the leaf");
     for e in &m.entries {
         let id = e["id"].as_str().unwrap();
-        let got: Value = serde_json::from_str(s.context_at(LeafSel::Id(id)).unwrap().as_json()).unwrap();
+        let got: Value =
+            serde_json::from_str(s.context_at(LeafSel::Id(id)).unwrap().as_json()).unwrap();
         assert_eq!(got, m.context(Some(id)), "context at {id}");
-        let kids: Vec<String> = s.children(Some(id)).unwrap().iter().map(|c| c.id().to_string()).collect();
+        let kids: Vec<String> = s
+            .children(Some(id))
+            .unwrap()
+            .iter()
+            .map(|c| c.id().to_string())
+            .collect();
         assert_eq!(kids, m.children(id), "children of {id}");
     }
-    let labels: Vec<(String, String)> =
-        s.labels().into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let labels: Vec<(String, String)> = s
+        .labels()
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     assert_eq!(labels, m.labels());
-    let roots: Vec<String> = s.children(None).unwrap().iter().map(|c| c.id().to_string()).collect();
+    let roots: Vec<String> = s
+        .children(None)
+        .unwrap()
+        .iter()
+        .map(|c| c.id().to_string())
+        .collect();
     let model_roots: Vec<String> = m
         .entries
         .iter()

@@ -31,7 +31,11 @@ fn written(env: &common::Env) -> Session {
 fn no_temp_files(env: &common::Env) {
     if let Some(mem) = &env.memory {
         for p in mem.file_paths() {
-            assert!(!p.to_string_lossy().ends_with(".tmp"), "temp file left: {}", p.display());
+            assert!(
+                !p.to_string_lossy().ends_with(".tmp"),
+                "temp file left: {}",
+                p.display()
+            );
         }
     }
 }
@@ -47,11 +51,18 @@ fn failing_append_latches_the_error() {
     mem.inject_fault(FaultOp::Append);
     let err = s.append_message(user("lost")).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err:?}");
-    assert_eq!(s.leaf_id().map(str::to_string), leaf, "a failed append changes nothing");
+    assert_eq!(
+        s.leaf_id().map(str::to_string),
+        leaf,
+        "a failed append changes nothing"
+    );
     assert_eq!(s.entries().len(), 2);
     mem.clear_faults();
     // latched: every later operation returns it
-    assert!(matches!(s.append_message(user("later")), Err(Error::Persistence(_))));
+    assert!(matches!(
+        s.append_message(user("later")),
+        Err(Error::Persistence(_))
+    ));
     assert!(matches!(s.flush(), Err(Error::Persistence(_))));
     assert!(s.persistence_error().is_some());
     assert_eq!(env.storage.read(&path).unwrap(), before);
@@ -84,7 +95,11 @@ fn failing_rewrite_keeps_the_original() {
         let before = env.storage.read(&path).unwrap();
         mem.inject_fault(fault);
         assert!(s.set_title("new title").is_err());
-        assert_eq!(env.storage.read(&path).unwrap(), before, "{fault:?}: byte-identical");
+        assert_eq!(
+            env.storage.read(&path).unwrap(),
+            before,
+            "{fault:?}: byte-identical"
+        );
         no_temp_files(&env);
     }
 }
@@ -97,7 +112,10 @@ fn failing_fsync_latches() {
     mem.inject_fault(FaultOp::Fsync);
     assert!(s.flush().is_err());
     mem.clear_faults();
-    assert!(matches!(s.append_message(user("x")), Err(Error::Persistence(_))));
+    assert!(matches!(
+        s.append_message(user("x")),
+        Err(Error::Persistence(_))
+    ));
 }
 
 #[test]
@@ -154,7 +172,9 @@ fn another_writer_between_two_appends() {
     assert_eq!(s.entry(&ours).unwrap().parent_id(), Some("outside1"));
     outside_append(
         &path,
-        &format!(r#"{{"type":"custom","id":"outside2","parentId":"{ours}","timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#),
+        &format!(
+            r#"{{"type":"custom","id":"outside2","parentId":"{ours}","timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#
+        ),
     );
     let next = s.append_message(user("next")).unwrap();
     assert_eq!(s.entry(&next).unwrap().parent_id(), Some("outside2"));
@@ -185,7 +205,10 @@ fn a_torn_last_line_is_never_extended() {
         let text = String::from_utf8(env.storage.read(&path).unwrap()).unwrap();
         let last = text.lines().last().unwrap();
         assert_eq!(js_json(last)["id"], json!(id));
-        assert!(text.contains("\"par\n{"), "the torn piece stays on its own line");
+        assert!(
+            text.contains("\"par\n{"),
+            "the torn piece stays on its own line"
+        );
         let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
         assert_eq!(again.entries().len(), 3);
         assert_eq!(again.report().skipped, 1);
@@ -200,7 +223,9 @@ fn a_grown_file_is_read_incrementally_and_a_replaced_one_reloaded() {
     let leaf = s.leaf_id().unwrap().to_string();
     outside_append(
         &path,
-        &format!(r#"{{"type":"custom","id":"x1","parentId":"{leaf}","timestamp":"2026-01-01T00:00:00.000Z","customType":"c"}}"#),
+        &format!(
+            r#"{{"type":"custom","id":"x1","parentId":"{leaf}","timestamp":"2026-01-01T00:00:00.000Z","customType":"c"}}"#
+        ),
     );
     assert_eq!(s.refresh().unwrap(), sessionfs::session::Refresh::Grew(1));
     assert_eq!(s.leaf_id(), Some("x1"));
@@ -268,7 +293,9 @@ fn written_files_follow_the_corpus_byte_conventions() {
     assert!(text.ends_with('\n') && !text.contains("\r\n"));
     let mut lines = text.lines();
     let header = lines.next().unwrap();
-    assert!(header.starts_with(&format!(r#"{{"type":"session","version":3,"id":"{id}","timestamp":""#)));
+    assert!(header.starts_with(&format!(
+        r#"{{"type":"session","version":3,"id":"{id}","timestamp":""#
+    )));
     assert!(header.ends_with(r#","cwd":"/home/dev/pi"}"#));
     for line in lines {
         let v = js_json(line);
@@ -289,7 +316,10 @@ fn unreadable_files_are_reported_and_never_modified() {
         let dir = env.agent.sessions_dir().join("--w--");
         env.storage.ensure_dir(&dir).unwrap();
         for (name, content) in [
-            ("noheader.jsonl", &b"{\"type\":\"message\",\"id\":\"a\",\"parentId\":null}\n"[..]),
+            (
+                "noheader.jsonl",
+                &b"{\"type\":\"message\",\"id\":\"a\",\"parentId\":null}\n"[..],
+            ),
             ("garbage.jsonl", b"this is not json\n"),
             ("badheader.jsonl", b"{\"type\":\"session\",\"id\":42}\n"),
             ("binary.jsonl", b"\xff\xfe\x00\x01"),
@@ -298,7 +328,10 @@ fn unreadable_files_are_reported_and_never_modified() {
             env.storage.write(&path, content).unwrap();
             let err = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap_err();
             assert!(matches!(err, Error::Unreadable { .. }), "{name}: {err:?}");
-            assert!(err.to_string().contains(name), "the error names the file: {err}");
+            assert!(
+                err.to_string().contains(name),
+                "the error names the file: {err}"
+            );
             assert_eq!(env.storage.read(&path).unwrap(), content, "{name}");
         }
     }
@@ -319,7 +352,10 @@ fn fork_and_branched_session() {
         let forked = s.fork(&env.agent).unwrap();
         let f = Session::open_in(env.storage.clone(), &env.agent, &forked).unwrap();
         assert_eq!(f.entries().len(), s.entries().len());
-        assert_eq!(f.header().parent_session.as_deref(), Some(s.header().id.as_str()));
+        assert_eq!(
+            f.header().parent_session.as_deref(),
+            Some(s.header().id.as_str())
+        );
         assert_ne!(f.header().id, s.header().id);
 
         let branched = s.create_branched_session(&env.agent, &side).unwrap();
@@ -335,7 +371,11 @@ fn fork_and_branched_session() {
         // the side entry's parent was the label entry, which is dropped: its
         // parent becomes the label's parent
         assert_eq!(b.entry(&side).unwrap().parent_id(), Some(a.as_str()));
-        let ctx = js_json(b.context_at(sessionfs::session::LeafSel::Id(&side)).unwrap().as_json());
+        let ctx = js_json(
+            b.context_at(sessionfs::session::LeafSel::Id(&side))
+                .unwrap()
+                .as_json(),
+        );
         assert_eq!(ctx["messages"].as_array().unwrap().len(), 3);
     }
 }
