@@ -34,7 +34,7 @@ fn write(env: &Env, lines: &[String]) -> PathBuf {
     path
 }
 
-fn open(env: &Env, path: &PathBuf) -> Session {
+fn open(env: &Env, path: &std::path::Path) -> Session {
     Session::open_in(env.storage.clone(), &env.agent, path).unwrap()
 }
 

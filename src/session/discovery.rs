@@ -15,7 +15,7 @@ use crate::session::json::{raw_as_str, RawObject};
 use crate::session::loader::{self, DEFAULT_MAX_LINE};
 use crate::session::manager::Session;
 use crate::session::paths::{encode_cwd, session_id_from_file_name, AgentDir};
-use crate::session::persistence::atomic_write;
+use crate::session::persistence::{atomic_write, clean_stale_temps, is_our_temp_name};
 use crate::session::storage::Storage;
 use crate::session::time::format_iso_ms;
 
@@ -64,18 +64,44 @@ fn iso_of(t: SystemTime) -> String {
     format_iso_ms(ms)
 }
 
-/// Session files (`*.jsonl`, not hidden) of one project directory.
-pub fn session_files(storage: &dyn Storage, dir: &Path) -> Result<Vec<PathBuf>> {
+/// True when `path` (a symlink) resolves to somewhere inside `root`.
+/// Symlinks are never followed out of the agent directory.
+pub fn link_stays_inside(storage: &dyn Storage, path: &Path, root: &Path) -> bool {
+    match (storage.canonicalize(path), storage.canonicalize(root)) {
+        (Ok(target), Ok(root)) => target.starts_with(root),
+        _ => false,
+    }
+}
+
+/// Session files (`*.jsonl`, not hidden) of one project directory, below
+/// the agent directory `root`. Symlinks are listed only when they resolve
+/// inside `root`. Stale temp files of crashed rewrites are cleaned up.
+pub fn session_files_in(storage: &dyn Storage, dir: &Path, root: &Path) -> Result<Vec<PathBuf>> {
     let items = match storage.list(dir) {
         Ok(items) => items,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(dir, e)),
     };
+    if items.iter().any(|i| is_our_temp_name(&i.name)) {
+        clean_stale_temps(storage, dir);
+    }
     Ok(items
         .into_iter()
         .filter(|i| !i.is_dir && i.name.ends_with(".jsonl") && !i.name.starts_with('.'))
+        .filter(|i| !i.is_symlink || link_stays_inside(storage, &dir.join(&i.name), root))
         .map(|i| dir.join(i.name))
         .collect())
+}
+
+/// Session files of a project directory (its grandparent is taken as the
+/// agent directory for the symlink rule).
+pub fn session_files(storage: &dyn Storage, dir: &Path) -> Result<Vec<PathBuf>> {
+    let root = dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(dir)
+        .to_path_buf();
+    session_files_in(storage, dir, &root)
 }
 
 /// Project directories under `sessions/`.
@@ -85,9 +111,18 @@ pub fn project_dirs(storage: &dyn Storage, sessions_dir: &Path) -> Result<Vec<Pa
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(sessions_dir, e)),
     };
+    let root = sessions_dir.parent().unwrap_or(sessions_dir);
     Ok(items
         .into_iter()
-        .filter(|i| i.is_dir && !i.name.starts_with('.'))
+        .filter(|i| !i.name.starts_with('.'))
+        .filter(|i| {
+            i.is_dir
+                || (i.is_symlink
+                    && storage
+                        .stat(&sessions_dir.join(&i.name))
+                        .is_ok_and(|s| s.is_dir)
+                    && link_stays_inside(storage, &sessions_dir.join(&i.name), root))
+        })
         .map(|i| sessions_dir.join(i.name))
         .collect())
 }

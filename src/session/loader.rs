@@ -76,7 +76,12 @@ impl LineSplitter {
                     if self.skipping {
                         self.skipping = false;
                     } else if self.carry.is_empty() {
-                        line(chunk_offset + pos as u64, &chunk[pos..end]);
+                        if end - pos > self.max_line {
+                            self.carry_offset = chunk_offset + pos as u64;
+                            self.skip_long();
+                        } else {
+                            line(chunk_offset + pos as u64, &chunk[pos..end]);
+                        }
                     } else {
                         self.carry.extend_from_slice(&chunk[pos..end]);
                         if self.carry.len() > self.max_line {

@@ -274,6 +274,11 @@ impl Session {
     /// Runs the migration on the whole file; rewrites it unless read-only.
     fn migrate(&mut self) -> Result<()> {
         let path = self.require_path()?.to_path_buf();
+        if !self.read_only {
+            if let Some(dir) = path.parent() {
+                crate::session::persistence::clean_stale_temps(&*self.storage, dir);
+            }
+        }
         let bytes = self.storage.read(&path).at(&path)?;
         let Some(migrated) = migrate_file(&bytes) else {
             return Err(Error::Unreadable {
