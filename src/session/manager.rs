@@ -237,6 +237,7 @@ impl Session {
             header: HeaderInfo {
                 id: String::new(),
                 version: None,
+                version_raw: None,
                 timestamp: None,
                 cwd: None,
                 title: None,
@@ -253,10 +254,7 @@ impl Session {
             latched: None,
             report: LoadReport::default(),
         };
-        let needs_migration = loaded
-            .header
-            .as_ref()
-            .is_some_and(|h| h.effective_version() < CURRENT_VERSION);
+        let needs_migration = loaded.header.as_ref().is_some_and(|h| h.needs_migration());
         if needs_migration {
             session.migrate()?;
         } else {
