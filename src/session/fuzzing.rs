@@ -49,7 +49,9 @@ pub fn exercise_file(data: &[u8]) {
     let _ = session.tree();
     let _ = session.labels();
     let before = session.entries().len();
-    if session.append_custom("fuzz", None).is_ok() {
+    // A missing or empty file is a new session, written only once it holds
+    // an assistant message: only check files that are on disk.
+    if session.is_on_disk() && session.append_custom("fuzz", None).is_ok() {
         let again = Session::open_in(shared, &agent, Path::new(&path)).expect("reload");
         assert_eq!(again.entries().len(), before + 1, "the append is on disk");
     }

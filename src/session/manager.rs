@@ -26,7 +26,7 @@ use crate::session::format::{scan_line, EntryKind, HeaderInfo, LineKind, CURRENT
 use crate::session::ids::{new_entry_id, new_session_id};
 use crate::session::index::{EntryMeta, Loc, TreeIndex};
 use crate::session::json::{json_string, pretty, RawObject};
-use crate::session::loader::{self, Loaded, Phase, CHUNK_SIZE, DEFAULT_MAX_LINE};
+use crate::session::loader::{self, Loaded, Phase, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
 use crate::session::paths::{session_file_name, AgentDir};
 use crate::session::persistence::atomic_write;
@@ -338,16 +338,7 @@ impl Session {
             migrated_from,
         };
         self.index = TreeIndex::new();
-        for e in loaded.entries {
-            self.index.push(
-                e.entry,
-                Loc {
-                    offset: e.offset,
-                    len: e.len,
-                    in_memory,
-                },
-            );
-        }
+        self.push_loaded(loaded.entries, in_memory);
         self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
         self.reader = None;
         self.writer = None;
@@ -883,35 +874,34 @@ impl Session {
         Ok(offset)
     }
 
+    /// Adds loaded entries to the index in file order.
+    fn push_loaded(&mut self, entries: Vec<loader::LoadedEntry>, in_memory: bool) {
+        for e in entries {
+            let loc = Loc {
+                offset: e.offset,
+                len: e.len,
+                in_memory,
+            };
+            self.index.push(e.entry, loc);
+        }
+    }
+
     /// Indexes lines that appeared at the end of the file.
     fn index_tail(&mut self, path: &Path) -> Result<usize> {
         let Some(disk) = self.disk else { return Ok(0) };
-        let storage = self.storage.clone();
-        let loaded =
-            loader::scan_stream(disk.end, Phase::AfterHeader, self.max_line, &mut |sink| {
-                storage
-                    .scan(path, disk.end, CHUNK_SIZE, &mut |off, chunk| {
-                        sink(off, chunk);
-                        true
-                    })
-                    .map(|_| ())
-                    .at(path)
-            })?
-            .map_err(|reason| Error::Unreadable {
-                path: path.to_path_buf(),
-                reason,
-            })?;
+        let loaded = loader::scan_file(
+            &*self.storage,
+            path,
+            disk.end,
+            Phase::AfterHeader,
+            self.max_line,
+        )?
+        .map_err(|reason| Error::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         let n = loaded.entries.len();
-        for e in loaded.entries {
-            self.index.push(
-                e.entry,
-                Loc {
-                    offset: e.offset,
-                    len: e.len,
-                    in_memory: false,
-                },
-            );
-        }
+        self.push_loaded(loaded.entries, false);
         self.report.skipped += loaded.skipped;
         self.report.blank += loaded.blank;
         let stat = self.storage.stat(path).at(path)?;
