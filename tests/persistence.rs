@@ -379,3 +379,27 @@ fn fork_and_branched_session() {
         assert_eq!(ctx["messages"].as_array().unwrap().len(), 3);
     }
 }
+
+#[test]
+fn fork_from_another_project() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let s = written(&env);
+        let source = s.path().unwrap().to_path_buf();
+        let f = Session::fork_from(env.storage.clone(), &env.agent, &source, "/other").unwrap();
+        assert_eq!(f.entries().len(), 2);
+        assert_eq!(f.header().cwd.as_deref(), Some("/other"));
+        assert_eq!(
+            f.header().parent_session.as_deref(),
+            Some(source.to_string_lossy().as_ref())
+        );
+        assert!(f
+            .path()
+            .unwrap()
+            .starts_with(env.agent.project_dir("/other")));
+        assert_eq!(
+            f.context().unwrap().as_json(),
+            s.context().unwrap().as_json()
+        );
+    }
+}

@@ -1311,19 +1311,46 @@ impl Session {
         self.write_new_session(agent, Some(&parent), body)
     }
 
+    /// `fork_from(path)`: a new session in `target_cwd`'s project holding
+    /// every entry of the session file at `source`, with `parentSession` =
+    /// that path. Returns the new session, opened.
+    pub fn fork_from(
+        storage: Arc<dyn Storage>,
+        agent: &AgentDir,
+        source: &Path,
+        target_cwd: &str,
+    ) -> Result<Session> {
+        let src = Session::open_in(storage.clone(), agent, source)?;
+        let body = src.entry_lines(0..src.index.len() as u32)?;
+        let parent = source.to_string_lossy().into_owned();
+        let path = src.write_session_file(agent, target_cwd, Some(&parent), body)?;
+        Session::open_in(storage, agent, &path)
+    }
+
     fn write_new_session(
         &self,
         agent: &AgentDir,
         parent: Option<&str>,
         body: Vec<u8>,
     ) -> Result<PathBuf> {
+        let cwd = self.header.cwd.clone().unwrap_or_default();
+        self.write_session_file(agent, &cwd, parent, body)
+    }
+
+    /// Writes a new session file (fresh id and timestamp) in `cwd`'s project.
+    fn write_session_file(
+        &self,
+        agent: &AgentDir,
+        cwd: &str,
+        parent: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<PathBuf> {
         let id = new_session_id();
         let ts = now_iso();
-        let cwd = self.header.cwd.clone().unwrap_or_default();
-        let dir = agent.project_dir(&cwd);
+        let dir = agent.project_dir(cwd);
         self.storage.ensure_dir(&dir).at(&dir)?;
         let path = dir.join(session_file_name(&ts, &id));
-        let mut data = header_line_for(&id, &ts, &cwd, parent).into_bytes();
+        let mut data = header_line_for(&id, &ts, cwd, parent).into_bytes();
         data.push(b'\n');
         data.extend_from_slice(&body);
         atomic_write(&*self.storage, &path, &data)?;
