@@ -134,11 +134,21 @@ fn header_line_for(id: &str, timestamp: &str, cwd: &str, parent: Option<&str>) -
     Value::Object(obj).to_string()
 }
 
-fn header_info(line: &str) -> Option<HeaderInfo> {
-    match scan_line(line.as_bytes()) {
-        LineKind::Header(h) => Some(h),
-        _ => None,
-    }
+/// A header for a new session: its line and what the engine reads of it.
+fn new_header(cwd: &str, parent: Option<&str>) -> (String, HeaderInfo) {
+    let id = new_session_id();
+    let timestamp = now_iso();
+    let line = header_line_for(&id, &timestamp, cwd, parent);
+    let info = HeaderInfo {
+        id,
+        version: Some(CURRENT_VERSION),
+        version_raw: Some(CURRENT_VERSION.to_string()),
+        timestamp: Some(timestamp),
+        cwd: Some(cwd.to_string()),
+        title: None,
+        parent_session: parent.map(str::to_string),
+    };
+    (line, info)
 }
 
 impl Session {
@@ -151,11 +161,9 @@ impl Session {
         blobs: Option<BlobStore>,
         path: Option<PathBuf>,
         persist: bool,
-        header_line: String,
-    ) -> Result<Self> {
-        let header = header_info(&header_line)
-            .ok_or_else(|| Error::Invalid("internal: bad header line".into()))?;
-        Ok(Session {
+        (header_line, header): (String, HeaderInfo),
+    ) -> Self {
+        Session {
             storage,
             blobs,
             path,
@@ -173,7 +181,7 @@ impl Session {
             writer: None,
             latched: None,
             report: LoadReport::default(),
-        })
+        }
     }
 
     /// A new persistent session for `cwd` under the agent directory. Nothing
@@ -189,21 +197,19 @@ impl Session {
         cwd: &str,
         parent_session: Option<&str>,
     ) -> Result<Self> {
-        let id = new_session_id();
-        let ts = now_iso();
-        let dir = agent.project_dir(cwd);
-        let path = dir.join(session_file_name(&ts, &id));
+        let header = new_header(cwd, parent_session);
+        let path = agent.project_dir(cwd).join(session_file_name(
+            header.1.timestamp.as_deref().unwrap_or_default(),
+            &header.1.id,
+        ));
         let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
-        let line = header_line_for(&id, &ts, cwd, parent_session);
-        Self::blank(storage, Some(blobs), Some(path), true, line)
+        Ok(Self::blank(storage, Some(blobs), Some(path), true, header))
     }
 
     /// A session that lives in memory only.
     pub fn in_memory(cwd: &str) -> Self {
         let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
-        let line = header_line_for(&new_session_id(), &now_iso(), cwd, None);
-        // The header line is built here and always parses.
-        Self::blank(storage, None, None, false, line).unwrap_or_else(|_| unreachable!())
+        Self::blank(storage, None, None, false, new_header(cwd, None))
     }
 
     /// Opens a session file. A missing or empty file becomes a new session
@@ -217,45 +223,28 @@ impl Session {
         path: &Path,
         options: &OpenOptions,
     ) -> Result<Self> {
-        let Some(loaded) = loader::load_file(&*storage, path, options.max_line)? else {
-            let cwd = std::env::current_dir()
+        let loaded = loader::load_file(&*storage, path, options.max_line)?;
+        let cwd = match &loaded {
+            // A missing or empty file: a new session for the current directory.
+            None => std::env::current_dir()
                 .map(|d| d.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "/".into());
-            let line = header_line_for(&new_session_id(), &now_iso(), &cwd, None);
-            let mut s = Self::blank(storage, blobs, Some(path.to_path_buf()), true, line)?;
-            s.read_only = options.read_only;
-            s.max_line = options.max_line;
-            return Ok(s);
+                .unwrap_or_else(|_| "/".into()),
+            // Replaced by the file's header below.
+            Some(_) => String::new(),
         };
-        let mut session = Session {
+        let mut session = Self::blank(
             storage,
             blobs,
-            path: Some(path.to_path_buf()),
-            persist: true,
-            read_only: options.read_only,
-            max_line: options.max_line,
-            header: HeaderInfo {
-                id: String::new(),
-                version: None,
-                version_raw: None,
-                timestamp: None,
-                cwd: None,
-                title: None,
-                parent_session: None,
-            },
-            header_line: String::new(),
-            index: TreeIndex::new(),
-            leaf: None,
-            mem: Vec::new(),
-            on_disk: true,
-            disk: None,
-            reader: None,
-            writer: None,
-            latched: None,
-            report: LoadReport::default(),
+            Some(path.to_path_buf()),
+            true,
+            new_header(&cwd, None),
+        );
+        session.read_only = options.read_only;
+        session.max_line = options.max_line;
+        let Some(loaded) = loaded else {
+            return Ok(session);
         };
-        let needs_migration = loaded.header.as_ref().is_some_and(|h| h.needs_migration());
-        if needs_migration {
+        if loaded.header.as_ref().is_some_and(|h| h.needs_migration()) {
             session.migrate()?;
         } else {
             session.install_loaded(loaded, false)?;
