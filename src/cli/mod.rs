@@ -1,8 +1,12 @@
 //! The command line: a thin adapter over the engine (and the mount).
 
+pub mod common;
+pub mod edit;
 pub mod history;
+pub mod inspect;
 pub mod ls;
 pub mod mount;
+pub mod sessions;
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +21,31 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Print the context (what the model sees) at the leaf, as JSON.
+    Context(inspect::ContextArgs),
+    /// Print the entry tree: one line per entry, `*` on the leaf.
+    Tree(inspect::TreeArgs),
+    /// Print the leaf after loading (the file's last entry).
+    Leaf(sessions::FileArgs),
+    /// Print `<id>\t<label>` for every labelled entry.
+    Labels(sessions::FileArgs),
+    /// Print the header as JSON.
+    Header(sessions::FileArgs),
+    /// Print one entry as JSON (image blob refs resolved).
+    Entry(sessions::EntryArgs),
+    /// Append entries (JSON objects, one per line) read from stdin; prints
+    /// each new id.
+    Append(edit::AppendArgs),
+    /// Set (or, without LABEL, clear) the label of an entry.
+    Label(edit::LabelArgs),
+    /// Move the leaf to an entry (or root) and append a branch summary.
+    BranchSummary(edit::BranchSummaryArgs),
+    /// List sessions of a directory (or of all projects).
+    List(sessions::ListArgs),
+    /// The most recent sessions of a directory, with display names.
+    Recent(sessions::RecentArgs),
+    /// Fork a session into a new file; prints the new file's path.
+    Fork(sessions::ForkArgs),
     /// Prompt history (SQLite with FTS5).
     #[command(subcommand)]
     History(history::HistoryCommand),
@@ -29,6 +58,18 @@ pub enum Command {
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
+        Command::Context(args) => inspect::context(&args),
+        Command::Tree(args) => inspect::tree(&args),
+        Command::Leaf(args) => sessions::leaf(&args),
+        Command::Labels(args) => sessions::labels(&args),
+        Command::Header(args) => sessions::header(&args),
+        Command::Entry(args) => sessions::entry(&args),
+        Command::Append(args) => edit::append(&args),
+        Command::Label(args) => edit::label(&args),
+        Command::BranchSummary(args) => edit::branch_summary(&args),
+        Command::List(args) => sessions::list(&args),
+        Command::Recent(args) => sessions::recent(&args),
+        Command::Fork(args) => sessions::fork(&args),
         Command::History(cmd) => history::run(cmd),
         Command::Mount(args) => mount::run(args),
         Command::Ls(args) => ls::run(args),

@@ -1,1 +1,524 @@
+//! Session discovery (SPEC §10): recent sessions of a directory from a
+//! 4096-byte prefix of each file, the most recent session, listings of one
+//! project or all projects, lookup by id prefix, and terminal breadcrumbs
+//! for `continue_recent`.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::session::error::{Error, IoContext, Result};
+use crate::session::format::{scan_line, EntryKind, Facts, LineKind, Role};
+use crate::session::json::{raw_as_str, RawObject};
+use crate::session::loader::{self, DEFAULT_MAX_LINE};
+use crate::session::manager::Session;
+use crate::session::paths::{encode_cwd, session_id_from_file_name, AgentDir};
+use crate::session::persistence::{atomic_write, clean_stale_temps, is_our_temp_name};
+use crate::session::storage::Storage;
+use crate::session::time::format_iso_ms;
+
+/// How much of each file the recent-sessions view reads.
+pub const PREFIX_BYTES: usize = 4096;
+/// Display names are cut to this many characters.
+pub const DISPLAY_NAME_CHARS: usize = 40;
+
+/// A session in the recent-sessions view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecentSession {
+    pub path: PathBuf,
+    #[serde(serialize_with = "ser_time")]
+    pub mtime: SystemTime,
+    pub name: String,
+}
+
+/// A session in a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub path: PathBuf,
+    pub id: String,
+    pub cwd: Option<String>,
+    pub title: Option<String>,
+    pub parent_session: Option<String>,
+    /// The header's timestamp.
+    pub created: Option<String>,
+    /// The file's modification time (ISO-8601).
+    pub modified: String,
+    /// Number of `message` entries.
+    pub message_count: usize,
+    /// Text of the first user message.
+    pub first_message: Option<String>,
+}
+
+fn ser_time<S: serde::Serializer>(t: &SystemTime, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&iso_of(*t))
+}
+
+fn iso_of(t: SystemTime) -> String {
+    let ms = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    format_iso_ms(ms)
+}
+
+/// True when `path` (a symlink) resolves to somewhere inside `root`.
+/// Symlinks are never followed out of the agent directory.
+pub fn link_stays_inside(storage: &dyn Storage, path: &Path, root: &Path) -> bool {
+    match (storage.canonicalize(path), storage.canonicalize(root)) {
+        (Ok(target), Ok(root)) => target.starts_with(root),
+        _ => false,
+    }
+}
+
+/// Session files (`*.jsonl`, not hidden) of one project directory, below
+/// the agent directory `root`. Symlinks are listed only when they resolve
+/// inside `root`. Stale temp files of crashed rewrites are cleaned up.
+pub fn session_files_in(storage: &dyn Storage, dir: &Path, root: &Path) -> Result<Vec<PathBuf>> {
+    let items = match storage.list(dir) {
+        Ok(items) => items,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    if items.iter().any(|i| is_our_temp_name(&i.name)) {
+        clean_stale_temps(storage, dir);
+    }
+    Ok(items
+        .into_iter()
+        .filter(|i| !i.is_dir && i.name.ends_with(".jsonl") && !i.name.starts_with('.'))
+        .filter(|i| !i.is_symlink || link_stays_inside(storage, &dir.join(&i.name), root))
+        .map(|i| dir.join(i.name))
+        .collect())
+}
+
+/// Session files of a project directory (its grandparent is taken as the
+/// agent directory for the symlink rule).
+pub fn session_files(storage: &dyn Storage, dir: &Path) -> Result<Vec<PathBuf>> {
+    let root = dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(dir)
+        .to_path_buf();
+    session_files_in(storage, dir, &root)
+}
+
+/// Project directories under `sessions/`.
+pub fn project_dirs(storage: &dyn Storage, sessions_dir: &Path) -> Result<Vec<PathBuf>> {
+    let items = match storage.list(sessions_dir) {
+        Ok(items) => items,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(sessions_dir, e)),
+    };
+    let root = sessions_dir.parent().unwrap_or(sessions_dir);
+    Ok(items
+        .into_iter()
+        .filter(|i| !i.name.starts_with('.'))
+        .filter(|i| {
+            i.is_dir
+                || (i.is_symlink
+                    && storage
+                        .stat(&sessions_dir.join(&i.name))
+                        .is_ok_and(|s| s.is_dir)
+                    && link_stays_inside(storage, &sessions_dir.join(&i.name), root))
+        })
+        .map(|i| sessions_dir.join(i.name))
+        .collect())
+}
+
+fn by_mtime_desc(storage: &dyn Storage, files: Vec<PathBuf>) -> Vec<(PathBuf, SystemTime)> {
+    let mut out: Vec<(PathBuf, SystemTime)> = files
+        .into_iter()
+        .filter_map(|p| storage.stat(&p).ok().map(|s| (p, s.mtime)))
+        .collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+    out
+}
+
+/// First line, control characters removed, cut to `max` characters with `…`.
+pub fn display_name(s: &str, max: usize) -> String {
+    let first = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let clean: String = first.chars().filter(|c| !c.is_control()).collect();
+    if clean.chars().count() > max {
+        let mut cut: String = clean.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    } else {
+        clean
+    }
+}
+
+/// The text of a user message's `content` (a string or text blocks).
+fn user_text(message: &RawObject<'_>) -> Option<String> {
+    let content = message.get("content")?;
+    if let Some(s) = raw_as_str(content) {
+        return Some(s.into_owned());
+    }
+    let blocks: Vec<&serde_json::value::RawValue> = serde_json::from_str(content.get()).ok()?;
+    let texts: Vec<String> = blocks
+        .iter()
+        .filter_map(|b| RawObject::parse(b.get()).ok())
+        .filter(|b| b.get_str("type").as_deref() == Some("text"))
+        .filter_map(|b| b.get_str("text").map(|t| t.into_owned()))
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n"))
+}
+
+/// The first user message's text of an entry line, if it is one.
+fn first_user_text(line: &[u8], kind: &LineKind) -> Option<String> {
+    let LineKind::Entry(e) = kind else {
+        return None;
+    };
+    if !matches!(
+        e.facts,
+        Facts::Message {
+            role: Role::User,
+            ..
+        }
+    ) {
+        return None;
+    }
+    let text = std::str::from_utf8(line).ok()?;
+    let obj = RawObject::parse(text).ok()?;
+    let message = RawObject::parse(obj.get("message")?.get()).ok()?;
+    user_text(&message)
+}
+
+/// Header and first user prompt from the first bytes of a file.
+fn prefix_facts(prefix: &[u8]) -> (Option<crate::session::format::HeaderInfo>, Option<String>) {
+    let prefix = prefix
+        .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+        .unwrap_or(prefix);
+    let mut header = None;
+    let mut first = None;
+    // Only complete lines count.
+    let complete = prefix
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(&[][..], |p| &prefix[..p]);
+    for line in complete.split(|&b| b == b'\n') {
+        let kind = scan_line(line);
+        match &kind {
+            LineKind::Header(h) if header.is_none() => header = Some(h.clone()),
+            LineKind::Entry(_) if first.is_none() => first = first_user_text(line, &kind),
+            _ => {}
+        }
+        if header.is_some() && first.is_some() {
+            break;
+        }
+    }
+    (header, first)
+}
+
+/// The newest sessions of a project directory by mtime, with display names
+/// read from at most the first 4096 bytes of each file.
+pub fn recent_sessions(
+    storage: &dyn Storage,
+    dir: &Path,
+    limit: usize,
+) -> Result<Vec<RecentSession>> {
+    let files = by_mtime_desc(storage, session_files(storage, dir)?);
+    let mut out = Vec::new();
+    for (path, mtime) in files.into_iter().take(limit) {
+        let prefix = storage.read_prefix(&path, PREFIX_BYTES).unwrap_or_default();
+        let (header, first) = prefix_facts(&prefix);
+        let id = header
+            .as_ref()
+            .map(|h| h.id.clone())
+            .or_else(|| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(session_id_from_file_name)
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        let raw_name = header
+            .and_then(|h| h.title.filter(|t| !t.trim().is_empty()))
+            .or(first.filter(|f| !f.trim().is_empty()))
+            .unwrap_or(id);
+        out.push(RecentSession {
+            path,
+            mtime,
+            name: display_name(&raw_name, DISPLAY_NAME_CHARS),
+        });
+    }
+    Ok(out)
+}
+
+/// The most recently modified session of a directory.
+pub fn most_recent_session(storage: &dyn Storage, dir: &Path) -> Result<Option<PathBuf>> {
+    Ok(by_mtime_desc(storage, session_files(storage, dir)?)
+        .into_iter()
+        .next()
+        .map(|(p, _)| p))
+}
+
+/// Metadata of one session file (reads the whole file; files without a
+/// valid header are skipped by the listings and reported as errors here).
+pub fn session_info(storage: &dyn Storage, path: &Path) -> Result<SessionInfo> {
+    let stat = storage.stat(path).at(path)?;
+    let Some(loaded) = loader::load_file(storage, path, DEFAULT_MAX_LINE)? else {
+        return Err(Error::Unreadable {
+            path: path.to_path_buf(),
+            reason: "empty file".into(),
+        });
+    };
+    let header = loaded.header.clone().ok_or_else(|| Error::Unreadable {
+        path: path.to_path_buf(),
+        reason: "no session header".into(),
+    })?;
+    let message_count = loaded
+        .entries
+        .iter()
+        .filter(|e| e.entry.kind == EntryKind::Message)
+        .count();
+    let mut first_message = None;
+    if let Some(first_user) = loaded.entries.iter().find(|e| {
+        matches!(
+            e.entry.facts,
+            Facts::Message {
+                role: Role::User,
+                ..
+            }
+        )
+    }) {
+        if let Ok(line) = storage.read_at(path, first_user.offset, first_user.len as usize) {
+            let kind = scan_line(&line);
+            first_message = first_user_text(&line, &kind);
+        }
+    }
+    Ok(SessionInfo {
+        path: path.to_path_buf(),
+        id: header.id,
+        cwd: header.cwd,
+        title: header.title,
+        parent_session: header.parent_session,
+        created: header.timestamp,
+        modified: iso_of(stat.mtime),
+        message_count,
+        first_message,
+    })
+}
+
+/// Sessions of one project directory, newest first. Unreadable files are
+/// logged and left out.
+pub fn list_sessions(storage: &dyn Storage, dir: &Path) -> Result<Vec<SessionInfo>> {
+    let mut out = Vec::new();
+    for (path, _) in by_mtime_desc(storage, session_files(storage, dir)?) {
+        match session_info(storage, &path) {
+            Ok(info) => out.push(info),
+            Err(e) => log::warn!("skipping {}: {e}", path.display()),
+        }
+    }
+    Ok(out)
+}
+
+/// Sessions of every project, newest first.
+pub fn list_all(storage: &dyn Storage, agent: &AgentDir) -> Result<Vec<SessionInfo>> {
+    let mut out = Vec::new();
+    for dir in project_dirs(storage, &agent.sessions_dir())? {
+        out.extend(list_sessions(storage, &dir)?);
+    }
+    out.sort_by(|a, b| {
+        b.modified
+            .cmp(&a.modified)
+            .then_with(|| b.path.cmp(&a.path))
+    });
+    Ok(out)
+}
+
+/// Finds a session file by a prefix of its id (from file names, no file is
+/// read). Exactly one match is required.
+pub fn resolve_session(
+    storage: &dyn Storage,
+    agent: &AgentDir,
+    id_prefix: &str,
+) -> Result<PathBuf> {
+    if id_prefix.is_empty() {
+        return Err(Error::Invalid("empty session id".into()));
+    }
+    let mut matches = Vec::new();
+    for dir in project_dirs(storage, &agent.sessions_dir())? {
+        for file in session_files(storage, &dir)? {
+            let id = file
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(session_id_from_file_name);
+            if id.is_some_and(|id| id.starts_with(id_prefix)) {
+                matches.push(file);
+            }
+        }
+    }
+    match matches.len() {
+        0 => Err(Error::EntryNotFound(format!("session {id_prefix}"))),
+        1 => Ok(matches.remove(0)),
+        n => Err(Error::Invalid(format!(
+            "session id prefix {id_prefix} matches {n} sessions"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Breadcrumbs
+// ---------------------------------------------------------------------------
+
+fn sanitize(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c == '/' || c == '\0' || c.is_control() {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// The terminal id from the tty name of stdin (`/dev/pts/3` → `pts-3`).
+pub fn terminal_id_from_tty(tty: &str) -> Option<String> {
+    let rest = tty.strip_prefix("/dev/")?;
+    (!rest.is_empty()).then(|| sanitize(rest))
+}
+
+/// The terminal id from environment variables, in the reference's order.
+pub fn terminal_id_from_env(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    [
+        ("KITTY_WINDOW_ID", "kitty-"),
+        ("TMUX_PANE", "tmux-"),
+        ("TERM_SESSION_ID", "apple-"),
+        ("WT_SESSION", "wt-"),
+    ]
+    .iter()
+    .find_map(|(var, prefix)| {
+        get(var)
+            .filter(|v| !v.is_empty())
+            .map(|v| format!("{prefix}{}", sanitize(&v)))
+    })
+}
+
+/// The current terminal's id: the tty of stdin, else the environment.
+pub fn current_terminal_id() -> Option<String> {
+    // SAFETY: ttyname returns a pointer to a static buffer or null.
+    let tty = unsafe {
+        let p = libc::ttyname(0);
+        (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+    };
+    tty.as_deref()
+        .and_then(terminal_id_from_tty)
+        .or_else(|| terminal_id_from_env(|k| std::env::var(k).ok()))
+}
+
+/// Writes the breadcrumb of a terminal: the cwd and the session file path.
+pub fn write_breadcrumb(
+    storage: &dyn Storage,
+    agent: &AgentDir,
+    terminal_id: &str,
+    cwd: &str,
+    session_file: &Path,
+) -> Result<()> {
+    let dir = agent.terminal_sessions_dir();
+    storage.ensure_dir(&dir).at(&dir)?;
+    let body = format!("{cwd}\n{}\n", session_file.display());
+    atomic_write(storage, &dir.join(sanitize(terminal_id)), body.as_bytes())
+}
+
+/// Reads a terminal's breadcrumb: `(cwd, session file)`.
+pub fn read_breadcrumb(
+    storage: &dyn Storage,
+    agent: &AgentDir,
+    terminal_id: &str,
+) -> Option<(String, PathBuf)> {
+    let path = agent.terminal_sessions_dir().join(sanitize(terminal_id));
+    let bytes = storage.read(&path).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let mut lines = text.lines();
+    let cwd = lines.next()?.to_string();
+    let file = lines.next().filter(|l| !l.is_empty())?;
+    Some((cwd, PathBuf::from(file)))
+}
+
+/// Continues the most relevant session of `cwd`: the terminal's breadcrumb
+/// when its cwd matches and the file exists, else the most recent session
+/// of the directory, else a new session. The breadcrumb is updated.
+pub fn continue_recent(
+    storage: Arc<dyn Storage>,
+    agent: &AgentDir,
+    cwd: &str,
+    terminal_id: Option<&str>,
+) -> Result<Session> {
+    let from_crumb = terminal_id
+        .and_then(|t| read_breadcrumb(&*storage, agent, t))
+        .filter(|(c, file)| c == cwd && storage.exists(file))
+        .map(|(_, file)| file);
+    let chosen = match from_crumb {
+        Some(file) => Some(file),
+        None => most_recent_session(&*storage, &agent.project_dir(cwd))?,
+    };
+    let session = match chosen {
+        Some(file) => Session::open_in(storage.clone(), agent, &file)?,
+        None => Session::create(storage.clone(), agent, cwd)?,
+    };
+    if let (Some(t), Some(path)) = (terminal_id, session.path()) {
+        if let Err(e) = write_breadcrumb(&*storage, agent, t, cwd, path) {
+            log::warn!("could not write the terminal breadcrumb: {e}");
+        }
+    }
+    Ok(session)
+}
+
+/// The project directory name of a cwd (re-exported for the CLI).
+pub fn project_name(cwd: &str) -> String {
+    encode_cwd(cwd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_are_one_cut_line() {
+        assert_eq!(display_name("hello\nworld", 40), "hello");
+        assert_eq!(display_name("a\tb\u{7}c", 40), "abc");
+        let long = "x".repeat(50);
+        let name = display_name(&long, 40);
+        assert_eq!(name.chars().count(), 40);
+        assert!(name.ends_with('…'));
+    }
+
+    #[test]
+    fn terminal_ids() {
+        assert_eq!(terminal_id_from_tty("/dev/pts/3").as_deref(), Some("pts-3"));
+        assert_eq!(terminal_id_from_tty("/dev/tty1").as_deref(), Some("tty1"));
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            terminal_id_from_env(env(&[("TMUX_PANE", "%3")])).as_deref(),
+            Some("tmux-%3")
+        );
+        assert_eq!(
+            terminal_id_from_env(env(&[("WT_SESSION", "x/y"), ("KITTY_WINDOW_ID", "7")]))
+                .as_deref(),
+            Some("kitty-7")
+        );
+        assert_eq!(
+            terminal_id_from_env(env(&[("TERM_SESSION_ID", "abc")])).as_deref(),
+            Some("apple-abc")
+        );
+        assert_eq!(
+            terminal_id_from_env(env(&[("WT_SESSION", "w")])).as_deref(),
+            Some("wt-w")
+        );
+        assert_eq!(terminal_id_from_env(env(&[])), None);
+    }
+}

@@ -163,8 +163,10 @@ pub struct ScannedEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderInfo {
     pub id: String,
-    /// `None` for v1 files.
+    /// `None` for v1 files (or a `version` that is not a number).
     pub version: Option<u64>,
+    /// The raw JSON text of `version`, if present.
+    pub version_raw: Option<String>,
     pub timestamp: Option<String>,
     pub cwd: Option<String>,
     pub title: Option<String>,
@@ -172,9 +174,36 @@ pub struct HeaderInfo {
 }
 
 impl HeaderInfo {
-    /// The effective version (absent → 1).
-    pub fn effective_version(&self) -> u64 {
-        self.version.unwrap_or(1)
+    /// The version as the reference compares it (`version ?? 1`, with
+    /// JavaScript's number coercion; `NaN` for non-numeric text).
+    pub fn version_value(&self) -> f64 {
+        js_version(self.version_raw.as_deref())
+    }
+
+    /// True when the loader must migrate the file (`version < 3`).
+    pub fn needs_migration(&self) -> bool {
+        self.version_value() < CURRENT_VERSION as f64
+    }
+}
+
+/// `version ?? 1` coerced to a number as JavaScript's `<` does: absent or
+/// `null` → 1, numbers as written, strings parsed (empty → 0, invalid →
+/// NaN), booleans 1/0, anything else NaN. Comparisons with NaN are false,
+/// so a non-numeric version never triggers a migration.
+pub fn js_version(raw: Option<&str>) -> f64 {
+    let Some(text) = raw.map(str::trim) else {
+        return 1.0;
+    };
+    match text {
+        "null" => 1.0,
+        "true" => 1.0,
+        "false" => 0.0,
+        t if t.starts_with('"') => match decode_json_string(t) {
+            Some(s) if s.trim().is_empty() => 0.0,
+            Some(s) => s.trim().parse::<f64>().unwrap_or(f64::NAN),
+            None => f64::NAN,
+        },
+        t => t.parse::<f64>().unwrap_or(f64::NAN),
     }
 }
 
@@ -243,20 +272,17 @@ pub fn classify(obj: &RawObject<'_>) -> LineKind {
 
 fn header_of(obj: &RawObject<'_>) -> Option<HeaderInfo> {
     let id = obj.get_str("id")?.into_owned();
+    let version_raw = obj.get("version").map(|v| v.get().to_string());
     let version = obj
         .get("version")
         .and_then(|v| v.get().parse::<f64>().ok())
-        .map(|v| {
-            if v.is_finite() && v > 0.0 {
-                v as u64
-            } else {
-                0
-            }
-        });
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| v as u64);
     let s = |k: &str| obj.get_str(k).map(Cow::into_owned);
     Some(HeaderInfo {
         id,
         version,
+        version_raw,
         timestamp: s("timestamp"),
         cwd: s("cwd"),
         title: s("title"),

@@ -76,7 +76,12 @@ impl LineSplitter {
                     if self.skipping {
                         self.skipping = false;
                     } else if self.carry.is_empty() {
-                        line(chunk_offset + pos as u64, &chunk[pos..end]);
+                        if end - pos > self.max_line {
+                            self.carry_offset = chunk_offset + pos as u64;
+                            self.skip_long();
+                        } else {
+                            line(chunk_offset + pos as u64, &chunk[pos..end]);
+                        }
                     } else {
                         self.carry.extend_from_slice(&chunk[pos..end]);
                         if self.carry.len() > self.max_line {
@@ -279,6 +284,25 @@ pub fn scan_stream(
     Ok(Ok(loaded))
 }
 
+/// Scans a file through `storage` from `start` to its end.
+pub fn scan_file(
+    storage: &dyn Storage,
+    path: &Path,
+    start: u64,
+    phase: Phase,
+    max_line: usize,
+) -> Result<std::result::Result<Loaded, String>> {
+    scan_stream(start, phase, max_line, &mut |sink| {
+        storage
+            .scan(path, start, CHUNK_SIZE, &mut |off, chunk| {
+                sink(off, chunk);
+                true
+            })
+            .map(|_| ())
+            .map_err(|e| Error::io(path, e))
+    })
+}
+
 /// Loads a whole file through `storage`: `Ok(None)` for a missing or empty
 /// file, `Error::Unreadable` when there is no valid header.
 pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<Option<Loaded>> {
@@ -296,16 +320,7 @@ pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<
     if stat.size == 0 {
         return Ok(None);
     }
-    let loaded = scan_stream(0, Phase::BeforeHeader, max_line, &mut |sink| {
-        storage
-            .scan(path, 0, CHUNK_SIZE, &mut |off, chunk| {
-                sink(off, chunk);
-                true
-            })
-            .map(|_| ())
-            .map_err(|e| Error::io(path, e))
-    })?;
-    match loaded {
+    match scan_file(storage, path, 0, Phase::BeforeHeader, max_line)? {
         Err(reason) => Err(Error::Unreadable {
             path: path.to_path_buf(),
             reason,

@@ -26,7 +26,7 @@ use crate::session::format::{scan_line, EntryKind, HeaderInfo, LineKind, CURRENT
 use crate::session::ids::{new_entry_id, new_session_id};
 use crate::session::index::{EntryMeta, Loc, TreeIndex};
 use crate::session::json::{json_string, pretty, RawObject};
-use crate::session::loader::{self, Loaded, Phase, CHUNK_SIZE, DEFAULT_MAX_LINE};
+use crate::session::loader::{self, Loaded, Phase, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
 use crate::session::paths::{session_file_name, AgentDir};
 use crate::session::persistence::atomic_write;
@@ -134,11 +134,21 @@ fn header_line_for(id: &str, timestamp: &str, cwd: &str, parent: Option<&str>) -
     Value::Object(obj).to_string()
 }
 
-fn header_info(line: &str) -> Option<HeaderInfo> {
-    match scan_line(line.as_bytes()) {
-        LineKind::Header(h) => Some(h),
-        _ => None,
-    }
+/// A header for a new session: its line and what the engine reads of it.
+fn new_header(cwd: &str, parent: Option<&str>) -> (String, HeaderInfo) {
+    let id = new_session_id();
+    let timestamp = now_iso();
+    let line = header_line_for(&id, &timestamp, cwd, parent);
+    let info = HeaderInfo {
+        id,
+        version: Some(CURRENT_VERSION),
+        version_raw: Some(CURRENT_VERSION.to_string()),
+        timestamp: Some(timestamp),
+        cwd: Some(cwd.to_string()),
+        title: None,
+        parent_session: parent.map(str::to_string),
+    };
+    (line, info)
 }
 
 impl Session {
@@ -151,11 +161,9 @@ impl Session {
         blobs: Option<BlobStore>,
         path: Option<PathBuf>,
         persist: bool,
-        header_line: String,
-    ) -> Result<Self> {
-        let header = header_info(&header_line)
-            .ok_or_else(|| Error::Invalid("internal: bad header line".into()))?;
-        Ok(Session {
+        (header_line, header): (String, HeaderInfo),
+    ) -> Self {
+        Session {
             storage,
             blobs,
             path,
@@ -173,7 +181,7 @@ impl Session {
             writer: None,
             latched: None,
             report: LoadReport::default(),
-        })
+        }
     }
 
     /// A new persistent session for `cwd` under the agent directory. Nothing
@@ -189,21 +197,19 @@ impl Session {
         cwd: &str,
         parent_session: Option<&str>,
     ) -> Result<Self> {
-        let id = new_session_id();
-        let ts = now_iso();
-        let dir = agent.project_dir(cwd);
-        let path = dir.join(session_file_name(&ts, &id));
+        let header = new_header(cwd, parent_session);
+        let path = agent.project_dir(cwd).join(session_file_name(
+            header.1.timestamp.as_deref().unwrap_or_default(),
+            &header.1.id,
+        ));
         let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
-        let line = header_line_for(&id, &ts, cwd, parent_session);
-        Self::blank(storage, Some(blobs), Some(path), true, line)
+        Ok(Self::blank(storage, Some(blobs), Some(path), true, header))
     }
 
     /// A session that lives in memory only.
     pub fn in_memory(cwd: &str) -> Self {
         let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
-        let line = header_line_for(&new_session_id(), &now_iso(), cwd, None);
-        // The header line is built here and always parses.
-        Self::blank(storage, None, None, false, line).unwrap_or_else(|_| unreachable!())
+        Self::blank(storage, None, None, false, new_header(cwd, None))
     }
 
     /// Opens a session file. A missing or empty file becomes a new session
@@ -217,47 +223,28 @@ impl Session {
         path: &Path,
         options: &OpenOptions,
     ) -> Result<Self> {
-        let Some(loaded) = loader::load_file(&*storage, path, options.max_line)? else {
-            let cwd = std::env::current_dir()
+        let loaded = loader::load_file(&*storage, path, options.max_line)?;
+        let cwd = match &loaded {
+            // A missing or empty file: a new session for the current directory.
+            None => std::env::current_dir()
                 .map(|d| d.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "/".into());
-            let line = header_line_for(&new_session_id(), &now_iso(), &cwd, None);
-            let mut s = Self::blank(storage, blobs, Some(path.to_path_buf()), true, line)?;
-            s.read_only = options.read_only;
-            s.max_line = options.max_line;
-            return Ok(s);
+                .unwrap_or_else(|_| "/".into()),
+            // Replaced by the file's header below.
+            Some(_) => String::new(),
         };
-        let mut session = Session {
+        let mut session = Self::blank(
             storage,
             blobs,
-            path: Some(path.to_path_buf()),
-            persist: true,
-            read_only: options.read_only,
-            max_line: options.max_line,
-            header: HeaderInfo {
-                id: String::new(),
-                version: None,
-                timestamp: None,
-                cwd: None,
-                title: None,
-                parent_session: None,
-            },
-            header_line: String::new(),
-            index: TreeIndex::new(),
-            leaf: None,
-            mem: Vec::new(),
-            on_disk: true,
-            disk: None,
-            reader: None,
-            writer: None,
-            latched: None,
-            report: LoadReport::default(),
+            Some(path.to_path_buf()),
+            true,
+            new_header(&cwd, None),
+        );
+        session.read_only = options.read_only;
+        session.max_line = options.max_line;
+        let Some(loaded) = loaded else {
+            return Ok(session);
         };
-        let needs_migration = loaded
-            .header
-            .as_ref()
-            .is_some_and(|h| h.effective_version() < CURRENT_VERSION);
-        if needs_migration {
+        if loaded.header.as_ref().is_some_and(|h| h.needs_migration()) {
             session.migrate()?;
         } else {
             session.install_loaded(loaded, false)?;
@@ -274,6 +261,11 @@ impl Session {
     /// Runs the migration on the whole file; rewrites it unless read-only.
     fn migrate(&mut self) -> Result<()> {
         let path = self.require_path()?.to_path_buf();
+        if !self.read_only {
+            if let Some(dir) = path.parent() {
+                crate::session::persistence::clean_stale_temps(&*self.storage, dir);
+            }
+        }
         let bytes = self.storage.read(&path).at(&path)?;
         let Some(migrated) = migrate_file(&bytes) else {
             return Err(Error::Unreadable {
@@ -335,16 +327,7 @@ impl Session {
             migrated_from,
         };
         self.index = TreeIndex::new();
-        for e in loaded.entries {
-            self.index.push(
-                e.entry,
-                Loc {
-                    offset: e.offset,
-                    len: e.len,
-                    in_memory,
-                },
-            );
-        }
+        self.push_loaded(loaded.entries, in_memory);
         self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
         self.reader = None;
         self.writer = None;
@@ -641,46 +624,50 @@ impl Session {
         err
     }
 
-    /// Checks what needs the session: label and compaction targets exist,
-    /// and a branch summary's `fromId` names the leaf.
-    fn check_against_session(&self, entry: &mut NewEntry) -> Result<()> {
-        let target = |key: &str| {
-            entry
-                .fields
-                .get(key)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
+    /// Checks what needs the session before an append: label and
+    /// compaction targets exist, and a supplied `branch_summary.fromId` is
+    /// `leaf_id` (the entry the new one will hang under; `"root"` for none).
+    pub fn validate_new_entry(&self, entry: &NewEntry, leaf_id: Option<&str>) -> Result<()> {
+        let field = |key: &str| entry.fields.get(key).and_then(Value::as_str);
         match entry.kind {
             EntryKind::Label => {
-                if let Some(t) = target("targetId") {
-                    self.position(&t)?;
+                if let Some(t) = field("targetId") {
+                    self.position(t)?;
                 }
             }
             EntryKind::Compaction => {
-                if let Some(t) = target("firstKeptEntryId") {
-                    self.position(&t)?;
+                if let Some(t) = field("firstKeptEntryId") {
+                    self.position(t)?;
                 }
             }
             EntryKind::BranchSummary => {
-                let expected = self.leaf_id().unwrap_or("root").to_string();
-                match target("fromId") {
-                    Some(given) if given != expected => {
+                let expected = leaf_id.unwrap_or("root");
+                if let Some(given) = field("fromId") {
+                    if given != expected {
                         return Err(Error::Invalid(format!(
                             "branch_summary.fromId is \"{given}\" but the leaf is \"{expected}\""
-                        )))
-                    }
-                    Some(_) => {}
-                    None => {
-                        // fromId goes first among the fields.
-                        let mut fields = Map::with_capacity(entry.fields.len() + 1);
-                        fields.insert("fromId".into(), Value::String(expected));
-                        fields.extend(std::mem::take(&mut entry.fields));
-                        entry.fields = fields;
+                        )));
                     }
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Validates against the session and fills in `branch_summary.fromId`.
+    fn check_against_session(&self, entry: &mut NewEntry) -> Result<()> {
+        let leaf = self.leaf_id().map(str::to_string);
+        self.validate_new_entry(entry, leaf.as_deref())?;
+        if entry.kind == EntryKind::BranchSummary && !entry.fields.contains_key("fromId") {
+            // fromId goes first among the fields.
+            let mut fields = Map::with_capacity(entry.fields.len() + 1);
+            fields.insert(
+                "fromId".into(),
+                Value::String(leaf.unwrap_or_else(|| "root".into())),
+            );
+            fields.extend(std::mem::take(&mut entry.fields));
+            entry.fields = fields;
         }
         Ok(())
     }
@@ -876,35 +863,34 @@ impl Session {
         Ok(offset)
     }
 
+    /// Adds loaded entries to the index in file order.
+    fn push_loaded(&mut self, entries: Vec<loader::LoadedEntry>, in_memory: bool) {
+        for e in entries {
+            let loc = Loc {
+                offset: e.offset,
+                len: e.len,
+                in_memory,
+            };
+            self.index.push(e.entry, loc);
+        }
+    }
+
     /// Indexes lines that appeared at the end of the file.
     fn index_tail(&mut self, path: &Path) -> Result<usize> {
         let Some(disk) = self.disk else { return Ok(0) };
-        let storage = self.storage.clone();
-        let loaded =
-            loader::scan_stream(disk.end, Phase::AfterHeader, self.max_line, &mut |sink| {
-                storage
-                    .scan(path, disk.end, CHUNK_SIZE, &mut |off, chunk| {
-                        sink(off, chunk);
-                        true
-                    })
-                    .map(|_| ())
-                    .at(path)
-            })?
-            .map_err(|reason| Error::Unreadable {
-                path: path.to_path_buf(),
-                reason,
-            })?;
+        let loaded = loader::scan_file(
+            &*self.storage,
+            path,
+            disk.end,
+            Phase::AfterHeader,
+            self.max_line,
+        )?
+        .map_err(|reason| Error::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         let n = loaded.entries.len();
-        for e in loaded.entries {
-            self.index.push(
-                e.entry,
-                Loc {
-                    offset: e.offset,
-                    len: e.len,
-                    in_memory: false,
-                },
-            );
-        }
+        self.push_loaded(loaded.entries, false);
         self.report.skipped += loaded.skipped;
         self.report.blank += loaded.blank;
         let stat = self.storage.stat(path).at(path)?;
@@ -1314,19 +1300,46 @@ impl Session {
         self.write_new_session(agent, Some(&parent), body)
     }
 
+    /// `fork_from(path)`: a new session in `target_cwd`'s project holding
+    /// every entry of the session file at `source`, with `parentSession` =
+    /// that path. Returns the new session, opened.
+    pub fn fork_from(
+        storage: Arc<dyn Storage>,
+        agent: &AgentDir,
+        source: &Path,
+        target_cwd: &str,
+    ) -> Result<Session> {
+        let src = Session::open_in(storage.clone(), agent, source)?;
+        let body = src.entry_lines(0..src.index.len() as u32)?;
+        let parent = source.to_string_lossy().into_owned();
+        let path = src.write_session_file(agent, target_cwd, Some(&parent), body)?;
+        Session::open_in(storage, agent, &path)
+    }
+
     fn write_new_session(
         &self,
         agent: &AgentDir,
         parent: Option<&str>,
         body: Vec<u8>,
     ) -> Result<PathBuf> {
+        let cwd = self.header.cwd.clone().unwrap_or_default();
+        self.write_session_file(agent, &cwd, parent, body)
+    }
+
+    /// Writes a new session file (fresh id and timestamp) in `cwd`'s project.
+    fn write_session_file(
+        &self,
+        agent: &AgentDir,
+        cwd: &str,
+        parent: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<PathBuf> {
         let id = new_session_id();
         let ts = now_iso();
-        let cwd = self.header.cwd.clone().unwrap_or_default();
-        let dir = agent.project_dir(&cwd);
+        let dir = agent.project_dir(cwd);
         self.storage.ensure_dir(&dir).at(&dir)?;
         let path = dir.join(session_file_name(&ts, &id));
-        let mut data = header_line_for(&id, &ts, &cwd, parent).into_bytes();
+        let mut data = header_line_for(&id, &ts, cwd, parent).into_bytes();
         data.push(b'\n');
         data.extend_from_slice(&body);
         atomic_write(&*self.storage, &path, &data)?;

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use serde_json::value::RawValue;
 
-use crate::session::format::CURRENT_VERSION;
+use crate::session::format::{js_version, CURRENT_VERSION};
 use crate::session::ids::new_entry_id;
 use crate::session::json::{json_string, RawObject};
 
@@ -87,20 +87,18 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
     if header.get_str("type").as_deref() != Some("session") || header.get_str("id").is_none() {
         return None;
     }
-    let version = header
-        .get("version")
-        .and_then(|v| v.get().parse::<f64>().ok())
-        .map(|v| {
-            if v.is_finite() && v > 0.0 {
-                v as u64
-            } else {
-                0
-            }
-        })
-        .unwrap_or(1);
-    if version >= CURRENT_VERSION {
+    let version_value = js_version(header.get("version").map(|v| v.get()));
+    // NaN (a non-numeric version) compares false: no migration.
+    let needs = version_value < CURRENT_VERSION as f64;
+    if !needs {
         return None;
     }
+    let v1 = version_value < 2.0;
+    let version = if version_value.is_finite() && version_value > 0.0 {
+        version_value as u64
+    } else {
+        0
+    };
 
     let mut out_lines: Vec<Cow<'_, str>> = lines.iter().map(|l| Cow::Borrowed(l.text)).collect();
 
@@ -117,7 +115,7 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
 
     let mut objects: Vec<Option<RawObject<'_>>> = parsed;
     let mut fresh_ids: Vec<String> = Vec::new();
-    if version < 2 {
+    if v1 {
         let mut used: HashSet<String> = HashSet::new();
         for _ in &entry_positions {
             let id = loop {
@@ -138,7 +136,7 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
             continue;
         };
         let mut changed = false;
-        if version < 2 {
+        if v1 {
             obj.members.retain(|(k, _)| k != "id" && k != "parentId");
             let parent = if n == 0 {
                 null_raw()
@@ -326,6 +324,18 @@ mod tests {
             !out.ends_with('\n'),
             "the last line keeps its (missing) newline"
         );
+    }
+
+    #[test]
+    fn versions_compare_like_javascript() {
+        // "3" is 3; a non-numeric version is never migrated; null is v1
+        assert!(migrate_file(br#"{"type":"session","version":"3","id":"s"}"#).is_none());
+        assert!(migrate_file(br#"{"type":"session","version":"x","id":"s"}"#).is_none());
+        assert!(migrate_file(br#"{"type":"session","version":99,"id":"s"}"#).is_none());
+        let m = migrate_file(br#"{"type":"session","version":null,"id":"s"}"#).unwrap();
+        assert_eq!(m.from_version, 1);
+        let m = migrate_file(br#"{"type":"session","version":"2","id":"s"}"#).unwrap();
+        assert_eq!(m.from_version, 2);
     }
 
     #[test]

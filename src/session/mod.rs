@@ -8,6 +8,8 @@ pub mod context;
 pub mod discovery;
 pub mod error;
 pub mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod history;
 pub mod ids;
 pub mod index;

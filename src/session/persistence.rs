@@ -3,6 +3,8 @@
 //! [`crate::session::manager`], which owns the per-session write state.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
 
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::ids::random_hex;
@@ -50,6 +52,85 @@ pub fn atomic_write(storage: &dyn Storage, target: &Path, data: &[u8]) -> Result
     Ok(())
 }
 
+/// When this process started (from `/proc`; the first call's time where
+/// `/proc` is unavailable).
+pub fn process_start() -> SystemTime {
+    static START: OnceLock<SystemTime> = OnceLock::new();
+    *START.get_or_init(|| proc_start_time().unwrap_or_else(SystemTime::now))
+}
+
+fn proc_start_time() -> Option<SystemTime> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let start_ticks: u64 = rest.split(' ').nth(19)?.parse().ok()?;
+    let btime: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = u64::try_from(ticks).ok().filter(|t| *t > 0)?;
+    let ms = btime * 1000 + start_ticks * 1000 / ticks;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// Temp files younger than this are never removed, whatever their owner.
+pub const STALE_TEMP_MIN_AGE: Duration = Duration::from_secs(60);
+
+/// Removes our own stale temp files (`.<name>.<12 hex>.tmp`, left by a crash
+/// during an atomic rewrite) from `dir`: only those whose target is a
+/// `.jsonl` file or a blob, only when older than this process and at least
+/// [`STALE_TEMP_MIN_AGE`]. Returns how many were removed.
+pub fn clean_stale_temps(storage: &dyn Storage, dir: &Path) -> usize {
+    let Ok(items) = storage.list(dir) else {
+        return 0;
+    };
+    let cutoff = process_start().min(
+        SystemTime::now()
+            .checked_sub(STALE_TEMP_MIN_AGE)
+            .unwrap_or(SystemTime::UNIX_EPOCH),
+    );
+    let mut removed = 0;
+    for item in items {
+        if item.is_dir || item.is_symlink || !is_our_temp_name(&item.name) {
+            continue;
+        }
+        let path = dir.join(&item.name);
+        let Ok(stat) = storage.stat(&path) else {
+            continue;
+        };
+        if stat.mtime >= cutoff {
+            continue;
+        }
+        match storage.unlink(&path) {
+            Ok(()) => {
+                log::info!("removed stale temp file {}", path.display());
+                removed += 1;
+            }
+            Err(e) => log::warn!("could not remove stale temp file {}: {e}", path.display()),
+        }
+    }
+    removed
+}
+
+/// True for `.<target>.<12 hex>.tmp` where the target is a session file or
+/// a blob name.
+pub fn is_our_temp_name(name: &str) -> bool {
+    let Some(inner) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
+        return false;
+    };
+    let Some((target, random)) = inner.rsplit_once('.') else {
+        return false;
+    };
+    random.len() == 12
+        && random.bytes().all(|b| b.is_ascii_hexdigit())
+        && (target.ends_with(".jsonl") || crate::session::ids::is_lower_hex(target, 64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +142,21 @@ mod tests {
         let name = tmp.file_name().unwrap().to_str().unwrap();
         assert!(is_temp_name_for(name, "x.jsonl"), "{name}");
         assert!(!is_temp_name_for(".x.jsonl.zz.tmp", "x.jsonl"));
+    }
+
+    #[test]
+    fn only_our_temp_names_match() {
+        assert!(is_our_temp_name(".a_b.jsonl.0123456789ab.tmp"));
+        assert!(is_our_temp_name(&format!(
+            ".{}.0123456789ab.tmp",
+            "e".repeat(64)
+        )));
+        assert!(!is_our_temp_name(".a_b.jsonl.0123.tmp"));
+        assert!(!is_our_temp_name(".notes.txt.0123456789ab.tmp"));
+        assert!(!is_our_temp_name("a_b.jsonl"));
+        let now = SystemTime::now();
+        assert!(process_start() <= now);
+        assert!(process_start() > now - Duration::from_secs(3600));
     }
 
     #[test]

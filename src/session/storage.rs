@@ -27,7 +27,10 @@ pub struct FileStat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirItem {
     pub name: String,
+    /// A directory (a symlink to a directory is not one: see `is_symlink`).
     pub is_dir: bool,
+    /// A symbolic link (never followed by listings).
+    pub is_symlink: bool,
 }
 
 /// An open append-only writer on one file (SPEC §9 `SessionStorageWriter`).
@@ -124,6 +127,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>>;
     /// True when sessions written here live on a real disk.
     fn is_persistent(&self) -> bool;
+    /// The path with symlinks resolved (the in-memory storage has none).
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        Ok(path.to_path_buf())
+    }
     /// Reads a file from `start` to its end in chunks of up to `chunk`
     /// bytes, calling `f(offset, bytes)` for each until it returns false.
     /// Returns the offset where reading stopped.
@@ -249,8 +256,12 @@ impl Storage for FileStorage {
             let Ok(name) = entry.file_name().into_string() else {
                 continue; // names that are not UTF-8 are not ours
             };
-            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-            items.push(DirItem { name, is_dir });
+            let ft = entry.file_type().ok();
+            items.push(DirItem {
+                name,
+                is_dir: ft.is_some_and(|t| t.is_dir()),
+                is_symlink: ft.is_some_and(|t| t.is_symlink()),
+            });
         }
         items.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(items)
@@ -280,6 +291,9 @@ impl Storage for FileStorage {
     }
     fn is_persistent(&self) -> bool {
         true
+    }
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        fs::canonicalize(path)
     }
     fn scan(
         &self,
@@ -517,6 +531,7 @@ impl Storage for MemoryStorage {
                     items.push(DirItem {
                         name: name.to_string(),
                         is_dir,
+                        is_symlink: false,
                     });
                 }
             }

@@ -1,0 +1,109 @@
+//! Pieces shared by the subcommands: agent dir and session resolution,
+//! leaf arguments, output helpers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+
+use crate::session::manager::OpenOptions;
+use crate::session::paths::AgentDir;
+use crate::session::storage::{FileStorage, Storage};
+use crate::session::{blobs::BlobStore, Error, LeafSel, Result, Session};
+
+/// `--agent-dir DIR` (default: `$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`).
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// The agent directory (default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent).
+    #[arg(long, value_name = "DIR")]
+    pub agent_dir: Option<PathBuf>,
+}
+
+impl AgentArgs {
+    pub fn agent(&self) -> AgentDir {
+        AgentDir::resolve(self.agent_dir.as_deref())
+    }
+}
+
+/// A leaf given on the command line: an entry id, or `null`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeafArg {
+    Null,
+    Id(String),
+}
+
+impl LeafArg {
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "" => Err("empty leaf (use an entry id or null)".into()),
+            "null" => Ok(LeafArg::Null),
+            id => Ok(LeafArg::Id(id.to_string())),
+        }
+    }
+
+    pub fn sel(&self) -> LeafSel<'_> {
+        match self {
+            LeafArg::Null => LeafSel::Null,
+            LeafArg::Id(id) => LeafSel::Id(id),
+        }
+    }
+
+    /// Applies the leaf to a session: checks the id exists.
+    pub fn apply(&self, session: &mut Session) -> Result<()> {
+        match self {
+            LeafArg::Null => {
+                session.reset_leaf();
+                Ok(())
+            }
+            LeafArg::Id(id) => session.branch(id),
+        }
+    }
+}
+
+/// The real filesystem as a shared storage.
+pub fn file_storage() -> Arc<dyn Storage> {
+    Arc::new(FileStorage::new())
+}
+
+/// Opens an existing session file for a command. A missing file is an
+/// error here (commands never create sessions implicitly).
+pub fn open_existing(agent: &AgentDir, file: &Path, read_only: bool) -> Result<Session> {
+    let storage = file_storage();
+    match storage.stat(file) {
+        Ok(st) if st.size > 0 => {}
+        Ok(_) => {
+            return Err(Error::Unreadable {
+                path: file.to_path_buf(),
+                reason: "empty file".into(),
+            })
+        }
+        Err(e) => return Err(Error::io(file, e)),
+    }
+    let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
+    let options = OpenOptions {
+        read_only,
+        ..OpenOptions::default()
+    };
+    Session::open(storage, Some(blobs), file, &options)
+}
+
+/// A session named on the command line: an existing path, or else a unique
+/// prefix of a session id (looked up in the agent dir by file name).
+pub fn resolve_file(agent: &AgentDir, arg: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(arg);
+    if path.exists() || arg.contains('/') || arg.ends_with(".jsonl") {
+        return Ok(path);
+    }
+    crate::session::discovery::resolve_session(&*file_storage(), agent, arg)
+}
+
+/// Writes text to stdout; a closed pipe (`| head`) is not an error.
+pub fn print_out(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::io("<stdout>", e)),
+    }
+}

@@ -1,0 +1,211 @@
+//! `sessionfs context` and `sessionfs tree`: read a session file.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::cli::common::{open_existing, print_out, AgentArgs, LeafArg};
+use crate::session::format::{EntryKind, Facts};
+use crate::session::index::EntryMeta;
+use crate::session::json::RawObject;
+use crate::session::{Result, Session};
+
+/// `sessionfs context FILE [--leaf ID|null]`
+#[derive(Debug, Args)]
+pub struct ContextArgs {
+    /// The session file (.jsonl).
+    pub file: PathBuf,
+    /// Build the context at this entry (`null`: the empty context). Default:
+    /// the file's last entry.
+    #[arg(long, value_parser = LeafArg::parse)]
+    pub leaf: Option<LeafArg>,
+    /// Print compact JSON instead of pretty JSON.
+    #[arg(long)]
+    pub compact: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+pub fn context(args: &ContextArgs) -> Result<i32> {
+    let mut session = open_existing(&args.agent.agent(), &args.file, false)?;
+    session.prepare_reads();
+    let ctx = match &args.leaf {
+        Some(leaf) => session.context_at(leaf.sel())?,
+        None => session.context()?,
+    };
+    let mut text = if args.compact {
+        ctx.as_json().to_string()
+    } else {
+        ctx.to_pretty()
+    };
+    text.push('\n');
+    print_out(&text)?;
+    Ok(0)
+}
+
+/// `sessionfs tree FILE`
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    /// The session file (.jsonl).
+    pub file: PathBuf,
+    /// Mark this entry as the leaf instead of the file's last entry.
+    #[arg(long, value_parser = LeafArg::parse)]
+    pub leaf: Option<LeafArg>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+pub fn tree(args: &TreeArgs) -> Result<i32> {
+    let mut session = open_existing(&args.agent.agent(), &args.file, false)?;
+    if let Some(leaf) = &args.leaf {
+        leaf.apply(&mut session)?;
+    }
+    session.prepare_reads();
+    print_out(&render_tree(&session))?;
+    Ok(0)
+}
+
+/// One line per entry: indentation by depth, `*` on the leaf, id, type, a
+/// one-line summary and the label.
+pub fn render_tree(session: &Session) -> String {
+    let leaf = session.leaf_id().map(str::to_string);
+    let mut out = String::new();
+    for (depth, meta) in session.tree() {
+        let mark = if leaf.as_deref() == Some(meta.id()) {
+            "*"
+        } else {
+            " "
+        };
+        out.push_str(mark);
+        out.push(' ');
+        for _ in 0..depth {
+            out.push_str("  ");
+        }
+        out.push_str(meta.id());
+        out.push(' ');
+        out.push_str(meta.type_name());
+        let summary = summarize(session, meta);
+        if !summary.is_empty() {
+            out.push_str(": ");
+            out.push_str(&summary);
+        }
+        if let Some(label) = session.label(meta.id()) {
+            out.push_str(" [");
+            out.push_str(&one_line(label, 60));
+            out.push(']');
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// First line of `s`, control characters removed, cut to `max` characters.
+pub fn one_line(s: &str, max: usize) -> String {
+    let first = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let clean: String = first.chars().filter(|c| !c.is_control()).collect();
+    let clean = clean.trim();
+    if clean.chars().count() > max {
+        let cut: String = clean.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        clean.to_string()
+    }
+}
+
+/// Text of a message's `content` (a string, or the text blocks).
+fn content_text(content: &serde_json::value::RawValue) -> String {
+    if let Some(s) = crate::session::json::raw_as_str(content) {
+        return s.into_owned();
+    }
+    let Ok(blocks) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(content.get())
+    else {
+        return String::new();
+    };
+    for block in blocks {
+        if let Ok(obj) = RawObject::parse(block.get()) {
+            match obj.get_str("type").as_deref() {
+                Some("text") => {
+                    if let Some(t) = obj.get_str("text") {
+                        return t.into_owned();
+                    }
+                }
+                Some("toolCall") => {
+                    return format!("→ {}", obj.get_str("name").unwrap_or_default());
+                }
+                Some("image") => return "[image]".into(),
+                _ => {}
+            }
+        }
+    }
+    String::new()
+}
+
+fn summarize(session: &Session, meta: &EntryMeta) -> String {
+    match &meta.entry.facts {
+        Facts::ThinkingLevel(Some(l)) => return l.trim_matches('"').to_string(),
+        Facts::ModelChange {
+            model: Some(m),
+            role,
+        } => {
+            let m = m.trim_matches('"');
+            return match role {
+                Some(r) => format!("{m} ({r})"),
+                None => m.to_string(),
+            };
+        }
+        Facts::Label { target, label } => {
+            return format!(
+                "{} → {}",
+                target.as_deref().unwrap_or("?"),
+                label.as_deref().unwrap_or("(cleared)")
+            )
+        }
+        Facts::Ttsr(rules) => return rules.join(", ").replace('"', ""),
+        Facts::Mode { mode: Some(m), .. } => return m.trim_matches('"').to_string(),
+        _ => {}
+    }
+    let Some(idx) = session.index().position(meta.id()) else {
+        return String::new();
+    };
+    let Ok(line) = session.raw_line(idx) else {
+        return String::new();
+    };
+    let Ok(text) = std::str::from_utf8(&line) else {
+        return String::new();
+    };
+    let Ok(obj) = RawObject::parse(text) else {
+        return String::new();
+    };
+    let s = match meta.kind() {
+        EntryKind::Message => obj
+            .get("message")
+            .and_then(|m| {
+                RawObject::parse(m.get())
+                    .ok()
+                    .map(|m| (m.get_str("role"), m.get("content")))
+            })
+            .map(|(role, content)| {
+                format!(
+                    "{}: {}",
+                    role.unwrap_or_default(),
+                    content.map(content_text).unwrap_or_default()
+                )
+            })
+            .unwrap_or_default(),
+        EntryKind::CustomMessage => obj.get("content").map(content_text).unwrap_or_default(),
+        EntryKind::Compaction | EntryKind::BranchSummary => obj
+            .get_str("summary")
+            .map(|s| s.into_owned())
+            .unwrap_or_default(),
+        EntryKind::Custom => obj
+            .get_str("customType")
+            .map(|s| s.into_owned())
+            .unwrap_or_default(),
+        EntryKind::SessionInit => obj
+            .get_str("task")
+            .map(|s| s.into_owned())
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    one_line(&s, 70)
+}

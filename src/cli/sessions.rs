@@ -1,0 +1,187 @@
+//! Commands about whole sessions: `list`, `recent`, `fork`, `leaf`,
+//! `labels`, `entry`, `header`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::cli::common::{file_storage, open_existing, print_out, resolve_file, AgentArgs};
+use crate::cli::inspect::one_line;
+use crate::session::discovery::{list_all, list_sessions, recent_sessions};
+use crate::session::json::pretty;
+use crate::session::{Error, Result};
+
+fn cwd_or_current(cwd: &Option<PathBuf>) -> Result<String> {
+    match cwd {
+        Some(c) => Ok(c.to_string_lossy().into_owned()),
+        None => std::env::current_dir()
+            .map(|d| d.to_string_lossy().into_owned())
+            .map_err(|e| Error::io(".", e)),
+    }
+}
+
+/// `sessionfs list [--all] [--cwd DIR] [--json]`
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Every project, not only the current directory's.
+    #[arg(long)]
+    pub all: bool,
+    /// The working directory whose sessions to list (default: the current one).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Print a JSON array of objects with path, id, cwd, title,
+    /// parentSession, created, modified, messageCount, firstMessage.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+pub fn list(args: &ListArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let storage = file_storage();
+    let infos = if args.all {
+        list_all(&*storage, &agent)?
+    } else {
+        list_sessions(&*storage, &agent.project_dir(&cwd_or_current(&args.cwd)?))?
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&infos)
+            .map_err(|e| Error::Invalid(format!("serialising the list: {e}")))?;
+        print_out(&format!("{text}\n"))?;
+        return Ok(0);
+    }
+    let mut out = String::new();
+    for info in infos {
+        let name = info
+            .title
+            .clone()
+            .or(info.first_message.clone())
+            .unwrap_or_else(|| info.id.clone());
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\n",
+            info.modified,
+            info.message_count,
+            one_line(&name, 60),
+            info.path.display()
+        ));
+    }
+    print_out(&out)?;
+    Ok(0)
+}
+
+/// `sessionfs recent [--cwd DIR] [--limit N]`
+#[derive(Debug, Args)]
+pub struct RecentArgs {
+    /// The working directory (default: the current one).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// How many sessions.
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+pub fn recent(args: &RecentArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let storage = file_storage();
+    let dir = agent.project_dir(&cwd_or_current(&args.cwd)?);
+    let recent = recent_sessions(&*storage, &dir, args.limit)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&recent)
+            .map_err(|e| Error::Invalid(format!("serialising: {e}")))?;
+        print_out(&format!("{text}\n"))?;
+        return Ok(0);
+    }
+    let mut out = String::new();
+    for r in recent {
+        out.push_str(&format!("{}\t{}\n", r.name, r.path.display()));
+    }
+    print_out(&out)?;
+    Ok(0)
+}
+
+/// `sessionfs fork FILE [--at ID]`
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The session file (or a unique prefix of its session id).
+    pub file: String,
+    /// Fork only the path from the root to this entry (labels on it are
+    /// re-created); default: the whole session.
+    #[arg(long, value_name = "ID")]
+    pub at: Option<String>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+pub fn fork(args: &ForkArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let file = resolve_file(&agent, &args.file)?;
+    let session = open_existing(&agent, &file, false)?;
+    let path = match &args.at {
+        Some(id) => session.create_branched_session(&agent, id)?,
+        None => session.fork(&agent)?,
+    };
+    print_out(&format!("{}\n", path.display()))?;
+    Ok(0)
+}
+
+/// A command on one session file.
+#[derive(Debug, Args)]
+pub struct FileArgs {
+    /// The session file (or a unique prefix of its session id).
+    pub file: String,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// `sessionfs leaf FILE`: the leaf after loading (the last entry).
+pub fn leaf(args: &FileArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    print_out(&format!("{}\n", session.leaf_id().unwrap_or("")))?;
+    Ok(0)
+}
+
+/// `sessionfs labels FILE`: `<id>\t<label>` per labelled entry.
+pub fn labels(args: &FileArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    let mut out = String::new();
+    for (id, label) in session.labels() {
+        out.push_str(&format!("{id}\t{label}\n"));
+    }
+    print_out(&out)?;
+    Ok(0)
+}
+
+/// `sessionfs header FILE`: the header, pretty JSON.
+pub fn header(args: &FileArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    print_out(&format!("{}\n", pretty(session.header_json())))?;
+    Ok(0)
+}
+
+/// `sessionfs entry FILE ID`
+#[derive(Debug, Args)]
+pub struct EntryArgs {
+    /// The session file (or a unique prefix of its session id).
+    pub file: String,
+    /// The entry id.
+    pub id: String,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// `sessionfs entry FILE ID`: the entry, pretty JSON, blob refs resolved.
+pub fn entry(args: &EntryArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    print_out(&session.entry_pretty(&args.id)?)?;
+    Ok(0)
+}

@@ -1,0 +1,73 @@
+//! Property-based smoke runs of the fuzz targets' entry points (the long
+//! coverage-guided runs live in fuzz/, see docs/reliability.md).
+
+use proptest::prelude::*;
+use sessionfs::session::fuzzing::{exercise_file, exercise_new_entry};
+
+const HEADER: &str =
+    r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
+
+/// Lines that look like session content, to mutate.
+fn line() -> impl Strategy<Value = String> {
+    let id = prop_oneof![
+        Just("a"),
+        Just("b"),
+        Just("c"),
+        Just("/"),
+        Just(".."),
+        Just("")
+    ];
+    prop_oneof![
+        (id.clone(), id.clone()).prop_map(|(i, p)| format!(
+            r#"{{"type":"message","id":"{i}","parentId":"{p}","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"assistant","provider":"x","model":"y","content":[]}}}}"#
+        )),
+        (id.clone(), id.clone()).prop_map(|(i, t)| format!(
+            r#"{{"type":"label","id":"{i}","parentId":null,"targetId":"{t}","label":"L"}}"#
+        )),
+        (id.clone(), id.clone()).prop_map(|(i, k)| format!(
+            r#"{{"type":"compaction","id":"{i}","parentId":"a","summary":"s","firstKeptEntryId":"{k}","tokensBefore":1}}"#
+        )),
+        Just(r#"{"type":"session","id":"old"}"#.to_string()),
+        Just(r#"{"type":"message","message":{"role":"hookMessage"}}"#.to_string()),
+        Just(r#"{"type":"compaction","firstKeptEntryIndex":2,"summary":"x"}"#.to_string()),
+        Just(r#"{"type":"title","v":1}"#.to_string()),
+        "[ -~]{0,30}",
+        Just("\u{feff}".to_string()),
+        Just(r#"{"type":"custom","id":"u","parentId":"a","data":"\ud83d"}"#.to_string()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+        exercise_file(&data);
+    }
+
+    #[test]
+    fn mutated_session_files_never_panic(
+        header in prop_oneof![Just(HEADER.to_string()), Just(r#"{"type":"session","id":"v1"}"#.to_string()), Just(r#"{"type":"session","version":2,"id":"v2"}"#.to_string())],
+        lines in proptest::collection::vec(line(), 0..12),
+        cut in any::<usize>(),
+        newline in any::<bool>(),
+    ) {
+        let mut text = header;
+        for l in &lines {
+            text.push('\n');
+            text.push_str(l);
+        }
+        if newline {
+            text.push('\n');
+        }
+        let bytes = text.as_bytes();
+        exercise_file(bytes);
+        // and a prefix cut anywhere (a torn write)
+        exercise_file(&bytes[..cut % (bytes.len() + 1)]);
+    }
+
+    #[test]
+    fn arbitrary_entries_to_append_never_panic(text in "\\{\"type\":\"(message|label|custom|branch_summary|compaction|ttsr_injection|mode_change|session|x)\"[ -~]{0,60}\\}") {
+        exercise_new_entry(&text);
+    }
+}

@@ -1,0 +1,405 @@
+//! Persistence (SPEC §7–9): deferred writes, latched errors, atomic
+//! rewrites, other writers, torn lines, size controls and blobs — on the
+//! real and the in-memory storage where it applies.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::io::AsRawFd;
+
+use common::{empty_env, js_json, Backend, BACKENDS};
+use serde_json::json;
+use sessionfs::session::storage::FaultOp;
+use sessionfs::session::{Error, Session};
+
+fn user(text: &str) -> serde_json::Value {
+    json!({"role":"user","content":text,"timestamp":1})
+}
+
+fn assistant(text: &str) -> serde_json::Value {
+    json!({"role":"assistant","provider":"p","model":"m","content":[{"type":"text","text":text}],"timestamp":2})
+}
+
+/// A session with one exchange, written to disk.
+fn written(env: &common::Env) -> Session {
+    let mut s = Session::create(env.storage.clone(), &env.agent, "/w").unwrap();
+    s.append_message(user("q")).unwrap();
+    s.append_message(assistant("a")).unwrap();
+    s
+}
+
+fn no_temp_files(env: &common::Env) {
+    if let Some(mem) = &env.memory {
+        for p in mem.file_paths() {
+            assert!(
+                !p.to_string_lossy().ends_with(".tmp"),
+                "temp file left: {}",
+                p.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn failing_append_latches_the_error() {
+    let env = empty_env(Backend::Memory);
+    let mem = env.memory.clone().unwrap();
+    let mut s = written(&env);
+    let path = s.path().unwrap().to_path_buf();
+    let before = env.storage.read(&path).unwrap();
+    let leaf = s.leaf_id().map(str::to_string);
+    mem.inject_fault(FaultOp::Append);
+    let err = s.append_message(user("lost")).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert_eq!(
+        s.leaf_id().map(str::to_string),
+        leaf,
+        "a failed append changes nothing"
+    );
+    assert_eq!(s.entries().len(), 2);
+    mem.clear_faults();
+    // latched: every later operation returns it
+    assert!(matches!(
+        s.append_message(user("later")),
+        Err(Error::Persistence(_))
+    ));
+    assert!(matches!(s.flush(), Err(Error::Persistence(_))));
+    assert!(s.persistence_error().is_some());
+    assert_eq!(env.storage.read(&path).unwrap(), before);
+}
+
+#[test]
+fn failing_first_write_leaves_no_file() {
+    for fault in [FaultOp::Write, FaultOp::Rename, FaultOp::SyncDir] {
+        let env = empty_env(Backend::Memory);
+        let mem = env.memory.clone().unwrap();
+        let mut s = Session::create(env.storage.clone(), &env.agent, "/w").unwrap();
+        s.append_message(user("q")).unwrap();
+        mem.inject_fault(fault);
+        assert!(s.append_message(assistant("a")).is_err(), "{fault:?}");
+        assert_eq!(s.entries().len(), 1, "{fault:?}");
+        if fault != FaultOp::SyncDir {
+            assert!(!env.storage.exists(s.path().unwrap()), "{fault:?}");
+        }
+        no_temp_files(&env);
+    }
+}
+
+#[test]
+fn failing_rewrite_keeps_the_original() {
+    for fault in [FaultOp::Write, FaultOp::Rename] {
+        let env = empty_env(Backend::Memory);
+        let mem = env.memory.clone().unwrap();
+        let mut s = written(&env);
+        let path = s.path().unwrap().to_path_buf();
+        let before = env.storage.read(&path).unwrap();
+        mem.inject_fault(fault);
+        assert!(s.set_title("new title").is_err());
+        assert_eq!(
+            env.storage.read(&path).unwrap(),
+            before,
+            "{fault:?}: byte-identical"
+        );
+        no_temp_files(&env);
+    }
+}
+
+#[test]
+fn failing_fsync_latches() {
+    let env = empty_env(Backend::Memory);
+    let mem = env.memory.clone().unwrap();
+    let mut s = written(&env);
+    mem.inject_fault(FaultOp::Fsync);
+    assert!(s.flush().is_err());
+    mem.clear_faults();
+    assert!(matches!(
+        s.append_message(user("x")),
+        Err(Error::Persistence(_))
+    ));
+}
+
+#[test]
+fn set_title_rewrites_atomically_and_keeps_entries() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let mut s = written(&env);
+        let path = s.path().unwrap().to_path_buf();
+        let before = String::from_utf8(env.storage.read(&path).unwrap()).unwrap();
+        s.set_title("My title").unwrap();
+        let after = String::from_utf8(env.storage.read(&path).unwrap()).unwrap();
+        assert_eq!(s.header().title.as_deref(), Some("My title"));
+        let header = js_json(after.lines().next().unwrap());
+        assert_eq!(header["title"], "My title");
+        assert_eq!(
+            before.lines().skip(1).collect::<Vec<_>>(),
+            after.lines().skip(1).collect::<Vec<_>>()
+        );
+        // appends continue after the rewrite
+        s.append_message(user("after")).unwrap();
+        let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        assert_eq!(again.entries().len(), 3);
+        no_temp_files(&env);
+    }
+}
+
+/// Appends a line the way another writer would: flock, one write.
+fn outside_append(path: &std::path::Path, line: &str) {
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    // SAFETY: flock on an open descriptor.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+}
+
+#[test]
+fn another_writer_between_two_appends() {
+    let env = empty_env(Backend::File);
+    let mut s = written(&env);
+    let path = s.path().unwrap().to_path_buf();
+    let a = s.leaf_id().unwrap().to_string();
+    // another process appends a child of our leaf
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            r#"printf '%s\n' '{{"type":"message","id":"outside1","parentId":"{a}","timestamp":"2026-01-01T00:00:00.000Z","message":{{"role":"user","content":"from outside"}}}}' >> "$1""#
+        ))
+        .arg("sh")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let ours = s.append_message(assistant("ours")).unwrap();
+    assert_eq!(s.entry(&ours).unwrap().parent_id(), Some("outside1"));
+    outside_append(
+        &path,
+        &format!(
+            r#"{{"type":"custom","id":"outside2","parentId":"{ours}","timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#
+        ),
+    );
+    let next = s.append_message(user("next")).unwrap();
+    assert_eq!(s.entry(&next).unwrap().parent_id(), Some("outside2"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 1 + 2 + 4);
+    for line in text.lines() {
+        js_json(line);
+    }
+    let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+    assert_eq!(again.entries().len(), 6);
+    assert_eq!(again.leaf_id(), Some(next.as_str()));
+}
+
+#[test]
+fn a_torn_last_line_is_never_extended() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let s = written(&env);
+        let path = s.path().unwrap().to_path_buf();
+        drop(s);
+        let mut bytes = env.storage.read(&path).unwrap();
+        bytes.extend_from_slice(br#"{"type":"message","id":"torn","par"#);
+        env.storage.write(&path, &bytes).unwrap();
+        let mut s = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        assert!(s.report().torn_tail);
+        assert_eq!(s.entries().len(), 2);
+        let id = s.append_message(user("after torn")).unwrap();
+        let text = String::from_utf8(env.storage.read(&path).unwrap()).unwrap();
+        let last = text.lines().last().unwrap();
+        assert_eq!(js_json(last)["id"], json!(id));
+        assert!(
+            text.contains("\"par\n{"),
+            "the torn piece stays on its own line"
+        );
+        let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        assert_eq!(again.entries().len(), 3);
+        assert_eq!(again.report().skipped, 1);
+    }
+}
+
+#[test]
+fn a_grown_file_is_read_incrementally_and_a_replaced_one_reloaded() {
+    let env = empty_env(Backend::File);
+    let mut s = written(&env);
+    let path = s.path().unwrap().to_path_buf();
+    let leaf = s.leaf_id().unwrap().to_string();
+    outside_append(
+        &path,
+        &format!(
+            r#"{{"type":"custom","id":"x1","parentId":"{leaf}","timestamp":"2026-01-01T00:00:00.000Z","customType":"c"}}"#
+        ),
+    );
+    assert_eq!(s.refresh().unwrap(), sessionfs::session::Refresh::Grew(1));
+    assert_eq!(s.leaf_id(), Some("x1"));
+    assert_eq!(s.refresh().unwrap(), sessionfs::session::Refresh::Unchanged);
+    // replace the file with a shorter one (another tool rewrote it)
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first_two: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, first_two).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    assert_eq!(s.refresh().unwrap(), sessionfs::session::Refresh::Reloaded);
+    assert_eq!(s.entries().len(), 1);
+}
+
+#[test]
+fn size_controls_and_blobs_apply_before_writing() {
+    use base64::Engine;
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let mut s = written(&env);
+        let path = s.path().unwrap().to_path_buf();
+        let big = "y".repeat(600_000);
+        let image = base64::engine::general_purpose::STANDARD.encode(vec![9u8; 3000]);
+        let id = s
+            .append_message(json!({
+                "role":"toolResult","toolCallId":"c","toolName":"read",
+                "content":[{"type":"text","text":big},{"type":"image","data":image,"mimeType":"image/png"}],
+                "partialJson":"drop me","timestamp":3
+            }))
+            .unwrap();
+        let text = String::from_utf8(env.storage.read(&path).unwrap()).unwrap();
+        let stored = js_json(text.lines().last().unwrap());
+        let t = stored["message"]["content"][0]["text"].as_str().unwrap();
+        assert_eq!(t.len(), 500_000);
+        assert!(t.ends_with("[Session persistence truncated large content]"));
+        let data = stored["message"]["content"][1]["data"].as_str().unwrap();
+        assert!(data.starts_with("blob:sha256:"), "{data}");
+        assert!(stored["message"].get("partialJson").is_none());
+        let hex = &data["blob:sha256:".len()..];
+        let blob = env.storage.read(&env.agent.blobs_dir().join(hex)).unwrap();
+        assert_eq!(blob, vec![9u8; 3000]);
+        // resolved when read back, in entry.json and in the context
+        let entry = js_json(&s.entry_json(&id).unwrap());
+        assert_eq!(entry["message"]["content"][1]["data"], json!(image));
+        let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        let ctx = js_json(again.context().unwrap().as_json());
+        let last = ctx["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["content"][1]["data"], json!(image));
+    }
+}
+
+#[test]
+fn written_files_follow_the_corpus_byte_conventions() {
+    let env = empty_env(Backend::File);
+    let mut s = Session::create(env.storage.clone(), &env.agent, "/home/dev/pi").unwrap();
+    s.append_model_change("anthropic/claude", None).unwrap();
+    s.append_message(user("hello")).unwrap();
+    s.append_message(assistant("hi")).unwrap();
+    let path = s.path().unwrap().to_path_buf();
+    let name = path.file_name().unwrap().to_str().unwrap();
+    let id = s.header().id.clone();
+    assert!(name.ends_with(&format!("_{id}.jsonl")));
+    assert_eq!(id.len(), 16);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.ends_with('\n') && !text.contains("\r\n"));
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with(&format!(
+        r#"{{"type":"session","version":3,"id":"{id}","timestamp":""#
+    )));
+    assert!(header.ends_with(r#","cwd":"/home/dev/pi"}"#));
+    for line in lines {
+        let v = js_json(line);
+        let keys: Vec<_> = v.as_object().unwrap().keys().take(4).cloned().collect();
+        assert_eq!(keys, ["type", "id", "parentId", "timestamp"]);
+        assert_eq!(serde_json::to_string(&v).unwrap(), line, "compact JSON");
+        let ts = v["timestamp"].as_str().unwrap();
+        assert_eq!(ts.len(), 24, "{ts}");
+        assert!(ts.ends_with('Z'));
+    }
+    assert!(path.parent().unwrap().ends_with("--home-dev-pi--"));
+}
+
+#[test]
+fn unreadable_files_are_reported_and_never_modified() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let dir = env.agent.sessions_dir().join("--w--");
+        env.storage.ensure_dir(&dir).unwrap();
+        for (name, content) in [
+            (
+                "noheader.jsonl",
+                &b"{\"type\":\"message\",\"id\":\"a\",\"parentId\":null}\n"[..],
+            ),
+            ("garbage.jsonl", b"this is not json\n"),
+            ("badheader.jsonl", b"{\"type\":\"session\",\"id\":42}\n"),
+            ("binary.jsonl", b"\xff\xfe\x00\x01"),
+        ] {
+            let path = dir.join(name);
+            env.storage.write(&path, content).unwrap();
+            let err = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap_err();
+            assert!(matches!(err, Error::Unreadable { .. }), "{name}: {err:?}");
+            assert!(
+                err.to_string().contains(name),
+                "the error names the file: {err}"
+            );
+            assert_eq!(env.storage.read(&path).unwrap(), content, "{name}");
+        }
+    }
+}
+
+#[test]
+fn fork_and_branched_session() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let mut s = written(&env);
+        let q = s.entries()[0].id().to_string();
+        let a = s.entries()[1].id().to_string();
+        s.append_label_change(&q, Some("start")).unwrap();
+        let side = s.append_message(user("side")).unwrap();
+        s.branch(&a).unwrap();
+        let main2 = s.append_message(user("main")).unwrap();
+
+        let forked = s.fork(&env.agent).unwrap();
+        let f = Session::open_in(env.storage.clone(), &env.agent, &forked).unwrap();
+        assert_eq!(f.entries().len(), s.entries().len());
+        assert_eq!(
+            f.header().parent_session.as_deref(),
+            Some(s.header().id.as_str())
+        );
+        assert_ne!(f.header().id, s.header().id);
+
+        let branched = s.create_branched_session(&env.agent, &side).unwrap();
+        let b = Session::open_in(env.storage.clone(), &env.agent, &branched).unwrap();
+        let ids: Vec<_> = b.entries().iter().map(|e| e.id().to_string()).collect();
+        assert_eq!(&ids[..3], &[q.clone(), a.clone(), side.clone()]);
+        assert!(!ids.contains(&main2));
+        assert_eq!(b.label(&q), Some("start"));
+        assert_eq!(
+            b.header().parent_session.as_deref(),
+            Some(s.path().unwrap().to_string_lossy().as_ref())
+        );
+        // the side entry's parent was the label entry, which is dropped: its
+        // parent becomes the label's parent
+        assert_eq!(b.entry(&side).unwrap().parent_id(), Some(a.as_str()));
+        let ctx = js_json(
+            b.context_at(sessionfs::session::LeafSel::Id(&side))
+                .unwrap()
+                .as_json(),
+        );
+        assert_eq!(ctx["messages"].as_array().unwrap().len(), 3);
+    }
+}
+
+#[test]
+fn fork_from_another_project() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let s = written(&env);
+        let source = s.path().unwrap().to_path_buf();
+        let f = Session::fork_from(env.storage.clone(), &env.agent, &source, "/other").unwrap();
+        assert_eq!(f.entries().len(), 2);
+        assert_eq!(f.header().cwd.as_deref(), Some("/other"));
+        assert_eq!(
+            f.header().parent_session.as_deref(),
+            Some(source.to_string_lossy().as_ref())
+        );
+        assert!(f
+            .path()
+            .unwrap()
+            .starts_with(env.agent.project_dir("/other")));
+        assert_eq!(
+            f.context().unwrap().as_json(),
+            s.context().unwrap().as_json()
+        );
+    }
+}
