@@ -118,7 +118,16 @@ fn corpus_layout_contents_and_links() {
     let broken_name = "2026-01-01T00-00-00-000Z_deadbeefdeadbeef";
     let broken = pi.join(format!("{broken_name}.jsonl"));
     fs::write(&broken, "this is not json\nnor is this\n").unwrap();
+    // Not shown: hidden files, symlinks out of the agent directory.
+    fs::write(pi.join(".hidden.jsonl"), "{}\n").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("s.jsonl"), "{}\n").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("s.jsonl"), pi.join("evil.jsonl")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), agent.sessions_dir().join("--evil--")).unwrap();
     let m = Mount::start(tmp.path(), &[]);
+    assert!(!m.join("--evil--").exists());
+    assert!(!m.join("--home-dev-pi--/evil").exists());
+    assert!(!m.join("--home-dev-pi--/.hidden").exists());
 
     assert_eq!(
         names(m.path()),
@@ -150,7 +159,7 @@ fn corpus_layout_contents_and_links() {
             .to_str()
             .unwrap();
         let stem = file.file_stem().unwrap().to_str().unwrap();
-        if stem == broken_name {
+        if stem == broken_name || stem == "evil" || stem.starts_with('.') || project == "--evil--" {
             continue;
         }
         sessions += 1;

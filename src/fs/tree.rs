@@ -24,9 +24,11 @@ use crate::fs::layout::{
 };
 use crate::session::append::parse_new_entry;
 use crate::session::blobs::BlobStore;
+use crate::session::discovery::{link_stays_inside, project_dirs};
 use crate::session::error::{Error, Result};
 use crate::session::json::pretty;
 use crate::session::paths::{session_id_from_file_name, AgentDir};
+use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
 use crate::session::storage::{FileStorage, Storage};
 use crate::session::time::now_iso;
 use crate::session::{LeafSel, OpenOptions, Refresh, Session};
@@ -144,62 +146,97 @@ impl Tree {
     // The directory structure on disk (names only)
     // -----------------------------------------------------------------
 
-    /// Project directories, sorted. Names that are not UTF-8 are skipped.
+    /// Project directories, sorted, by the engine's rules
+    /// (`discovery::project_dirs`): not hidden, names in UTF-8, symlinks
+    /// only when they resolve inside the agent directory.
     pub fn projects(&self) -> Result<Vec<String>> {
-        let rd = match fs::read_dir(&self.sessions_dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&self.sessions_dir, e)),
-        };
-        let mut out = Vec::new();
-        for entry in rd.flatten() {
-            // Symlinks are not followed out of the agent directory.
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if let Ok(name) = entry.file_name().into_string() {
-                out.push(name);
-            }
-        }
-        out.sort();
-        Ok(out)
+        Ok(project_dirs(&*self.storage, &self.sessions_dir)?
+            .into_iter()
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect())
     }
 
-    /// Session names (file names without `.jsonl`) of a project, sorted.
+    /// Session names (file names without `.jsonl`) of a project, sorted, by
+    /// the engine's rules (`discovery::session_files_in`): `*.jsonl`, not
+    /// hidden (our `.*.tmp` temp files never show), symlinks only when they
+    /// resolve inside the agent directory. Stale temp files of crashed
+    /// rewrites are cleaned up unless the mount is read-only.
     pub fn sessions(&self, project: &str) -> Result<Vec<String>> {
         let dir = self.sessions_dir.join(project);
         let rd = fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
         let mut out = Vec::new();
+        let mut temps = false;
         for entry in rd.flatten() {
-            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue; // names that are not UTF-8 are not ours
+            };
+            temps |= is_our_temp_name(&name);
+            // The type from the directory entry (no stat): regular files,
+            // and symlinks that stay inside the agent directory.
+            let Ok(ft) = entry.file_type() else { continue };
+            if !(ft.is_file() || ft.is_symlink())
+                || !self.is_session_item(&dir, &name, false, ft.is_symlink())
+            {
                 continue;
             }
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
             if let Some(stem) = name.strip_suffix(".jsonl") {
                 out.push(stem.to_string());
             }
+        }
+        if temps && !self.read_only {
+            clean_stale_temps(&*self.storage, &dir);
         }
         out.sort();
         Ok(out)
     }
 
-    fn project_exists(&self, project: &str) -> bool {
-        !project.is_empty()
-            && !project.contains('/')
-            && project != "."
-            && project != ".."
-            && fs::symlink_metadata(self.sessions_dir.join(project)).is_ok_and(|m| m.is_dir())
+    fn agent_root(&self) -> &Path {
+        self.sessions_dir.parent().unwrap_or(&self.sessions_dir)
     }
 
+    fn is_session_item(&self, dir: &Path, name: &str, is_dir: bool, is_symlink: bool) -> bool {
+        !is_dir
+            && name.ends_with(".jsonl")
+            && !name.starts_with('.')
+            && (!is_symlink
+                || link_stays_inside(&*self.storage, &dir.join(name), self.agent_root()))
+    }
+
+    fn project_exists(&self, project: &str) -> bool {
+        if project.is_empty() || project.contains('/') || project.starts_with('.') {
+            return false;
+        }
+        let path = self.sessions_dir.join(project);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => true,
+            Ok(m) if m.file_type().is_symlink() => {
+                fs::metadata(&path).is_ok_and(|t| t.is_dir())
+                    && link_stays_inside(&*self.storage, &path, self.agent_root())
+            }
+            _ => false,
+        }
+    }
+
+    /// The metadata of a session file (following an allowed symlink); `None`
+    /// when it is not a session file of the mount.
     fn session_file_meta(&self, key: &SessionKey) -> Option<fs::Metadata> {
-        if key.session.contains('/') || key.project.contains('/') {
+        if key.session.contains('/') || !self.project_exists(&key.project) {
             return None;
         }
-        fs::symlink_metadata(self.session_path(key))
-            .ok()
-            .filter(|m| m.is_file())
+        let dir = self.sessions_dir.join(&*key.project);
+        let name = key.file_name();
+        let path = dir.join(&name);
+        let lmeta = fs::symlink_metadata(&path).ok()?;
+        let is_symlink = lmeta.file_type().is_symlink();
+        if !self.is_session_item(&dir, &name, lmeta.is_dir(), is_symlink) {
+            return None;
+        }
+        let meta = if is_symlink {
+            fs::metadata(&path).ok()?
+        } else {
+            lmeta
+        };
+        meta.is_file().then_some(meta)
     }
 
     /// `by-id` links: (session id, session), the first session in sorted
@@ -455,7 +492,7 @@ impl Tree {
                     Unescaped::Invalid => return Err(missing()),
                 };
                 let key = SessionKey::new(project, &stem);
-                if self.project_exists(project) && self.session_file_meta(&key).is_some() {
+                if self.session_file_meta(&key).is_some() {
                     Ok(Node::Session(key))
                 } else {
                     Err(missing())
@@ -745,9 +782,7 @@ impl Tree {
     pub fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
         match node {
             Node::File(key, f) => self.with_session(key, |st, s| match (s, f) {
-                (None, SessionFile::LastError) => {
-                    Ok(Arc::new(render_last_error(st).into_bytes()))
-                }
+                (None, SessionFile::LastError) => Ok(Arc::new(render_last_error(st).into_bytes())),
                 (None, _) => Err(not_found(f.name())),
                 (Some(_), SessionFile::Append) => Ok(Arc::new(Vec::new())),
                 (Some(s), f) => render_session_file(st, s, *f),
