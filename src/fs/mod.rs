@@ -670,6 +670,21 @@ impl Filesystem for SessionFs {
         reply.error(self.refuse());
     }
 
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // Not a terminal, no device controls (shells ask with TCGETS).
+        reply.error(Errno::ENOTTY);
+    }
+
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         reply.ok();
     }
