@@ -1058,3 +1058,108 @@ fn render_entry_file(s: &Session, id: &str, f: EntryFile) -> Result<Vec<u8>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session_text(id: &str, n: usize) -> String {
+        let mut t = format!(
+            "{{\"type\":\"session\",\"version\":3,\"id\":\"{id}\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}}\n"
+        );
+        let mut parent = "null".to_string();
+        for i in 0..n {
+            t.push_str(&format!(
+                "{{\"type\":\"custom\",\"id\":\"e{i}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}}\n"
+            ));
+            parent = format!("\"e{i}\"");
+        }
+        t
+    }
+
+    fn setup(budget: usize) -> (tempfile::TempDir, Tree) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sessions/--p--");
+        fs::create_dir_all(&dir).unwrap();
+        for (name, id) in [("a", "aaaa"), ("b", "bbbb"), ("c", "cccc")] {
+            fs::write(
+                dir.join(format!("2026_{id}-{name}.jsonl")),
+                session_text(id, 5),
+            )
+            .unwrap();
+        }
+        let tree = Tree::new(TreeConfig {
+            agent: AgentDir::new(tmp.path()),
+            read_only: false,
+            cache_bytes: budget,
+        });
+        (tmp, tree)
+    }
+
+    fn leaf(tree: &Tree, key: &SessionKey) -> String {
+        let data = tree
+            .read(&Node::File(key.clone(), SessionFile::Leaf))
+            .unwrap();
+        String::from_utf8(data.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn lru_drops_sessions_and_keeps_their_leaf() {
+        let (_tmp, tree) = setup(1);
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let b = SessionKey::new("--p--", "2026_bbbb-b");
+        assert_eq!(leaf(&tree, &a), "e4\n");
+        tree.write_control(&a, SessionFile::Leaf, &mut AppendStream::new(), b"e1\n")
+            .unwrap();
+        assert_eq!(leaf(&tree, &a), "e1\n");
+        // Loading b drops a (the budget holds one session at most).
+        assert_eq!(leaf(&tree, &b), "e4\n");
+        assert_eq!(tree.cache().loaded_keys(), vec![b.clone()]);
+        // a comes back with its leaf.
+        assert_eq!(leaf(&tree, &a), "e1\n");
+        assert_eq!(tree.cache().loaded_keys(), vec![a.clone()]);
+        // Unless its file changed meanwhile: then the leaf is the last entry.
+        leaf(&tree, &b);
+        let path = tree.session_path(&a);
+        let mut text = fs::read_to_string(&path).unwrap();
+        text.push_str("{\"type\":\"custom\",\"id\":\"e5\",\"parentId\":\"e4\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}\n");
+        fs::write(&path, text).unwrap();
+        assert_eq!(leaf(&tree, &a), "e5\n");
+    }
+
+    #[test]
+    fn a_generous_budget_keeps_everything_loaded() {
+        let (_tmp, tree) = setup(64 << 20);
+        for name in ["2026_aaaa-a", "2026_bbbb-b", "2026_cccc-c"] {
+            leaf(&tree, &SessionKey::new("--p--", name));
+        }
+        assert_eq!(tree.cache().loaded_keys().len(), 3);
+        assert!(tree.cache().estimated_bytes() > 0);
+    }
+
+    #[test]
+    fn failed_commands_change_nothing_and_explain_themselves() {
+        let (_tmp, tree) = setup(64 << 20);
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let before = fs::read(tree.session_path(&a)).unwrap();
+        let err = tree
+            .write_control(&a, SessionFile::Leaf, &mut AppendStream::new(), b"nope\n")
+            .unwrap_err();
+        assert!(matches!(err, Error::EntryNotFound(_)));
+        let err = tree
+            .write_control(
+                &a,
+                SessionFile::Append,
+                &mut AppendStream::new(),
+                br#"{"type":"label","targetId":"zz","label":"x"}"#,
+            )
+            .unwrap_err();
+        assert!(matches!(err, Error::EntryNotFound(_)));
+        assert_eq!(fs::read(tree.session_path(&a)).unwrap(), before);
+        assert_eq!(leaf(&tree, &a), "e4\n");
+        let last = tree
+            .read(&Node::File(a.clone(), SessionFile::LastError))
+            .unwrap();
+        assert!(String::from_utf8_lossy(&last).contains("zz"));
+    }
+}
