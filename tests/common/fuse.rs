@@ -227,10 +227,25 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        detach(&self.mountpoint);
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            // Ask politely first (the process unmounts and cleans up, e.g.
+            // the --demo directory), then force.
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Ok(None) = child.try_wait() {
+                detach(&self.mountpoint);
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
         detach(&self.mountpoint);
     }
