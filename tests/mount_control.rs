@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::js_json;
-use fuse::{fuse_ok, sh, Mount};
+use fuse::{eventually, fuse_ok, sh, Mount};
 use serde_json::{json, Value};
 use sessionfs::session::blobs::BlobStore;
 use sessionfs::session::storage::{FileStorage, Storage};
@@ -437,7 +437,12 @@ fn append_errors_change_nothing() {
     let before = f.bytes();
     run_ok(&d, r#"printf '{"type":"custom","customType":' >> append"#);
     assert_eq!(f.bytes(), before);
-    assert!(read(&d.join("last-error")).contains("incomplete"));
+    // `release` reaches the filesystem after close(2) returned: poll.
+    assert!(
+        eventually(|| read(&d.join("last-error")).contains("incomplete")),
+        "last-error: {}",
+        read(&d.join("last-error"))
+    );
     // Over the size cap: EFBIG, nothing written.
     let big = format!(
         "{{\"type\":\"custom\",\"customType\":\"big\",\"data\":\"{}\"}}",

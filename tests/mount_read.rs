@@ -13,10 +13,9 @@ use std::io::Write;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use common::{fixture_agent_dir, js_json, session_files};
-use fuse::{fuse_ok, sh, Mount};
+use fuse::{eventually, fuse_ok, sh, Mount};
 use sessionfs::fs::layout::escape_name;
 use sessionfs::session::blobs::BlobStore;
 use sessionfs::session::json::pretty;
@@ -55,20 +54,6 @@ fn check_inodes_agree(dir: &Path) {
         let e = e.unwrap();
         let meta = fs::symlink_metadata(e.path()).unwrap();
         assert_eq!(e.ino(), meta.ino(), "inode of {}", e.path().display());
-    }
-}
-
-/// Polls `cond` until it holds (bounded); false if it never did.
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(25));
     }
 }
 

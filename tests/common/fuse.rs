@@ -265,3 +265,18 @@ pub fn sh(dir: &Path, script: &str) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Polls `cond` until it holds (bounded: 10 s); false if it never did. For
+/// effects the kernel delivers asynchronously (e.g. `release` after close).
+pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
