@@ -71,3 +71,26 @@ proptest! {
         exercise_new_entry(&text);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn append_streams_split_anywhere_give_the_same_objects(
+        objects in proptest::collection::vec("\\{(\"[a-z\\\\\"{}]{0,6}\":(\"[ -~]{0,8}\"|[0-9]{1,3}|\\{\\}|\\[\\]),?){0,3}\\}", 0..5),
+        ws in "[ \n\t]{0,3}",
+        splits in proptest::collection::vec(any::<usize>(), 0..6),
+        garbage in proptest::option::of("[ -~]{1,4}"),
+    ) {
+        let mut data = objects.join(&ws);
+        if let Some(g) = garbage {
+            data.push_str(&g);
+        }
+        sessionfs::fs::fuzzing::exercise_append_stream(data.as_bytes(), &splits);
+    }
+
+    #[test]
+    fn leaf_and_label_commands_never_panic(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+        sessionfs::fs::fuzzing::exercise_commands(&data);
+    }
+}

@@ -15,6 +15,8 @@ pub mod cache;
 pub mod control;
 pub mod demo;
 pub mod errno;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod inode;
 pub mod layout;
 pub mod mount;
