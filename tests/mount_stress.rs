@@ -301,3 +301,53 @@ fn concurrent_readers_writers_and_an_outside_writer() {
     }
     assert!(acked.len() > 100, "{} acknowledged writes", acked.len());
 }
+
+#[test]
+fn open_descriptors_stay_bounded_with_thousands_of_sessions() {
+    if !fuse_ok("open_descriptors_stay_bounded_with_thousands_of_sessions") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions").join(PROJECT);
+    fs::create_dir_all(&dir).unwrap();
+    let n = 1500;
+    for i in 0..n {
+        let id = format!("{i:016x}");
+        let lines = [
+            format!(r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/w"}}"#),
+            r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"q"}}"#.to_string(),
+            r#"{"type":"message","id":"a1","parentId":"u1","timestamp":"2026-03-01T10:00:02.000Z","message":{"role":"assistant","provider":"p","model":"m","content":[]}}"#.to_string(),
+        ];
+        fs::write(
+            dir.join(format!("2026-03-01T10-00-00-000Z_{id}.jsonl")),
+            lines.join("\n") + "\n",
+        )
+        .unwrap();
+    }
+    let m = Mount::start(tmp.path(), &[]);
+    let pid = m.pid().unwrap();
+    let fds = || fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let baseline = fds();
+    let mut max = baseline;
+    for (i, entry) in fs::read_dir(m.join(PROJECT)).unwrap().enumerate() {
+        let session = entry.unwrap().path();
+        js_json(&fs::read_to_string(session.join("context.json")).unwrap());
+        // and a write, which opens the session file for appending
+        if i % 5 == 0 {
+            fs::OpenOptions::new()
+                .append(true)
+                .open(session.join("append"))
+                .unwrap()
+                .write_all(b"{\"type\":\"custom\",\"customType\":\"x\"}\n")
+                .unwrap();
+        }
+        if i % 100 == 0 {
+            max = max.max(fds());
+        }
+    }
+    max = max.max(fds());
+    assert!(
+        max < baseline + 2 * 128 + 16,
+        "open descriptors: baseline {baseline}, max {max}"
+    );
+}

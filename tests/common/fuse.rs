@@ -187,6 +187,11 @@ impl Mount {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The mount process's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Sends a signal to the mount process.
     pub fn signal(&self, sig: i32) {
         if let Some(child) = &self.child {
