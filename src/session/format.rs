@@ -5,12 +5,12 @@
 //! unknown fields and types survive byte for byte.
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::session::json::{decode_json_string, is_null, raw_as_str, RawObject};
+use crate::session::json::{
+    decode_json_string, last_member, object_members, scan_object, Member, ObjectScan, RawObject,
+};
 use crate::session::time::parse_iso_ms;
 
 /// The session format version this engine writes.
@@ -196,16 +196,117 @@ pub enum LineKind {
     Invalid,
 }
 
-fn boxed(raw: Option<&RawValue>) -> Option<Box<str>> {
-    raw.map(|r| r.get().into())
+/// Read access to the top-level members of a scanned line: the raw JSON
+/// text of the last member with a given key, and the message facts.
+trait Fields<'a> {
+    fn raw(&self, key: &str) -> Option<&'a str>;
+    fn message_facts(&self) -> Facts;
+
+    fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.raw(key).and_then(decode_json_string)
+    }
 }
 
-fn decoded(raw: Option<&RawValue>) -> Option<Box<str>> {
-    raw.and_then(raw_as_str).map(|s| s.into())
+impl<'a> Fields<'a> for RawObject<'a> {
+    fn raw(&self, key: &str) -> Option<&'a str> {
+        self.get(key).map(RawValue::get)
+    }
+    fn message_facts(&self) -> Facts {
+        match self.get("message") {
+            Some(m) => match object_members(m.get().as_bytes()) {
+                Some(members) => message_facts(m.get().as_bytes(), &members),
+                None => NO_MESSAGE,
+            },
+            None => NO_MESSAGE,
+        }
+    }
+}
+
+/// Members found by the fast scanner (top-level keys have no escapes).
+struct Scanned<'a, 's> {
+    text: &'a [u8],
+    top: &'s [Member],
+    /// The members of the `message` object, if it is one.
+    message: Option<&'s [Member]>,
+}
+
+impl<'a> Fields<'a> for Scanned<'a, '_> {
+    fn raw(&self, key: &str) -> Option<&'a str> {
+        let m = self
+            .top
+            .iter()
+            .rev()
+            .find(|m| m.key.of(self.text) == key.as_bytes())?;
+        // The scanner validated the line, so this never fails.
+        std::str::from_utf8(m.value.of(self.text)).ok()
+    }
+    fn message_facts(&self) -> Facts {
+        match self.message {
+            Some(members) => message_facts(self.text, members),
+            None => NO_MESSAGE,
+        }
+    }
+}
+
+const NO_MESSAGE: Facts = Facts::Message {
+    role: Role::Missing,
+    model: None,
+};
+
+fn boxed(raw: Option<&str>) -> Option<Box<str>> {
+    raw.map(Into::into)
+}
+
+fn decoded(raw: Option<&str>) -> Option<Box<str>> {
+    raw.and_then(decode_json_string).map(|s| s.into())
+}
+
+/// Classifies lines. Holds scratch space so that scanning a file does not
+/// allocate per line beyond what the index keeps.
+#[derive(Debug, Default)]
+pub struct LineScanner {
+    top: Vec<Member>,
+    nested: Vec<Member>,
+}
+
+impl LineScanner {
+    pub fn new() -> Self {
+        LineScanner::default()
+    }
+
+    /// Scans one line (without its `\n`) and classifies it. Validates the
+    /// whole line: anything that is not one JSON object is `Invalid`.
+    pub fn scan(&mut self, line: &[u8]) -> LineKind {
+        match scan_object(line, b"message", &mut self.top, &mut self.nested) {
+            ObjectScan::Valid { nested } => classify_fields(&Scanned {
+                text: line,
+                top: &self.top,
+                message: nested.then_some(&self.nested[..]),
+            }),
+            ObjectScan::Unsure => scan_line_serde(line),
+            ObjectScan::Invalid => {
+                // Invalid lines are rare: let serde confirm, so that the fast
+                // path can never drop a line the reference would load.
+                let kind = scan_line_serde(line);
+                debug_assert_eq!(
+                    kind,
+                    LineKind::Invalid,
+                    "the fast scanner rejected a line serde accepts: {}",
+                    String::from_utf8_lossy(line)
+                );
+                kind
+            }
+        }
+    }
 }
 
 /// Scans one line (without its `\n`) and classifies it.
 pub fn scan_line(line: &[u8]) -> LineKind {
+    LineScanner::new().scan(line)
+}
+
+/// The serde path of [`scan_line`].
+fn scan_line_serde(line: &[u8]) -> LineKind {
     let Ok(text) = std::str::from_utf8(line) else {
         return LineKind::Invalid;
     };
@@ -217,6 +318,10 @@ pub fn scan_line(line: &[u8]) -> LineKind {
 
 /// Classifies a parsed top-level object.
 pub fn classify(obj: &RawObject<'_>) -> LineKind {
+    classify_fields(obj)
+}
+
+fn classify_fields<'a>(obj: &impl Fields<'a>) -> LineKind {
     let Some(type_name) = obj.get_str("type") else {
         return LineKind::Object { has_type: false };
     };
@@ -241,11 +346,11 @@ pub fn classify(obj: &RawObject<'_>) -> LineKind {
     })
 }
 
-fn header_of(obj: &RawObject<'_>) -> Option<HeaderInfo> {
+fn header_of<'a>(obj: &impl Fields<'a>) -> Option<HeaderInfo> {
     let id = obj.get_str("id")?.into_owned();
     let version = obj
-        .get("version")
-        .and_then(|v| v.get().parse::<f64>().ok())
+        .raw("version")
+        .and_then(|v| v.parse::<f64>().ok())
         .map(|v| {
             if v.is_finite() && v > 0.0 {
                 v as u64
@@ -264,127 +369,67 @@ fn header_of(obj: &RawObject<'_>) -> Option<HeaderInfo> {
     })
 }
 
-fn facts_of(kind: EntryKind, type_name: &str, obj: &RawObject<'_>) -> Facts {
+fn facts_of<'a>(kind: EntryKind, type_name: &str, obj: &impl Fields<'a>) -> Facts {
     match kind {
-        EntryKind::Message => obj
-            .get("message")
-            .map(message_facts)
-            .unwrap_or(Facts::Message {
-                role: Role::Missing,
-                model: None,
-            }),
-        EntryKind::ThinkingLevelChange => Facts::ThinkingLevel(boxed(obj.get("thinkingLevel"))),
+        EntryKind::Message => obj.message_facts(),
+        EntryKind::ThinkingLevelChange => Facts::ThinkingLevel(boxed(obj.raw("thinkingLevel"))),
         EntryKind::ModelChange => Facts::ModelChange {
-            model: boxed(obj.get("model")),
-            role: obj.get("role").and_then(|r| {
-                if is_null(r) {
+            model: boxed(obj.raw("model")),
+            role: obj.raw("role").and_then(|r| {
+                if r == "null" {
                     None
                 } else {
                     // JavaScript uses the value as a property key.
-                    Some(raw_as_str(r).map_or_else(|| r.get().into(), |s| s.into()))
+                    Some(decode_json_string(r).map_or_else(|| r.into(), |s| s.into()))
                 }
             }),
         },
         EntryKind::TtsrInjection => Facts::Ttsr(
-            obj.get("injectedRules")
-                .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r.get()).ok())
+            obj.raw("injectedRules")
+                .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r).ok())
                 .map(|rules| rules.into_iter().map(|r| r.get().into()).collect())
                 .unwrap_or_default(),
         ),
         EntryKind::ModeChange => Facts::Mode {
-            mode: boxed(obj.get("mode")),
-            data: boxed(obj.get("data")),
+            mode: boxed(obj.raw("mode")),
+            data: boxed(obj.raw("data")),
         },
         EntryKind::Label => Facts::Label {
-            target: decoded(obj.get("targetId")),
-            label: decoded(obj.get("label")).filter(|l| !l.is_empty()),
+            target: decoded(obj.raw("targetId")),
+            label: decoded(obj.raw("label")).filter(|l| !l.is_empty()),
         },
         EntryKind::Compaction => Facts::Compaction {
-            first_kept: decoded(obj.get("firstKeptEntryId")),
+            first_kept: decoded(obj.raw("firstKeptEntryId")),
         },
         EntryKind::BranchSummary => Facts::BranchSummary {
-            from: decoded(obj.get("fromId")),
+            from: decoded(obj.raw("fromId")),
         },
         EntryKind::Unknown => Facts::Unknown(type_name.into()),
         EntryKind::Custom | EntryKind::CustomMessage | EntryKind::SessionInit => Facts::None,
     }
 }
 
-/// Reads `role`, `provider` and `model` of a message object, stopping as
-/// soon as they are known (the message body was validated by the caller).
-fn message_facts(message: &RawValue) -> Facts {
-    let mut found = MessageFields::default();
-    let mut de = serde_json::Deserializer::from_str(message.get());
-    // An early stop surfaces as an error; what was found is kept either way.
-    let _ = MessageSeed(&mut found).deserialize(&mut de);
-    let role = found
-        .role
-        .as_deref()
+/// `role`, and for assistant messages `"<provider>/<model>"`, from the
+/// members of a message object (the last of duplicate keys wins, as in
+/// `JSON.parse`).
+fn message_facts(text: &[u8], members: &[Member]) -> Facts {
+    let raw = |name: &str| {
+        last_member(members, text, name).and_then(|m| std::str::from_utf8(m.value.of(text)).ok())
+    };
+    let role = raw("role")
         .and_then(decode_json_string)
         .map(|r| Role::from_str(&r))
         .unwrap_or(Role::Missing);
     let model = (role == Role::Assistant).then(|| {
-        let part = |raw: &Option<String>| match raw.as_deref() {
+        let part = |raw: Option<&str>| match raw {
             None => Cow::Borrowed("undefined"),
             Some(text) => decode_json_string(text)
                 .map(|s| Cow::Owned(s.into_owned()))
                 .unwrap_or_else(|| Cow::Owned(text.to_string())),
         };
-        format!("{}/{}", part(&found.provider), part(&found.model)).into()
+        format!("{}/{}", part(raw("provider")), part(raw("model"))).into()
     });
     Facts::Message { role, model }
-}
-
-#[derive(Default)]
-struct MessageFields {
-    role: Option<String>,
-    provider: Option<String>,
-    model: Option<String>,
-}
-
-impl MessageFields {
-    fn complete(&self) -> bool {
-        match self.role.as_deref() {
-            None => false,
-            Some("\"assistant\"") => self.provider.is_some() && self.model.is_some(),
-            Some(_) => true,
-        }
-    }
-}
-
-struct MessageSeed<'f>(&'f mut MessageFields);
-
-impl<'de> DeserializeSeed<'de> for MessageSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MessageSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a message object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key_seed(crate::session::json::KeySeed)? {
-            let slot = match key.as_ref() {
-                "role" => &mut self.0.role,
-                "provider" => &mut self.0.provider,
-                "model" => &mut self.0.model,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            let raw: &RawValue = map.next_value()?;
-            *slot = Some(raw.get().to_string());
-            if self.0.complete() {
-                return Err(de::Error::custom("done"));
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::session::error::{Error, Result};
-use crate::session::format::{scan_line, HeaderInfo, LineKind, ScannedEntry};
+use crate::session::format::{HeaderInfo, LineKind, LineScanner, ScannedEntry};
 use crate::session::storage::Storage;
 
 /// Lines longer than this are skipped with a warning instead of being held
@@ -70,7 +70,7 @@ impl LineSplitter {
         }
         let mut pos = 0;
         while pos < chunk.len() {
-            match chunk[pos..].iter().position(|&b| b == b'\n') {
+            match memchr::memchr(b'\n', &chunk[pos..]) {
                 Some(rel) => {
                     let end = pos + rel;
                     if self.skipping {
@@ -173,6 +173,7 @@ pub enum Phase {
 
 /// Classifies lines as they come.
 struct Classifier<'a> {
+    scanner: LineScanner,
     phase: Phase,
     out: &'a mut Loaded,
     error: Option<String>,
@@ -187,7 +188,7 @@ impl Classifier<'_> {
             self.out.blank += 1;
             return;
         }
-        let kind = scan_line(bytes);
+        let kind = self.scanner.scan(bytes);
         match (self.phase, kind) {
             (_, LineKind::Invalid) => self.out.skipped += 1,
             (Phase::BeforeHeader, LineKind::Title) => self.out.has_title = true,
@@ -236,6 +237,7 @@ pub fn scan_stream(
     };
     let mut splitter = LineSplitter::new(start, max_line);
     let mut classifier = Classifier {
+        scanner: LineScanner::new(),
         phase,
         out: &mut loaded,
         error: None,
