@@ -5,6 +5,8 @@
 //! unknown fields and types survive byte for byte.
 
 use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
@@ -115,8 +117,9 @@ pub enum Facts {
     None,
     Message {
         role: Role,
-        /// `"<provider>/<model>"` of an assistant message.
-        model: Option<Box<str>>,
+        /// `"<provider>/<model>"` of an assistant message (shared between
+        /// the entries of a session that name the same model).
+        model: Option<Arc<str>>,
     },
     /// Raw JSON of `thinkingLevel` (absent → `None`).
     ThinkingLevel(Option<Box<str>>),
@@ -147,13 +150,170 @@ pub enum Facts {
     Unknown(Box<str>),
 }
 
+/// An entry id: opaque text (SPEC §1), kept inline in 16 bytes when it is
+/// short — entry ids are 8 hex characters — so that indexing a file does
+/// not allocate per id; longer ids (UUIDs) live on the heap. Dereferences
+/// to `str`.
+#[derive(Clone)]
+pub struct Id(IdRepr);
+
+/// Ids up to this many bytes are stored inline.
+const ID_INLINE: usize = 14;
+
+#[derive(Clone)]
+enum IdRepr {
+    /// Invariant: `bytes[..len]` is a whole `str` (valid UTF-8).
+    Inline { len: u8, bytes: [u8; ID_INLINE] },
+    /// A thin pointer keeps `Id` at 16 bytes.
+    #[allow(clippy::box_collection)]
+    Heap(Box<String>),
+}
+
+impl Id {
+    pub fn new(s: &str) -> Id {
+        if s.len() <= ID_INLINE {
+            let mut bytes = [0u8; ID_INLINE];
+            bytes[..s.len()].copy_from_slice(s.as_bytes());
+            Id(IdRepr::Inline {
+                len: s.len() as u8,
+                bytes,
+            })
+        } else {
+            Id(IdRepr::Heap(Box::new(s.to_string())))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // SAFETY: `Inline` is only built by `Id::new` from a whole `str`:
+            // its first `len` bytes are that string's bytes.
+            IdRepr::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(bytes.get_unchecked(..*len as usize))
+            },
+            IdRepr::Heap(s) => s,
+        }
+    }
+}
+
+impl std::ops::Deref for Id {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Id {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::borrow::Borrow<str> for Id {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Id {}
+
+impl PartialEq<str> for Id {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Id {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialOrd for Id {
+    fn partial_cmp(&self, other: &Id) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Id {
+    fn cmp(&self, other: &Id) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for Id {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for Id {
+    fn from(s: &str) -> Id {
+        Id::new(s)
+    }
+}
+
+impl From<String> for Id {
+    fn from(s: String) -> Id {
+        if s.len() <= ID_INLINE {
+            Id::new(&s)
+        } else {
+            Id(IdRepr::Heap(Box::new(s)))
+        }
+    }
+}
+
+impl From<Box<str>> for Id {
+    fn from(s: Box<str>) -> Id {
+        Id::from(String::from(s))
+    }
+}
+
+impl From<Cow<'_, str>> for Id {
+    fn from(s: Cow<'_, str>) -> Id {
+        Id::new(&s)
+    }
+}
+
+impl From<Id> for String {
+    fn from(id: Id) -> String {
+        match id.0 {
+            IdRepr::Heap(s) => *s,
+            IdRepr::Inline { .. } => id.as_str().to_string(),
+        }
+    }
+}
+
+impl From<Id> for Box<str> {
+    fn from(id: Id) -> Box<str> {
+        String::from(id).into_boxed_str()
+    }
+}
+
 /// The indexed view of one entry line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScannedEntry {
     pub kind: EntryKind,
-    pub id: Box<str>,
+    pub id: Id,
     /// `parentId` when it is a string (`null`, absent or another type: root).
-    pub parent_id: Option<Box<str>>,
+    pub parent_id: Option<Id>,
     /// `timestamp` as epoch milliseconds, if it parses.
     pub timestamp_ms: Option<i64>,
     pub facts: Facts,
@@ -200,7 +360,7 @@ pub enum LineKind {
 /// text of the last member with a given key, and the message facts.
 trait Fields<'a> {
     fn raw(&self, key: &str) -> Option<&'a str>;
-    fn message_facts(&self) -> Facts;
+    fn message_facts(&self, models: &mut ModelNames) -> Facts;
 
     fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
         self.raw(key).and_then(decode_json_string)
@@ -211,10 +371,10 @@ impl<'a> Fields<'a> for RawObject<'a> {
     fn raw(&self, key: &str) -> Option<&'a str> {
         self.get(key).map(RawValue::get)
     }
-    fn message_facts(&self) -> Facts {
+    fn message_facts(&self, models: &mut ModelNames) -> Facts {
         match self.get("message") {
             Some(m) => match object_members(m.get().as_bytes()) {
-                Some(members) => message_facts(m.get().as_bytes(), &members),
+                Some(members) => message_facts(m.get().as_bytes(), &members, models),
                 None => NO_MESSAGE,
             },
             None => NO_MESSAGE,
@@ -240,9 +400,9 @@ impl<'a> Fields<'a> for Scanned<'a, '_> {
         // The scanner validated the line, so this never fails.
         std::str::from_utf8(m.value.of(self.text)).ok()
     }
-    fn message_facts(&self) -> Facts {
+    fn message_facts(&self, models: &mut ModelNames) -> Facts {
         match self.message {
-            Some(members) => message_facts(self.text, members),
+            Some(members) => message_facts(self.text, members, models),
             None => NO_MESSAGE,
         }
     }
@@ -267,6 +427,36 @@ fn decoded(raw: Option<&str>) -> Option<Box<str>> {
 pub struct LineScanner {
     top: Vec<Member>,
     nested: Vec<Member>,
+    models: ModelNames,
+}
+
+/// The model names seen lately, shared instead of allocated per entry.
+#[derive(Debug, Default)]
+pub struct ModelNames {
+    recent: Vec<Arc<str>>,
+    scratch: String,
+}
+
+impl ModelNames {
+    /// `"<provider>/<model>"` as a shared string.
+    fn get(&mut self, provider: &str, model: &str) -> Arc<str> {
+        self.scratch.clear();
+        self.scratch.push_str(provider);
+        self.scratch.push('/');
+        self.scratch.push_str(model);
+        if let Some(pos) = self.recent.iter().position(|m| **m == *self.scratch) {
+            let name = self.recent[pos].clone();
+            // Keep the most recent first.
+            self.recent[..=pos].rotate_right(1);
+            return name;
+        }
+        let name: Arc<str> = self.scratch.as_str().into();
+        if self.recent.len() == 8 {
+            self.recent.pop();
+        }
+        self.recent.insert(0, name.clone());
+        name
+    }
 }
 
 impl LineScanner {
@@ -278,16 +468,19 @@ impl LineScanner {
     /// whole line: anything that is not one JSON object is `Invalid`.
     pub fn scan(&mut self, line: &[u8]) -> LineKind {
         match scan_object(line, b"message", &mut self.top, &mut self.nested) {
-            ObjectScan::Valid { nested } => classify_fields(&Scanned {
-                text: line,
-                top: &self.top,
-                message: nested.then_some(&self.nested[..]),
-            }),
-            ObjectScan::Unsure => scan_line_serde(line),
+            ObjectScan::Valid { nested } => classify_fields(
+                &Scanned {
+                    text: line,
+                    top: &self.top,
+                    message: nested.then_some(&self.nested[..]),
+                },
+                &mut self.models,
+            ),
+            ObjectScan::Unsure => scan_line_serde(line, &mut self.models),
             ObjectScan::Invalid => {
                 // Invalid lines are rare: let serde confirm, so that the fast
                 // path can never drop a line the reference would load.
-                let kind = scan_line_serde(line);
+                let kind = scan_line_serde(line, &mut self.models);
                 debug_assert_eq!(
                     kind,
                     LineKind::Invalid,
@@ -306,22 +499,22 @@ pub fn scan_line(line: &[u8]) -> LineKind {
 }
 
 /// The serde path of [`scan_line`].
-fn scan_line_serde(line: &[u8]) -> LineKind {
+fn scan_line_serde(line: &[u8], models: &mut ModelNames) -> LineKind {
     let Ok(text) = std::str::from_utf8(line) else {
         return LineKind::Invalid;
     };
     let Ok(obj) = RawObject::parse(text) else {
         return LineKind::Invalid;
     };
-    classify(&obj)
+    classify_fields(&obj, models)
 }
 
 /// Classifies a parsed top-level object.
 pub fn classify(obj: &RawObject<'_>) -> LineKind {
-    classify_fields(obj)
+    classify_fields(obj, &mut ModelNames::default())
 }
 
-fn classify_fields<'a>(obj: &impl Fields<'a>) -> LineKind {
+fn classify_fields<'a>(obj: &impl Fields<'a>, models: &mut ModelNames) -> LineKind {
     let Some(type_name) = obj.get_str("type") else {
         return LineKind::Object { has_type: false };
     };
@@ -336,7 +529,7 @@ fn classify_fields<'a>(obj: &impl Fields<'a>) -> LineKind {
     let kind = EntryKind::from_type(&type_name);
     let parent_id = obj.get_str("parentId").map(|s| s.into());
     let timestamp_ms = obj.get_str("timestamp").and_then(|t| parse_iso_ms(&t));
-    let facts = facts_of(kind, &type_name, obj);
+    let facts = facts_of(kind, &type_name, obj, models);
     LineKind::Entry(ScannedEntry {
         kind,
         id: id.into(),
@@ -369,9 +562,14 @@ fn header_of<'a>(obj: &impl Fields<'a>) -> Option<HeaderInfo> {
     })
 }
 
-fn facts_of<'a>(kind: EntryKind, type_name: &str, obj: &impl Fields<'a>) -> Facts {
+fn facts_of<'a>(
+    kind: EntryKind,
+    type_name: &str,
+    obj: &impl Fields<'a>,
+    models: &mut ModelNames,
+) -> Facts {
     match kind {
-        EntryKind::Message => obj.message_facts(),
+        EntryKind::Message => obj.message_facts(models),
         EntryKind::ThinkingLevelChange => Facts::ThinkingLevel(boxed(obj.raw("thinkingLevel"))),
         EntryKind::ModelChange => Facts::ModelChange {
             model: boxed(obj.raw("model")),
@@ -412,7 +610,7 @@ fn facts_of<'a>(kind: EntryKind, type_name: &str, obj: &impl Fields<'a>) -> Fact
 /// `role`, and for assistant messages `"<provider>/<model>"`, from the
 /// members of a message object (the last of duplicate keys wins, as in
 /// `JSON.parse`).
-fn message_facts(text: &[u8], members: &[Member]) -> Facts {
+fn message_facts(text: &[u8], members: &[Member], models: &mut ModelNames) -> Facts {
     let raw = |name: &str| {
         last_member(members, text, name).and_then(|m| std::str::from_utf8(m.value.of(text)).ok())
     };
@@ -427,7 +625,7 @@ fn message_facts(text: &[u8], members: &[Member]) -> Facts {
                 .map(|s| Cow::Owned(s.into_owned()))
                 .unwrap_or_else(|| Cow::Owned(text.to_string())),
         };
-        format!("{}/{}", part(raw("provider")), part(raw("model"))).into()
+        models.get(&part(raw("provider")), &part(raw("model")))
     });
     Facts::Message { role, model }
 }
@@ -494,6 +692,30 @@ mod tests {
             }
         );
         assert_eq!(e.parent_id.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn ids_are_inline_when_short_and_behave_like_str() {
+        assert_eq!(std::mem::size_of::<Id>(), 16);
+        assert_eq!(std::mem::size_of::<Option<Id>>(), 16);
+        for s in [
+            "",
+            "a1b2c3d4",
+            "01234567890123",
+            "012345678901234",
+            "01a23785-3f0c-71cd-b653-d8359de3b245",
+            "caf\u{e9}\u{1f600}",
+        ] {
+            let id = Id::new(s);
+            assert_eq!(&*id, s);
+            assert_eq!(id, Id::from(s.to_string()));
+            assert_eq!(id.to_string(), s);
+            assert_eq!(format!("{id:?}"), format!("{s:?}"));
+            assert_eq!(Box::<str>::from(id.clone()), Box::<str>::from(s));
+            let mut set = std::collections::HashSet::new();
+            set.insert(id);
+            assert!(set.contains(s));
+        }
     }
 
     #[test]

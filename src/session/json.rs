@@ -202,34 +202,72 @@ pub fn is_null(raw: &RawValue) -> bool {
 /// without decoding strings, so lone-surrogate escapes survive. The input
 /// must be valid JSON.
 pub fn pretty(text: &str) -> String {
+    let mut out = Vec::with_capacity(text.len() + text.len() / 4);
+    // Never fails: the sink only collects.
+    let _ = pretty_into(text, &mut out, usize::MAX, &mut |_| Ok(()));
+    // The output is the input's bytes plus ASCII punctuation, split only
+    // outside strings and at ASCII bytes inside them.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// [`pretty`] written to `w` in pieces of about 64 KiB.
+pub fn write_pretty(text: &str, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    const PIECE: usize = 64 * 1024;
+    let mut out = Vec::with_capacity(PIECE + 1024);
+    pretty_into(text, &mut out, PIECE, &mut |buf| {
+        w.write_all(buf)?;
+        buf.clear();
+        Ok(())
+    })?;
+    w.write_all(&out)
+}
+
+const SPACES: &[u8; 128] = &[b' '; 128];
+
+fn pretty_into(
+    text: &str,
+    out: &mut Vec<u8>,
+    flush_at: usize,
+    flush: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len() + text.len() / 4);
     let mut indent = 0usize;
     let mut i = 0;
-    let newline = |out: &mut String, indent: usize| {
-        out.push('\n');
-        for _ in 0..indent {
-            out.push_str("  ");
+    let newline = |out: &mut Vec<u8>, indent: usize| {
+        out.push(b'\n');
+        let mut n = indent * 2;
+        while n > 0 {
+            let k = n.min(SPACES.len());
+            out.extend_from_slice(&SPACES[..k]);
+            n -= k;
         }
     };
     while i < bytes.len() {
+        if out.len() >= flush_at {
+            flush(out)?;
+        }
         let b = bytes[i];
         match b {
             b'"' => {
+                // Copy the string up to its closing quote.
                 let start = i;
                 i += 1;
-                while i < bytes.len() {
-                    match bytes[i] {
-                        b'\\' => i += 2,
-                        b'"' => {
-                            i += 1;
+                loop {
+                    let rest = bytes.get(i..).unwrap_or_default();
+                    match memchr::memchr2(b'"', b'\\', rest) {
+                        Some(p) if bytes[i + p] == b'\\' => i += p + 2,
+                        Some(p) => {
+                            i += p + 1;
                             break;
                         }
-                        _ => i += 1,
+                        None => {
+                            i = bytes.len();
+                            break;
+                        }
                     }
                 }
                 let end = i.min(bytes.len());
-                out.push_str(&text[start..end]);
+                out.extend_from_slice(&bytes[start..end]);
                 continue;
             }
             b'{' | b'[' => {
@@ -239,25 +277,25 @@ pub fn pretty(text: &str) -> String {
                     j += 1;
                 }
                 if j < bytes.len() && bytes[j] == close {
-                    out.push(b as char);
-                    out.push(close as char);
+                    out.push(b);
+                    out.push(close);
                     i = j + 1;
                     continue;
                 }
-                out.push(b as char);
+                out.push(b);
                 indent += 1;
-                newline(&mut out, indent);
+                newline(out, indent);
             }
             b'}' | b']' => {
                 indent = indent.saturating_sub(1);
-                newline(&mut out, indent);
-                out.push(b as char);
+                newline(out, indent);
+                out.push(b);
             }
             b',' => {
-                out.push(',');
-                newline(&mut out, indent);
+                out.push(b',');
+                newline(out, indent);
             }
-            b':' => out.push_str(": "),
+            b':' => out.extend_from_slice(b": "),
             b' ' | b'\t' | b'\n' | b'\r' => {}
             _ => {
                 // numbers and literals: copy the run
@@ -270,13 +308,13 @@ pub fn pretty(text: &str) -> String {
                 {
                     i += 1;
                 }
-                out.push_str(&text[start..i]);
+                out.extend_from_slice(&bytes[start..i]);
                 continue;
             }
         }
         i += 1;
     }
-    out
+    Ok(())
 }
 
 /// Validates `text` as one JSON value of any kind (lone surrogates allowed).
