@@ -14,8 +14,8 @@ use crate::session::error::{Error, Result};
 use crate::session::format::{EntryKind, Facts, Role};
 use crate::session::index::TreeIndex;
 use crate::session::json::{
-    decode_json_string, json_string, pretty, scan_object, write_pretty, Member, ObjectScan,
-    RawObject,
+    as_text, decode_json_string, json_string, pretty, scan_object, write_pretty, Member,
+    ObjectScan, RawObject,
 };
 use crate::session::time::parse_iso_ms;
 
@@ -180,7 +180,7 @@ impl<'a> Line<'a, '_> {
                     .iter()
                     .rev()
                     .find(|m| m.key.of(text) == key.as_bytes())?;
-                std::str::from_utf8(m.value.of(text)).ok()
+                as_text(m.value.of(text))
             }
             Line::Serde(obj) => obj.get(key).map(RawValue::get),
         }

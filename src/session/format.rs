@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 
 use crate::session::json::{
-    decode_json_string, last_member, object_members, scan_object, Member, ObjectScan, RawObject,
+    as_text, decode_json_string, object_members, scan_object, Member, ObjectScan, RawObject,
 };
 use crate::session::time::parse_iso_ms;
 
@@ -398,7 +398,7 @@ impl<'a> Fields<'a> for Scanned<'a, '_> {
             .rev()
             .find(|m| m.key.of(self.text) == key.as_bytes())?;
         // The scanner validated the line, so this never fails.
-        std::str::from_utf8(m.value.of(self.text)).ok()
+        as_text(m.value.of(self.text))
     }
     fn message_facts(&self, models: &mut ModelNames) -> Facts {
         match self.message {
@@ -611,8 +611,35 @@ fn facts_of<'a>(
 /// members of a message object (the last of duplicate keys wins, as in
 /// `JSON.parse`).
 fn message_facts(text: &[u8], members: &[Member], models: &mut ModelNames) -> Facts {
+    // One pass; later members win.
+    let (mut role, mut provider, mut model) = (None, None, None);
+    for m in members {
+        let slot = match m.key.of(text) {
+            b"role" => &mut role,
+            b"provider" => &mut provider,
+            b"model" => &mut model,
+            _ if m.key_escaped => {
+                if m.key_is(text, "role") {
+                    &mut role
+                } else if m.key_is(text, "provider") {
+                    &mut provider
+                } else if m.key_is(text, "model") {
+                    &mut model
+                } else {
+                    continue;
+                }
+            }
+            _ => continue,
+        };
+        *slot = Some(m);
+    }
     let raw = |name: &str| {
-        last_member(members, text, name).and_then(|m| std::str::from_utf8(m.value.of(text)).ok())
+        let m = match name {
+            "role" => role,
+            "provider" => provider,
+            _ => model,
+        };
+        m.and_then(|m| as_text(m.value.of(text)))
     };
     let role = raw("role")
         .and_then(decode_json_string)

@@ -150,6 +150,25 @@ impl IdTable {
         }
     }
 
+    /// Hints the CPU to fetch the slot where `id` would be looked up first:
+    /// building an index of a big file is bound by these cache misses.
+    #[inline]
+    fn prefetch(&self, id: &str) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let i = (self.hash(id) >> 32) as usize & self.mask();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch has no observable effect; the address is in
+        // bounds of `slots` anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.slots.as_ptr().add(i).cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
+    }
+
     /// Makes room for `n` ids in all.
     fn reserve(&mut self, n: usize, entries: &[EntryMeta]) {
         while n * 2 > self.slots.len() {
@@ -219,8 +238,12 @@ impl TreeIndex {
         ] {
             v.reserve_exact(n);
         }
-        for idx in 0..n as u32 {
-            t.link_new(idx);
+        const AHEAD: usize = 8;
+        for idx in 0..n {
+            if let Some(ahead) = t.entries.get(idx + AHEAD) {
+                t.by_id.prefetch(&ahead.entry.id);
+            }
+            t.link_new(idx as u32);
         }
         t
     }
@@ -293,6 +316,18 @@ impl TreeIndex {
         idx
     }
 
+    /// The position of `id` if one of the few entries before `idx` has it
+    /// (the nearest is the latest, so this agrees with the id table): the
+    /// parent is almost always the previous entry, and looking there first
+    /// saves a cache miss in the table.
+    #[inline]
+    fn recent_position(&self, idx: u32, id: &str) -> Option<u32> {
+        const WINDOW: u32 = 4;
+        (idx.saturating_sub(WINDOW)..idx)
+            .rev()
+            .find(|&i| *self.entries[i as usize].entry.id == *id)
+    }
+
     /// Indexes the entry at `idx`, the first one not indexed yet.
     fn link_new(&mut self, idx: u32) {
         let entry = &self.entries[idx as usize].entry;
@@ -322,7 +357,10 @@ impl TreeIndex {
                 path_parent = idx;
                 None
             }
-            Some(pid) => match self.by_id.get(pid, &self.entries) {
+            Some(pid) => match self
+                .recent_position(idx, pid)
+                .or_else(|| self.by_id.get(pid, &self.entries))
+            {
                 Some(p) => {
                     path_parent = p;
                     Some(p)

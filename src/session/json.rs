@@ -376,6 +376,18 @@ impl Member {
     }
 }
 
+/// `bytes` as text: ASCII without a second look (most values are),
+/// anything else validated.
+#[inline]
+pub fn as_text(bytes: &[u8]) -> Option<&str> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes).ok()
+    }
+}
+
 /// The outcome of [`scan_object`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectScan {
@@ -406,13 +418,123 @@ fn zero_bytes(w: u64) -> u64 {
     w.wrapping_sub(LO) & !w & HI
 }
 
-/// Bytes that end a run of plain string content: `"`, `\` and control
-/// characters (< 0x20).
+/// Bytes that end a run of plain ASCII string content: `"`, `\`, control
+/// characters (< 0x20) and non-ASCII bytes (validated one sequence at a
+/// time). The lowest flagged byte is exact.
 #[inline(always)]
 fn string_stops(w: u64) -> u64 {
     zero_bytes(w ^ (LO * b'"' as u64))
         | zero_bytes(w ^ (LO * b'\\' as u64))
         | (w.wrapping_sub(LO * 0x20) & !w & HI)
+        | (w & HI)
+}
+
+#[inline(always)]
+fn is_string_stop(c: u8) -> bool {
+    c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c)
+}
+
+/// The position of the first byte at or after `i` that ends plain ASCII
+/// string content (see [`string_stops`]), or `b.len()`: SSE2, sixteen
+/// bytes at a time.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn find_string_stop(b: &[u8], mut i: usize) -> usize {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    // SAFETY: SSE2 is part of the x86_64 baseline; every load reads 16
+    // bytes at `i` with `i + 16 <= b.len()`, unaligned loads are allowed.
+    unsafe {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let backslash = _mm_set1_epi8(b'\\' as i8);
+        let space = _mm_set1_epi8(0x20);
+        while i + 16 <= b.len() {
+            let v = _mm_loadu_si128(b.as_ptr().add(i).cast::<__m128i>());
+            // A signed compare: bytes below 0x20 and bytes from 0x80 up.
+            let low_or_high = _mm_cmplt_epi8(v, space);
+            let stops = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                low_or_high,
+            );
+            let mask = _mm_movemask_epi8(stops) as u32;
+            if mask != 0 {
+                return i + mask.trailing_zeros() as usize;
+            }
+            i += 16;
+        }
+    }
+    while i < b.len() && !is_string_stop(b[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// [`find_string_stop`] eight bytes at a time, without SIMD.
+#[cfg_attr(all(target_arch = "x86_64", not(test)), allow(dead_code))]
+#[inline(always)]
+fn find_string_stop_swar(b: &[u8], mut i: usize) -> usize {
+    while let Some(chunk) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes([
+            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+        ]);
+        let stops = string_stops(w);
+        if stops != 0 {
+            return i + (stops.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < b.len() && !is_string_stop(b[i]) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn find_string_stop(b: &[u8], i: usize) -> usize {
+    find_string_stop_swar(b, i)
+}
+
+/// The length of the valid UTF-8 sequence of non-ASCII characters at `i`
+/// (at least one), or `None` if the bytes there are not valid UTF-8
+/// (overlong forms, surrogates and values past U+10FFFF included).
+#[inline]
+fn utf8_run(b: &[u8], i: usize) -> Option<usize> {
+    let cont = |j: usize, lo: u8, hi: u8| matches!(b.get(j), Some(&c) if (lo..=hi).contains(&c));
+    let mut j = i;
+    while let Some(&c) = b.get(j) {
+        let len = match c {
+            0x00..=0x7f => break,
+            0xc2..=0xdf if cont(j + 1, 0x80, 0xbf) => 2,
+            0xe0 if cont(j + 1, 0xa0, 0xbf) && cont(j + 2, 0x80, 0xbf) => 3,
+            0xe1..=0xec | 0xee..=0xef if cont(j + 1, 0x80, 0xbf) && cont(j + 2, 0x80, 0xbf) => 3,
+            0xed if cont(j + 1, 0x80, 0x9f) && cont(j + 2, 0x80, 0xbf) => 3,
+            0xf0 if cont(j + 1, 0x90, 0xbf)
+                && cont(j + 2, 0x80, 0xbf)
+                && cont(j + 3, 0x80, 0xbf) =>
+            {
+                4
+            }
+            0xf1..=0xf3
+                if cont(j + 1, 0x80, 0xbf)
+                    && cont(j + 2, 0x80, 0xbf)
+                    && cont(j + 3, 0x80, 0xbf) =>
+            {
+                4
+            }
+            0xf4 if cont(j + 1, 0x80, 0x8f)
+                && cont(j + 2, 0x80, 0xbf)
+                && cont(j + 3, 0x80, 0xbf) =>
+            {
+                4
+            }
+            _ => return None,
+        };
+        j += len;
+    }
+    Some(j - i)
 }
 
 /// Open containers of a generic value: a bit per level (set: object),
@@ -494,34 +616,18 @@ impl<'a> Scanner<'a> {
 
     /// A string starting at its opening quote. Returns whether it holds an
     /// escape. Validates escapes, control characters and UTF-8.
+    #[inline]
     fn string(&mut self) -> std::result::Result<bool, Stop> {
         let b = self.b;
-        let start = self.i + 1;
-        let mut i = start;
-        let mut high = 0u64;
+        let mut i = self.i + 1;
         let mut escaped = false;
         loop {
-            // Plain content, eight bytes at a time.
-            while let Some(chunk) = b.get(i..i + 8) {
-                let w = u64::from_le_bytes([
-                    chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
-                ]);
-                high |= w;
-                let stops = string_stops(w);
-                if stops != 0 {
-                    i += (stops.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
+            i = find_string_stop(b, i);
             let Some(&c) = b.get(i) else {
                 return Err(Stop::Invalid);
             };
             match c {
                 b'"' => {
-                    if high & HI != 0 && std::str::from_utf8(&b[start..i]).is_err() {
-                        return Err(Stop::Invalid);
-                    }
                     self.i = i + 1;
                     return Ok(escaped);
                 }
@@ -540,11 +646,7 @@ impl<'a> Scanner<'a> {
                     }
                 }
                 0..=0x1f => return Err(Stop::Invalid),
-                _ => {
-                    // Fewer than eight bytes left: one at a time.
-                    high |= u64::from(c) << 56;
-                    i += 1;
-                }
+                _ => i += utf8_run(b, i).ok_or(Stop::Invalid)?,
             }
         }
     }
@@ -987,6 +1089,93 @@ mod tests {
         agree(deep.as_bytes());
         let unbalanced = format!("{{\"a\":{}1{}}}", "[".repeat(200), "]".repeat(199));
         agree(unbalanced.as_bytes());
+    }
+
+    #[test]
+    fn string_stop_search_agrees_with_the_portable_one() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let len = (next() % 70) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| match next() % 10 {
+                    0 => b'"',
+                    1 => b'\\',
+                    2 => (next() % 0x20) as u8,
+                    3 => 0x80 | (next() % 0x80) as u8,
+                    _ => b'a' + (next() % 26) as u8,
+                })
+                .collect();
+            for start in 0..=len.min(20) {
+                let expected = (start..len)
+                    .find(|&i| is_string_stop(bytes[i]))
+                    .unwrap_or(len);
+                assert_eq!(
+                    find_string_stop(&bytes, start),
+                    expected,
+                    "{bytes:?} @ {start}"
+                );
+                assert_eq!(
+                    find_string_stop_swar(&bytes, start),
+                    expected,
+                    "{bytes:?} @ {start}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn utf8_runs_match_std() {
+        // Every one- to four-byte sequence of interesting bytes.
+        let interesting: Vec<u8> = (0x80..=0xffu8)
+            .step_by(1)
+            .filter(|b| {
+                b % 7 == 0
+                    || [
+                        0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xed,
+                        0xef, 0xf0, 0xf4, 0xf5, 0xff,
+                    ]
+                    .contains(b)
+            })
+            .chain([b'a'])
+            .collect();
+        for &a in &interesting {
+            for &b in &interesting {
+                for &c in &interesting {
+                    for &d in &interesting {
+                        let bytes = [a, b, c, d];
+                        if a < 0x80 {
+                            continue;
+                        }
+                        let ours = utf8_run(&bytes, 0);
+                        // std: the longest valid prefix of non-ASCII characters.
+                        let valid = match std::str::from_utf8(&bytes) {
+                            Ok(_) => 4,
+                            Err(e) => e.valid_up_to(),
+                        };
+                        let non_ascii = std::str::from_utf8(&bytes[..valid])
+                            .unwrap()
+                            .chars()
+                            .take_while(|c| !c.is_ascii())
+                            .map(char::len_utf8)
+                            .sum::<usize>();
+                        let expected = if non_ascii == 0 {
+                            None
+                        } else if non_ascii < valid || valid == 4 || bytes[valid] < 0x80 {
+                            Some(non_ascii)
+                        } else {
+                            None
+                        };
+                        assert_eq!(ours, expected, "{bytes:02x?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
