@@ -341,7 +341,13 @@ pub fn build_session_context(
     }
     drop(path);
 
-    let mut json = String::with_capacity(4096);
+    // Messages are parts of their lines: their total length bounds the
+    // text, so it is never reallocated (and copied) while it grows.
+    let bound: usize = reads
+        .iter()
+        .map(|&i| index.entries()[i as usize].loc.len as usize + 96)
+        .sum();
+    let mut json = String::with_capacity(bound + 512);
     json.push_str("{\"messages\":[");
     let mut message_count = 0;
     let mut parser = LineParser::default();
