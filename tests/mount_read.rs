@@ -487,8 +487,12 @@ fn ls_and_find_over_the_demo_mount() {
         return;
     }
     let m = Mount::demo();
-    let log = m.log_text();
-    assert!(log.contains("agent directory"), "{log}");
+    // The banner may reach the log just after the mount appears.
+    assert!(
+        eventually(|| m.log_text().contains("agent directory")),
+        "{}",
+        m.log_text()
+    );
     let (ok, out, err) = sh(m.path(), "ls -lR .");
     assert!(ok, "ls -lR failed: {err}");
     assert!(

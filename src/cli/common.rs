@@ -107,3 +107,14 @@ pub fn print_out(text: &str) -> Result<()> {
         Err(e) => Err(Error::io("<stdout>", e)),
     }
 }
+
+/// Writes to stdout through `f`; a closed pipe (`| head`) is not an error.
+pub fn write_out(f: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match f(&mut out).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::io("<stdout>", e)),
+    }
+}

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{open_existing, print_out, AgentArgs, LeafArg};
+use crate::cli::common::{open_existing, print_out, write_out, AgentArgs, LeafArg};
 use crate::session::format::{EntryKind, Facts};
 use crate::session::index::EntryMeta;
 use crate::session::json::RawObject;
@@ -33,13 +33,16 @@ pub fn context(args: &ContextArgs) -> Result<i32> {
         Some(leaf) => session.context_at(leaf.sel())?,
         None => session.context()?,
     };
-    let mut text = if args.compact {
-        ctx.as_json().to_string()
-    } else {
-        ctx.to_pretty()
-    };
-    text.push('\n');
-    print_out(&text)?;
+    // Written in pieces: a big context is not held twice (compact and
+    // pretty) in memory.
+    write_out(|out| {
+        if args.compact {
+            out.write_all(ctx.as_json().as_bytes())?;
+        } else {
+            ctx.write_pretty(out)?;
+        }
+        out.write_all(b"\n")
+    })?;
     Ok(0)
 }
 

@@ -13,7 +13,10 @@ use serde_json::value::RawValue;
 use crate::session::error::{Error, Result};
 use crate::session::format::{EntryKind, Facts, Role};
 use crate::session::index::TreeIndex;
-use crate::session::json::{json_string, pretty, RawObject};
+use crate::session::json::{
+    as_text, decode_json_string, json_string, pretty, scan_object, write_pretty, Member,
+    ObjectScan, RawObject,
+};
 use crate::session::time::parse_iso_ms;
 
 /// Which leaf to build the context at.
@@ -35,6 +38,77 @@ pub trait LineSource {
     /// custom message's content (`custom_message`) given as JSON text.
     /// `None` when nothing changed.
     fn resolve_blobs(&self, kind: EntryKind, json: &str) -> Option<String>;
+    /// Calls `f` with the line of each entry of `idxs`, in that order.
+    /// The default reads them one by one; sources backed by a file read
+    /// neighbouring lines together (see [`for_each_line_coalesced`]).
+    fn for_each_line(
+        &self,
+        idxs: &[u32],
+        f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        for &i in idxs {
+            let line = self.line(i)?;
+            f(i, &line)?;
+        }
+        Ok(())
+    }
+}
+
+/// Lines further apart than this are not read together.
+const MAX_GAP: u64 = 64 * 1024;
+/// Upper bound of one coalesced read (a longer line is read alone).
+const MAX_RUN: u64 = 1 << 20;
+
+/// [`LineSource::for_each_line`] for file-backed sources: runs of on-disk
+/// lines that follow each other closely in the file are fetched with one
+/// `read_at(offset, len)`; in-memory lines come from `line`. A read that
+/// comes back short means the file changed under the index: an error.
+pub fn for_each_line_coalesced<'s>(
+    index: &TreeIndex,
+    idxs: &[u32],
+    read_at: &dyn Fn(u64, usize) -> Result<Vec<u8>>,
+    line: &dyn Fn(u32) -> Result<Cow<'s, [u8]>>,
+    f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let loc = |i: u32| {
+        index
+            .get(i)
+            .map(|m| m.loc)
+            .ok_or_else(|| Error::EntryNotFound(format!("#{i}")))
+    };
+    let mut k = 0;
+    while k < idxs.len() {
+        let first = loc(idxs[k])?;
+        if first.in_memory {
+            f(idxs[k], &line(idxs[k])?)?;
+            k += 1;
+            continue;
+        }
+        let start = first.offset;
+        let mut end = start + u64::from(first.len);
+        let mut n = 1;
+        while let Some(&next) = idxs.get(k + n) {
+            let l = loc(next)?;
+            let l_end = l.offset + u64::from(l.len);
+            if l.in_memory || l.offset < end || l.offset - end > MAX_GAP || l_end - start > MAX_RUN
+            {
+                break;
+            }
+            end = l_end;
+            n += 1;
+        }
+        let buf = read_at(start, (end - start) as usize)?;
+        for &i in &idxs[k..k + n] {
+            let l = loc(i)?;
+            let from = (l.offset - start) as usize;
+            let Some(bytes) = buf.get(from..from + l.len as usize) else {
+                return Err(stale(i));
+            };
+            f(i, bytes)?;
+        }
+        k += n;
+    }
+    Ok(())
 }
 
 /// A built context: compact JSON text with `messages`, `thinkingLevel`,
@@ -54,6 +128,10 @@ impl Context {
     /// Pretty JSON (two-space indent, like `JSON.stringify(v, null, 2)`).
     pub fn to_pretty(&self) -> String {
         pretty(&self.json)
+    }
+    /// Writes the pretty JSON to `w` in pieces, without holding all of it.
+    pub fn write_pretty(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        write_pretty(&self.json, w)
     }
     /// The index of the leaf the context was built at.
     pub fn leaf(&self) -> Option<u32> {
@@ -84,28 +162,92 @@ fn stale(idx: u32) -> Error {
     ))
 }
 
-fn parse_line<'a>(bytes: &'a [u8], idx: u32) -> Result<RawObject<'a>> {
-    let text = std::str::from_utf8(bytes).map_err(|_| stale(idx))?;
-    RawObject::parse(text).map_err(|_| stale(idx))
+/// The top-level members of one entry line, as raw JSON text.
+enum Line<'a, 's> {
+    Fast {
+        text: &'a [u8],
+        top: &'s [Member],
+    },
+    /// A line with an escaped top-level key: serde decodes the keys.
+    Serde(RawObject<'a>),
 }
 
-fn timestamp_json(obj: &RawObject<'_>) -> String {
-    obj.get_str("timestamp")
-        .and_then(|t| parse_iso_ms(&t))
-        .map_or_else(|| "null".to_string(), |ms| ms.to_string())
+impl<'a> Line<'a, '_> {
+    fn get(&self, key: &str) -> Option<&'a str> {
+        match self {
+            Line::Fast { text, top } => {
+                let m = top
+                    .iter()
+                    .rev()
+                    .find(|m| m.key.of(text) == key.as_bytes())?;
+                as_text(m.value.of(text))
+            }
+            Line::Serde(obj) => obj.get(key).map(RawValue::get),
+        }
+    }
+    fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.get(key).and_then(decode_json_string)
+    }
 }
 
-fn truthy(raw: Option<&RawValue>) -> bool {
-    raw.is_some_and(|r| !matches!(r.get(), "\"\"" | "null" | "false" | "0" | "-0"))
+/// Scratch space for parsing lines.
+#[derive(Default)]
+struct LineParser {
+    top: Vec<Member>,
+    nested: Vec<Member>,
+}
+
+impl LineParser {
+    /// Parses (and validates) an entry line; a line that no longer parses
+    /// means the file changed under the index.
+    fn parse<'a, 's>(&'s mut self, bytes: &'a [u8], idx: u32) -> Result<Line<'a, 's>> {
+        match scan_object(bytes, b"", &mut self.top, &mut self.nested) {
+            ObjectScan::Valid { .. } => Ok(Line::Fast {
+                text: bytes,
+                top: &self.top,
+            }),
+            ObjectScan::Unsure => {
+                let text = std::str::from_utf8(bytes).map_err(|_| stale(idx))?;
+                RawObject::parse(text)
+                    .map(Line::Serde)
+                    .map_err(|_| stale(idx))
+            }
+            ObjectScan::Invalid => Err(stale(idx)),
+        }
+    }
+}
+
+fn push_timestamp(out: &mut String, line: &Line<'_, '_>) {
+    out.push_str(",\"timestamp\":");
+    match line.get_str("timestamp").and_then(|t| parse_iso_ms(&t)) {
+        Some(ms) => {
+            use std::fmt::Write;
+            let _ = write!(out, "{ms}");
+        }
+        None => out.push_str("null"),
+    }
+}
+
+fn truthy(raw: Option<&str>) -> bool {
+    raw.is_some_and(|r| !matches!(r, "\"\"" | "null" | "false" | "0" | "-0"))
 }
 
 fn push_member(out: &mut String, key: &str, raw: Option<&str>) {
     if let Some(value) = raw {
         out.push(',');
-        out.push_str(&json_string(key));
-        out.push(':');
+        out.push('"');
+        out.push_str(key);
+        out.push_str("\":");
         out.push_str(value);
     }
+}
+
+/// True for entry kinds that can contribute a message.
+fn emits_message(kind: EntryKind) -> bool {
+    matches!(
+        kind,
+        EntryKind::Message | EntryKind::CustomMessage | EntryKind::BranchSummary
+    )
 }
 
 /// Builds the context at `leaf`.
@@ -173,57 +315,68 @@ pub fn build_session_context(
         }
     }
 
-    // Messages.
-    let mut messages: Vec<String> = Vec::new();
-    let emit_range = |from: usize, to: usize, messages: &mut Vec<String>| -> Result<()> {
-        for &i in &path[from..to] {
-            if let Some(m) = message_of(index, i, src)? {
-                messages.push(m);
-            }
-        }
-        Ok(())
-    };
+    // Messages, in output order: the latest compaction's summary, the kept
+    // entries before it, then everything after it.
+    let mut reads: Vec<u32> = Vec::new();
+    let wanted = |i: &u32| emits_message(index.entries()[*i as usize].entry.kind);
     match compaction_at {
         Some(c) => {
             let ci = path[c];
-            let line = src.line(ci)?;
-            let obj = parse_line(&line, ci)?;
-            let mut m = String::from("{\"role\":\"compactionSummary\"");
-            push_member(&mut m, "summary", obj.get("summary").map(|r| r.get()));
-            push_member(
-                &mut m,
-                "shortSummary",
-                obj.get("shortSummary").map(|r| r.get()),
-            );
-            push_member(
-                &mut m,
-                "tokensBefore",
-                obj.get("tokensBefore").map(|r| r.get()),
-            );
-            push_member(&mut m, "timestamp", Some(&timestamp_json(&obj)));
-            m.push('}');
-            messages.push(m);
-            if let Some(first_kept) = obj.get_str("firstKeptEntryId") {
+            let first_kept = match &index.entries()[ci as usize].entry.facts {
+                Facts::Compaction { first_kept } => first_kept.as_deref(),
+                _ => None,
+            };
+            reads.push(ci);
+            if let Some(first_kept) = first_kept {
                 if let Some(start) = path[..c]
                     .iter()
                     .position(|&i| index.entries()[i as usize].id() == first_kept)
                 {
-                    emit_range(start, c, &mut messages)?;
+                    reads.extend(path[start..c].iter().filter(|i| wanted(i)));
                 }
             }
-            emit_range(c + 1, path.len(), &mut messages)?;
+            reads.extend(path[c + 1..].iter().filter(|i| wanted(i)));
         }
-        None => emit_range(0, path.len(), &mut messages)?,
+        None => reads.extend(path.iter().filter(|i| wanted(i))),
     }
+    drop(path);
 
-    let mut json = String::with_capacity(messages.iter().map(|m| m.len() + 1).sum::<usize>() + 128);
+    // Messages are parts of their lines: their total length bounds the
+    // text, so it is never reallocated (and copied) while it grows.
+    let bound: usize = reads
+        .iter()
+        .map(|&i| index.entries()[i as usize].loc.len as usize + 96)
+        .sum();
+    let mut json = String::with_capacity(bound + 512);
     json.push_str("{\"messages\":[");
-    for (n, m) in messages.iter().enumerate() {
-        if n > 0 {
+    let mut message_count = 0;
+    let mut parser = LineParser::default();
+    let compaction = compaction_at.map(|_| reads[0]);
+    src.for_each_line(&reads, &mut |i, bytes| {
+        let line = parser.parse(bytes, i)?;
+        let start = json.len();
+        if message_count > 0 {
             json.push(',');
         }
-        json.push_str(m);
-    }
+        let kind = index.entries()[i as usize].entry.kind;
+        let emitted = if Some(i) == compaction {
+            json.push_str("{\"role\":\"compactionSummary\"");
+            push_member(&mut json, "summary", line.get("summary"));
+            push_member(&mut json, "shortSummary", line.get("shortSummary"));
+            push_member(&mut json, "tokensBefore", line.get("tokensBefore"));
+            push_timestamp(&mut json, &line);
+            json.push('}');
+            true
+        } else {
+            push_message(&mut json, kind, &line, src)
+        };
+        if emitted {
+            message_count += 1;
+        } else {
+            json.truncate(start);
+        }
+        Ok(())
+    })?;
     json.push(']');
     push_member(&mut json, "thinkingLevel", thinking.as_deref());
     json.push_str(",\"models\":{");
@@ -245,42 +398,40 @@ pub fn build_session_context(
     push_member(&mut json, "mode", mode.as_deref());
     push_member(&mut json, "modeData", mode_data.as_deref());
     json.push('}');
+    json.shrink_to_fit();
     Ok(Context {
         json,
         leaf: Some(leaf_idx),
-        message_count: messages.len(),
+        message_count,
     })
 }
 
-/// The message an entry contributes to the context, as JSON text.
-fn message_of(index: &TreeIndex, i: u32, src: &dyn LineSource) -> Result<Option<String>> {
-    let kind = index.entries()[i as usize].entry.kind;
-    if !matches!(
-        kind,
-        EntryKind::Message | EntryKind::CustomMessage | EntryKind::BranchSummary
-    ) {
-        return Ok(None);
-    }
-    let line = src.line(i)?;
-    let obj = parse_line(&line, i)?;
-    Ok(Some(match kind {
-        EntryKind::Message => match obj.get("message") {
-            Some(raw) => {
-                let text = raw.get();
+/// Appends the message an entry contributes to the context; false when it
+/// contributes none.
+fn push_message(
+    out: &mut String,
+    kind: EntryKind,
+    line: &Line<'_, '_>,
+    src: &dyn LineSource,
+) -> bool {
+    match kind {
+        EntryKind::Message => match line.get("message") {
+            Some(text) => {
                 if text.contains(crate::session::blobs::BLOB_REF_PREFIX) {
-                    src.resolve_blobs(kind, text)
-                        .unwrap_or_else(|| text.to_string())
+                    match src.resolve_blobs(kind, text) {
+                        Some(resolved) => out.push_str(&resolved),
+                        None => out.push_str(text),
+                    }
                 } else {
-                    text.to_string()
+                    out.push_str(text);
                 }
             }
-            None => "null".to_string(),
+            None => out.push_str("null"),
         },
         EntryKind::CustomMessage => {
-            let mut m = String::from("{\"role\":\"custom\"");
-            push_member(&mut m, "customType", obj.get("customType").map(|r| r.get()));
-            let content = obj.get("content").map(|r| {
-                let text = r.get();
+            out.push_str("{\"role\":\"custom\"");
+            push_member(out, "customType", line.get("customType"));
+            let content = line.get("content").map(|text| {
                 if text.contains(crate::session::blobs::BLOB_REF_PREFIX) {
                     src.resolve_blobs(kind, text)
                         .map_or(Cow::Borrowed(text), Cow::Owned)
@@ -288,29 +439,121 @@ fn message_of(index: &TreeIndex, i: u32, src: &dyn LineSource) -> Result<Option<
                     Cow::Borrowed(text)
                 }
             });
-            push_member(&mut m, "content", content.as_deref());
-            push_member(&mut m, "display", obj.get("display").map(|r| r.get()));
-            push_member(&mut m, "details", obj.get("details").map(|r| r.get()));
-            push_member(
-                &mut m,
-                "attribution",
-                obj.get("attribution").map(|r| r.get()),
-            );
-            push_member(&mut m, "timestamp", Some(&timestamp_json(&obj)));
-            m.push('}');
-            m
+            push_member(out, "content", content.as_deref());
+            push_member(out, "display", line.get("display"));
+            push_member(out, "details", line.get("details"));
+            push_member(out, "attribution", line.get("attribution"));
+            push_timestamp(out, line);
+            out.push('}');
         }
-        _ => {
-            let summary = obj.get("summary");
+        EntryKind::BranchSummary => {
+            let summary = line.get("summary");
             if !truthy(summary) {
-                return Ok(None);
+                return false;
             }
-            let mut m = String::from("{\"role\":\"branchSummary\"");
-            push_member(&mut m, "summary", summary.map(|r| r.get()));
-            push_member(&mut m, "fromId", obj.get("fromId").map(|r| r.get()));
-            push_member(&mut m, "timestamp", Some(&timestamp_json(&obj)));
-            m.push('}');
-            m
+            out.push_str("{\"role\":\"branchSummary\"");
+            push_member(out, "summary", summary);
+            push_member(out, "fromId", line.get("fromId"));
+            push_timestamp(out, line);
+            out.push('}');
         }
-    }))
+        _ => return false,
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::format::ScannedEntry;
+    use crate::session::index::Loc;
+    use std::cell::Cell;
+
+    fn index_of(locs: &[(u64, u32, bool)]) -> TreeIndex {
+        let mut t = TreeIndex::new();
+        for (n, &(offset, len, in_memory)) in locs.iter().enumerate() {
+            t.push(
+                ScannedEntry {
+                    kind: EntryKind::Custom,
+                    id: format!("e{n}").into(),
+                    parent_id: None,
+                    timestamp_ms: None,
+                    facts: Facts::None,
+                },
+                Loc {
+                    offset,
+                    len,
+                    in_memory,
+                },
+            );
+        }
+        t
+    }
+
+    #[test]
+    fn coalesced_reads_group_neighbouring_lines() {
+        let file = b"aaaa\nbbbb\ncccc\ndddd\n".to_vec();
+        let far = MAX_GAP + 100;
+        // e0..e2 are neighbours; e3 is in memory; e4 lies far away.
+        let t = index_of(&[
+            (0, 4, false),
+            (5, 4, false),
+            (15, 4, false),
+            (0, 2, true),
+            (far, 4, false),
+        ]);
+        let reads = Cell::new(0);
+        let mut big = file.clone();
+        big.resize(far as usize, b' ');
+        big.extend_from_slice(b"eeee\n");
+        let read_at = |offset: u64, len: usize| {
+            reads.set(reads.get() + 1);
+            let start = (offset as usize).min(big.len());
+            Ok(big[start..(start + len).min(big.len())].to_vec())
+        };
+        let mut seen = Vec::new();
+        for_each_line_coalesced(
+            &t,
+            &[0, 1, 2, 3, 4],
+            &read_at,
+            &|_| Ok(Cow::Borrowed(&b"mm"[..])),
+            &mut |i, bytes| {
+                seen.push((i, bytes.to_vec()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        let expected: Vec<(u32, Vec<u8>)> = vec![
+            (0, b"aaaa".to_vec()),
+            (1, b"bbbb".to_vec()),
+            (2, b"dddd".to_vec()),
+            (3, b"mm".to_vec()),
+            (4, b"eeee".to_vec()),
+        ];
+        assert_eq!(seen, expected);
+        assert_eq!(reads.get(), 2, "one read for e0..e2, one for e4");
+
+        // Out of file order: separate reads, same bytes.
+        reads.set(0);
+        let mut seen = Vec::new();
+        for_each_line_coalesced(&t, &[2, 0], &read_at, &|_| unreachable!(), &mut |i, b| {
+            seen.push((i, b.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, vec![(2, b"dddd".to_vec()), (0, b"aaaa".to_vec())]);
+        assert_eq!(reads.get(), 2);
+    }
+
+    #[test]
+    fn coalesced_reads_detect_a_shrunken_file() {
+        let t = index_of(&[(0, 4, false), (5, 4, false)]);
+        let read_at = |_: u64, _: usize| Ok(b"aaaa\nbb".to_vec());
+        let err =
+            for_each_line_coalesced(&t, &[0, 1], &read_at, &|_| unreachable!(), &mut |_, _| {
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("changed on disk"), "{err}");
+    }
 }

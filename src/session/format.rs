@@ -6,11 +6,13 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::session::json::{decode_json_string, is_null, raw_as_str, RawObject};
+use crate::session::json::{
+    as_text, decode_json_string, object_members, scan_object, Member, ObjectScan, RawObject,
+};
 use crate::session::time::parse_iso_ms;
 
 /// The session format version this engine writes.
@@ -115,8 +117,9 @@ pub enum Facts {
     None,
     Message {
         role: Role,
-        /// `"<provider>/<model>"` of an assistant message.
-        model: Option<Box<str>>,
+        /// `"<provider>/<model>"` of an assistant message (shared between
+        /// the entries of a session that name the same model).
+        model: Option<Arc<str>>,
     },
     /// Raw JSON of `thinkingLevel` (absent → `None`).
     ThinkingLevel(Option<Box<str>>),
@@ -147,13 +150,170 @@ pub enum Facts {
     Unknown(Box<str>),
 }
 
+/// An entry id: opaque text (SPEC §1), kept inline in 16 bytes when it is
+/// short — entry ids are 8 hex characters — so that indexing a file does
+/// not allocate per id; longer ids (UUIDs) live on the heap. Dereferences
+/// to `str`.
+#[derive(Clone)]
+pub struct Id(IdRepr);
+
+/// Ids up to this many bytes are stored inline.
+const ID_INLINE: usize = 14;
+
+#[derive(Clone)]
+enum IdRepr {
+    /// Invariant: `bytes[..len]` is a whole `str` (valid UTF-8).
+    Inline { len: u8, bytes: [u8; ID_INLINE] },
+    /// A thin pointer keeps `Id` at 16 bytes.
+    #[allow(clippy::box_collection)]
+    Heap(Box<String>),
+}
+
+impl Id {
+    pub fn new(s: &str) -> Id {
+        if s.len() <= ID_INLINE {
+            let mut bytes = [0u8; ID_INLINE];
+            bytes[..s.len()].copy_from_slice(s.as_bytes());
+            Id(IdRepr::Inline {
+                len: s.len() as u8,
+                bytes,
+            })
+        } else {
+            Id(IdRepr::Heap(Box::new(s.to_string())))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // SAFETY: `Inline` is only built by `Id::new` from a whole `str`:
+            // its first `len` bytes are that string's bytes.
+            IdRepr::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(bytes.get_unchecked(..*len as usize))
+            },
+            IdRepr::Heap(s) => s,
+        }
+    }
+}
+
+impl std::ops::Deref for Id {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Id {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::borrow::Borrow<str> for Id {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Id {}
+
+impl PartialEq<str> for Id {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Id {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialOrd for Id {
+    fn partial_cmp(&self, other: &Id) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Id {
+    fn cmp(&self, other: &Id) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for Id {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for Id {
+    fn from(s: &str) -> Id {
+        Id::new(s)
+    }
+}
+
+impl From<String> for Id {
+    fn from(s: String) -> Id {
+        if s.len() <= ID_INLINE {
+            Id::new(&s)
+        } else {
+            Id(IdRepr::Heap(Box::new(s)))
+        }
+    }
+}
+
+impl From<Box<str>> for Id {
+    fn from(s: Box<str>) -> Id {
+        Id::from(String::from(s))
+    }
+}
+
+impl From<Cow<'_, str>> for Id {
+    fn from(s: Cow<'_, str>) -> Id {
+        Id::new(&s)
+    }
+}
+
+impl From<Id> for String {
+    fn from(id: Id) -> String {
+        match id.0 {
+            IdRepr::Heap(s) => *s,
+            IdRepr::Inline { .. } => id.as_str().to_string(),
+        }
+    }
+}
+
+impl From<Id> for Box<str> {
+    fn from(id: Id) -> Box<str> {
+        String::from(id).into_boxed_str()
+    }
+}
+
 /// The indexed view of one entry line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScannedEntry {
     pub kind: EntryKind,
-    pub id: Box<str>,
+    pub id: Id,
     /// `parentId` when it is a string (`null`, absent or another type: root).
-    pub parent_id: Option<Box<str>>,
+    pub parent_id: Option<Id>,
     /// `timestamp` as epoch milliseconds, if it parses.
     pub timestamp_ms: Option<i64>,
     pub facts: Facts,
@@ -225,27 +385,165 @@ pub enum LineKind {
     Invalid,
 }
 
-fn boxed(raw: Option<&RawValue>) -> Option<Box<str>> {
-    raw.map(|r| r.get().into())
+/// Read access to the top-level members of a scanned line: the raw JSON
+/// text of the last member with a given key, and the message facts.
+trait Fields<'a> {
+    fn raw(&self, key: &str) -> Option<&'a str>;
+    fn message_facts(&self, models: &mut ModelNames) -> Facts;
+
+    fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.raw(key).and_then(decode_json_string)
+    }
 }
 
-fn decoded(raw: Option<&RawValue>) -> Option<Box<str>> {
-    raw.and_then(raw_as_str).map(|s| s.into())
+impl<'a> Fields<'a> for RawObject<'a> {
+    fn raw(&self, key: &str) -> Option<&'a str> {
+        self.get(key).map(RawValue::get)
+    }
+    fn message_facts(&self, models: &mut ModelNames) -> Facts {
+        match self.get("message") {
+            Some(m) => match object_members(m.get().as_bytes()) {
+                Some(members) => message_facts(m.get().as_bytes(), &members, models),
+                None => NO_MESSAGE,
+            },
+            None => NO_MESSAGE,
+        }
+    }
+}
+
+/// Members found by the fast scanner (top-level keys have no escapes).
+struct Scanned<'a, 's> {
+    text: &'a [u8],
+    top: &'s [Member],
+    /// The members of the `message` object, if it is one.
+    message: Option<&'s [Member]>,
+}
+
+impl<'a> Fields<'a> for Scanned<'a, '_> {
+    fn raw(&self, key: &str) -> Option<&'a str> {
+        let m = self
+            .top
+            .iter()
+            .rev()
+            .find(|m| m.key.of(self.text) == key.as_bytes())?;
+        // The scanner validated the line, so this never fails.
+        as_text(m.value.of(self.text))
+    }
+    fn message_facts(&self, models: &mut ModelNames) -> Facts {
+        match self.message {
+            Some(members) => message_facts(self.text, members, models),
+            None => NO_MESSAGE,
+        }
+    }
+}
+
+const NO_MESSAGE: Facts = Facts::Message {
+    role: Role::Missing,
+    model: None,
+};
+
+fn boxed(raw: Option<&str>) -> Option<Box<str>> {
+    raw.map(Into::into)
+}
+
+fn decoded(raw: Option<&str>) -> Option<Box<str>> {
+    raw.and_then(decode_json_string).map(|s| s.into())
+}
+
+/// Classifies lines. Holds scratch space so that scanning a file does not
+/// allocate per line beyond what the index keeps.
+#[derive(Debug, Default)]
+pub struct LineScanner {
+    top: Vec<Member>,
+    nested: Vec<Member>,
+    models: ModelNames,
+}
+
+/// The model names seen lately, shared instead of allocated per entry.
+#[derive(Debug, Default)]
+pub struct ModelNames {
+    recent: Vec<Arc<str>>,
+    scratch: String,
+}
+
+impl ModelNames {
+    /// `"<provider>/<model>"` as a shared string.
+    fn get(&mut self, provider: &str, model: &str) -> Arc<str> {
+        self.scratch.clear();
+        self.scratch.push_str(provider);
+        self.scratch.push('/');
+        self.scratch.push_str(model);
+        if let Some(pos) = self.recent.iter().position(|m| **m == *self.scratch) {
+            let name = self.recent[pos].clone();
+            // Keep the most recent first.
+            self.recent[..=pos].rotate_right(1);
+            return name;
+        }
+        let name: Arc<str> = self.scratch.as_str().into();
+        if self.recent.len() == 8 {
+            self.recent.pop();
+        }
+        self.recent.insert(0, name.clone());
+        name
+    }
+}
+
+impl LineScanner {
+    pub fn new() -> Self {
+        LineScanner::default()
+    }
+
+    /// Scans one line (without its `\n`) and classifies it. Validates the
+    /// whole line: anything that is not one JSON object is `Invalid`.
+    pub fn scan(&mut self, line: &[u8]) -> LineKind {
+        match scan_object(line, b"message", &mut self.top, &mut self.nested) {
+            ObjectScan::Valid { nested } => classify_fields(
+                &Scanned {
+                    text: line,
+                    top: &self.top,
+                    message: nested.then_some(&self.nested[..]),
+                },
+                &mut self.models,
+            ),
+            ObjectScan::Unsure => scan_line_serde(line, &mut self.models),
+            ObjectScan::Invalid => {
+                // Invalid lines are rare: let serde confirm, so that the fast
+                // path can never drop a line the reference would load.
+                let kind = scan_line_serde(line, &mut self.models);
+                debug_assert_eq!(
+                    kind,
+                    LineKind::Invalid,
+                    "the fast scanner rejected a line serde accepts: {}",
+                    String::from_utf8_lossy(line)
+                );
+                kind
+            }
+        }
+    }
 }
 
 /// Scans one line (without its `\n`) and classifies it.
 pub fn scan_line(line: &[u8]) -> LineKind {
+    LineScanner::new().scan(line)
+}
+
+/// The serde path of [`scan_line`].
+fn scan_line_serde(line: &[u8], models: &mut ModelNames) -> LineKind {
     let Ok(text) = std::str::from_utf8(line) else {
         return LineKind::Invalid;
     };
     let Ok(obj) = RawObject::parse(text) else {
         return LineKind::Invalid;
     };
-    classify(&obj)
+    classify_fields(&obj, models)
 }
 
 /// Classifies a parsed top-level object.
 pub fn classify(obj: &RawObject<'_>) -> LineKind {
+    classify_fields(obj, &mut ModelNames::default())
+}
+
+fn classify_fields<'a>(obj: &impl Fields<'a>, models: &mut ModelNames) -> LineKind {
     let Some(type_name) = obj.get_str("type") else {
         return LineKind::Object { has_type: false };
     };
@@ -260,7 +558,7 @@ pub fn classify(obj: &RawObject<'_>) -> LineKind {
     let kind = EntryKind::from_type(&type_name);
     let parent_id = obj.get_str("parentId").map(|s| s.into());
     let timestamp_ms = obj.get_str("timestamp").and_then(|t| parse_iso_ms(&t));
-    let facts = facts_of(kind, &type_name, obj);
+    let facts = facts_of(kind, &type_name, obj, models);
     LineKind::Entry(ScannedEntry {
         kind,
         id: id.into(),
@@ -270,12 +568,12 @@ pub fn classify(obj: &RawObject<'_>) -> LineKind {
     })
 }
 
-fn header_of(obj: &RawObject<'_>) -> Option<HeaderInfo> {
+fn header_of<'a>(obj: &impl Fields<'a>) -> Option<HeaderInfo> {
     let id = obj.get_str("id")?.into_owned();
-    let version_raw = obj.get("version").map(|v| v.get().to_string());
+    let version_raw = obj.raw("version").map(str::to_string);
     let version = obj
-        .get("version")
-        .and_then(|v| v.get().parse::<f64>().ok())
+        .raw("version")
+        .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v >= 0.0)
         .map(|v| v as u64);
     let s = |k: &str| obj.get_str(k).map(Cow::into_owned);
@@ -290,127 +588,99 @@ fn header_of(obj: &RawObject<'_>) -> Option<HeaderInfo> {
     })
 }
 
-fn facts_of(kind: EntryKind, type_name: &str, obj: &RawObject<'_>) -> Facts {
+fn facts_of<'a>(
+    kind: EntryKind,
+    type_name: &str,
+    obj: &impl Fields<'a>,
+    models: &mut ModelNames,
+) -> Facts {
     match kind {
-        EntryKind::Message => obj
-            .get("message")
-            .map(message_facts)
-            .unwrap_or(Facts::Message {
-                role: Role::Missing,
-                model: None,
-            }),
-        EntryKind::ThinkingLevelChange => Facts::ThinkingLevel(boxed(obj.get("thinkingLevel"))),
+        EntryKind::Message => obj.message_facts(models),
+        EntryKind::ThinkingLevelChange => Facts::ThinkingLevel(boxed(obj.raw("thinkingLevel"))),
         EntryKind::ModelChange => Facts::ModelChange {
-            model: boxed(obj.get("model")),
-            role: obj.get("role").and_then(|r| {
-                if is_null(r) {
+            model: boxed(obj.raw("model")),
+            role: obj.raw("role").and_then(|r| {
+                if r == "null" {
                     None
                 } else {
                     // JavaScript uses the value as a property key.
-                    Some(raw_as_str(r).map_or_else(|| r.get().into(), |s| s.into()))
+                    Some(decode_json_string(r).map_or_else(|| r.into(), |s| s.into()))
                 }
             }),
         },
         EntryKind::TtsrInjection => Facts::Ttsr(
-            obj.get("injectedRules")
-                .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r.get()).ok())
+            obj.raw("injectedRules")
+                .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r).ok())
                 .map(|rules| rules.into_iter().map(|r| r.get().into()).collect())
                 .unwrap_or_default(),
         ),
         EntryKind::ModeChange => Facts::Mode {
-            mode: boxed(obj.get("mode")),
-            data: boxed(obj.get("data")),
+            mode: boxed(obj.raw("mode")),
+            data: boxed(obj.raw("data")),
         },
         EntryKind::Label => Facts::Label {
-            target: decoded(obj.get("targetId")),
-            label: decoded(obj.get("label")).filter(|l| !l.is_empty()),
+            target: decoded(obj.raw("targetId")),
+            label: decoded(obj.raw("label")).filter(|l| !l.is_empty()),
         },
         EntryKind::Compaction => Facts::Compaction {
-            first_kept: decoded(obj.get("firstKeptEntryId")),
+            first_kept: decoded(obj.raw("firstKeptEntryId")),
         },
         EntryKind::BranchSummary => Facts::BranchSummary {
-            from: decoded(obj.get("fromId")),
+            from: decoded(obj.raw("fromId")),
         },
         EntryKind::Unknown => Facts::Unknown(type_name.into()),
         EntryKind::Custom | EntryKind::CustomMessage | EntryKind::SessionInit => Facts::None,
     }
 }
 
-/// Reads `role`, `provider` and `model` of a message object, stopping as
-/// soon as they are known (the message body was validated by the caller).
-fn message_facts(message: &RawValue) -> Facts {
-    let mut found = MessageFields::default();
-    let mut de = serde_json::Deserializer::from_str(message.get());
-    // An early stop surfaces as an error; what was found is kept either way.
-    let _ = MessageSeed(&mut found).deserialize(&mut de);
-    let role = found
-        .role
-        .as_deref()
+/// `role`, and for assistant messages `"<provider>/<model>"`, from the
+/// members of a message object (the last of duplicate keys wins, as in
+/// `JSON.parse`).
+fn message_facts(text: &[u8], members: &[Member], models: &mut ModelNames) -> Facts {
+    // One pass; later members win.
+    let (mut role, mut provider, mut model) = (None, None, None);
+    for m in members {
+        let slot = match m.key.of(text) {
+            b"role" => &mut role,
+            b"provider" => &mut provider,
+            b"model" => &mut model,
+            _ if m.key_escaped => {
+                if m.key_is(text, "role") {
+                    &mut role
+                } else if m.key_is(text, "provider") {
+                    &mut provider
+                } else if m.key_is(text, "model") {
+                    &mut model
+                } else {
+                    continue;
+                }
+            }
+            _ => continue,
+        };
+        *slot = Some(m);
+    }
+    let raw = |name: &str| {
+        let m = match name {
+            "role" => role,
+            "provider" => provider,
+            _ => model,
+        };
+        m.and_then(|m| as_text(m.value.of(text)))
+    };
+    let role = raw("role")
         .and_then(decode_json_string)
         .map(|r| Role::from_str(&r))
         .unwrap_or(Role::Missing);
     let model = (role == Role::Assistant).then(|| {
-        let part = |raw: &Option<String>| match raw.as_deref() {
+        let part = |raw: Option<&str>| match raw {
             None => Cow::Borrowed("undefined"),
             Some(text) => decode_json_string(text)
                 .map(|s| Cow::Owned(s.into_owned()))
                 .unwrap_or_else(|| Cow::Owned(text.to_string())),
         };
-        format!("{}/{}", part(&found.provider), part(&found.model)).into()
+        models.get(&part(raw("provider")), &part(raw("model")))
     });
     Facts::Message { role, model }
-}
-
-#[derive(Default)]
-struct MessageFields {
-    role: Option<String>,
-    provider: Option<String>,
-    model: Option<String>,
-}
-
-impl MessageFields {
-    fn complete(&self) -> bool {
-        match self.role.as_deref() {
-            None => false,
-            Some("\"assistant\"") => self.provider.is_some() && self.model.is_some(),
-            Some(_) => true,
-        }
-    }
-}
-
-struct MessageSeed<'f>(&'f mut MessageFields);
-
-impl<'de> DeserializeSeed<'de> for MessageSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MessageSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a message object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key_seed(crate::session::json::KeySeed)? {
-            let slot = match key.as_ref() {
-                "role" => &mut self.0.role,
-                "provider" => &mut self.0.provider,
-                "model" => &mut self.0.model,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            let raw: &RawValue = map.next_value()?;
-            *slot = Some(raw.get().to_string());
-            if self.0.complete() {
-                return Err(de::Error::custom("done"));
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -475,6 +745,30 @@ mod tests {
             }
         );
         assert_eq!(e.parent_id.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn ids_are_inline_when_short_and_behave_like_str() {
+        assert_eq!(std::mem::size_of::<Id>(), 16);
+        assert_eq!(std::mem::size_of::<Option<Id>>(), 16);
+        for s in [
+            "",
+            "a1b2c3d4",
+            "01234567890123",
+            "012345678901234",
+            "01a23785-3f0c-71cd-b653-d8359de3b245",
+            "caf\u{e9}\u{1f600}",
+        ] {
+            let id = Id::new(s);
+            assert_eq!(&*id, s);
+            assert_eq!(id, Id::from(s.to_string()));
+            assert_eq!(id.to_string(), s);
+            assert_eq!(format!("{id:?}"), format!("{s:?}"));
+            assert_eq!(Box::<str>::from(id.clone()), Box::<str>::from(s));
+            let mut set = std::collections::HashSet::new();
+            set.insert(id);
+            assert!(set.contains(s));
+        }
     }
 
     #[test]

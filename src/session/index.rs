@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use crate::session::format::{EntryKind, Facts, ScannedEntry};
+use crate::session::loader::LoadedEntry;
 
 const NONE: u32 = u32::MAX;
 
@@ -43,11 +44,151 @@ impl EntryMeta {
     }
 }
 
+/// Maps entry ids to positions: open addressing over `u32` positions with
+/// a 32-bit hash tag per slot, comparing ids in the entries themselves (no
+/// copy of the ids). The last entry of a repeated id wins.
+#[derive(Debug, Clone, Default)]
+struct IdTable {
+    /// `(position + 1, hash tag)`; position 0 marks an empty slot.
+    slots: Vec<(u32, u32)>,
+    len: usize,
+    seed: u64,
+}
+
+impl IdTable {
+    fn hash(&self, id: &str) -> u64 {
+        // A word-at-a-time multiply-rotate hash, seeded per table so that
+        // crafted ids cannot force collisions, with a final avalanche.
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut h = self.seed ^ (id.len() as u64).wrapping_mul(K);
+        let mut chunks = id.as_bytes().chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            h = (h ^ w).wrapping_mul(K).rotate_left(29);
+        }
+        let mut last = 0u64;
+        for (i, &b) in chunks.remainder().iter().enumerate() {
+            last |= u64::from(b) << (8 * i);
+        }
+        h = (h ^ last).wrapping_mul(K);
+        h ^= h >> 32;
+        h = h.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        h ^ (h >> 32)
+    }
+
+    fn new_seed() -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x5e55_10f5);
+        h.finish() | 1
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// The position of `id`.
+    fn get(&self, id: &str, entries: &[EntryMeta]) -> Option<u32> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let h = self.hash(id);
+        let tag = h as u32;
+        let mut i = (h >> 32) as usize & self.mask();
+        loop {
+            let (pos, t) = self.slots[i];
+            if pos == 0 {
+                return None;
+            }
+            if t == tag && *entries[pos as usize - 1].entry.id == *id {
+                return Some(pos - 1);
+            }
+            i = (i + 1) & self.mask();
+        }
+    }
+
+    /// Maps the id of the entry at `idx` to `idx`; returns the position it
+    /// mapped to before, if any.
+    fn insert(&mut self, idx: u32, entries: &[EntryMeta]) -> Option<u32> {
+        if self.slots.is_empty() {
+            self.seed = Self::new_seed();
+        }
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow(entries);
+        }
+        let id = &*entries[idx as usize].entry.id;
+        let h = self.hash(id);
+        let tag = h as u32;
+        let mask = self.mask();
+        let mut i = (h >> 32) as usize & mask;
+        loop {
+            let (pos, t) = self.slots[i];
+            if pos == 0 {
+                self.slots[i] = (idx + 1, tag);
+                self.len += 1;
+                return None;
+            }
+            if t == tag && *entries[pos as usize - 1].entry.id == *id {
+                self.slots[i] = (idx + 1, tag);
+                return Some(pos - 1);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn grow(&mut self, entries: &[EntryMeta]) {
+        let cap = (self.slots.len() * 2).max(16);
+        let old = std::mem::replace(&mut self.slots, vec![(0, 0); cap]);
+        let mask = cap - 1;
+        for (pos, tag) in old.into_iter().filter(|&(p, _)| p != 0) {
+            let h = self.hash(&entries[pos as usize - 1].entry.id);
+            let mut i = (h >> 32) as usize & mask;
+            while self.slots[i].0 != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = (pos, tag);
+        }
+    }
+
+    /// Hints the CPU to fetch the slot where `id` would be looked up first:
+    /// building an index of a big file is bound by these cache misses.
+    #[inline]
+    fn prefetch(&self, id: &str) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let i = (self.hash(id) >> 32) as usize & self.mask();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch has no observable effect; the address is in
+        // bounds of `slots` anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.slots.as_ptr().add(i).cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
+    }
+
+    /// Makes room for `n` ids in all.
+    fn reserve(&mut self, n: usize, entries: &[EntryMeta]) {
+        while n * 2 > self.slots.len() {
+            if self.slots.is_empty() {
+                self.seed = Self::new_seed();
+            }
+            self.grow(entries);
+        }
+    }
+}
+
 /// All entries of a session with their tree links.
 #[derive(Debug, Default, Clone)]
 pub struct TreeIndex {
     entries: Vec<EntryMeta>,
-    by_id: HashMap<Box<str>, u32>,
+    by_id: IdTable,
+    /// Position of the entry that `parentId` names now (`NONE`: none), for
+    /// path walks. Exact while no id repeats (`repeated_ids` false).
+    parent: Vec<u32>,
+    repeated_ids: bool,
     /// Resolved tree parent (`NONE` for roots), used for browsing.
     tree_parent: Vec<u32>,
     first_child: Vec<u32>,
@@ -65,6 +206,60 @@ pub struct TreeIndex {
 impl TreeIndex {
     pub fn new() -> Self {
         TreeIndex::default()
+    }
+
+    /// An index of loaded entries, in file order. Reuses the entries'
+    /// memory (`LoadedEntry` and `EntryMeta` have the same layout).
+    pub fn from_loaded(entries: Vec<LoadedEntry>, in_memory: bool) -> Self {
+        let entries: Vec<EntryMeta> = entries
+            .into_iter()
+            .map(|e| EntryMeta {
+                entry: e.entry,
+                loc: Loc {
+                    offset: e.offset,
+                    len: e.len,
+                    in_memory,
+                },
+            })
+            .collect();
+        let n = entries.len();
+        let mut t = TreeIndex {
+            entries,
+            ..TreeIndex::default()
+        };
+        t.by_id.reserve(n, &t.entries);
+        for v in [
+            &mut t.parent,
+            &mut t.tree_parent,
+            &mut t.first_child,
+            &mut t.last_child,
+            &mut t.next_sibling,
+            &mut t.prev_sibling,
+        ] {
+            v.reserve_exact(n);
+        }
+        const AHEAD: usize = 8;
+        for idx in 0..n {
+            if let Some(ahead) = t.entries.get(idx + AHEAD) {
+                t.by_id.prefetch(&ahead.entry.id);
+            }
+            t.link_new(idx as u32);
+        }
+        t
+    }
+
+    /// Appends loaded entries (the new lines of a grown file).
+    pub fn extend_loaded(&mut self, entries: Vec<LoadedEntry>, in_memory: bool) {
+        for e in entries {
+            self.push(
+                e.entry,
+                Loc {
+                    offset: e.offset,
+                    len: e.len,
+                    in_memory,
+                },
+            );
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -85,7 +280,7 @@ impl TreeIndex {
 
     /// Position of the entry with `id` (the last one, if ids repeat).
     pub fn position(&self, id: &str) -> Option<u32> {
-        self.by_id.get(id).copied()
+        self.by_id.get(id, &self.entries)
     }
 
     pub fn by_id(&self, id: &str) -> Option<&EntryMeta> {
@@ -116,6 +311,26 @@ impl TreeIndex {
     /// Adds an entry at the end.
     pub fn push(&mut self, entry: ScannedEntry, loc: Loc) -> u32 {
         let idx = self.entries.len() as u32;
+        self.entries.push(EntryMeta { entry, loc });
+        self.link_new(idx);
+        idx
+    }
+
+    /// The position of `id` if one of the few entries before `idx` has it
+    /// (the nearest is the latest, so this agrees with the id table): the
+    /// parent is almost always the previous entry, and looking there first
+    /// saves a cache miss in the table.
+    #[inline]
+    fn recent_position(&self, idx: u32, id: &str) -> Option<u32> {
+        const WINDOW: u32 = 4;
+        (idx.saturating_sub(WINDOW)..idx)
+            .rev()
+            .find(|&i| *self.entries[i as usize].entry.id == *id)
+    }
+
+    /// Indexes the entry at `idx`, the first one not indexed yet.
+    fn link_new(&mut self, idx: u32) {
+        let entry = &self.entries[idx as usize].entry;
         if let Facts::Label {
             target: Some(target),
             label,
@@ -136,10 +351,20 @@ impl TreeIndex {
                 self.assistant_count += 1;
             }
         }
+        let mut path_parent = NONE;
         let parent = match entry.parent_id.as_deref() {
-            Some(pid) if pid == &*entry.id => None,
-            Some(pid) => match self.by_id.get(pid) {
-                Some(&p) => Some(p),
+            Some(pid) if pid == &*entry.id => {
+                path_parent = idx;
+                None
+            }
+            Some(pid) => match self
+                .recent_position(idx, pid)
+                .or_else(|| self.by_id.get(pid, &self.entries))
+            {
+                Some(p) => {
+                    path_parent = p;
+                    Some(p)
+                }
                 None => {
                     self.waiting.entry(pid.into()).or_default().push(idx);
                     None
@@ -147,8 +372,7 @@ impl TreeIndex {
             },
             None => None,
         };
-        let id = entry.id.clone();
-        self.entries.push(EntryMeta { entry, loc });
+        self.parent.push(path_parent);
         self.tree_parent.push(NONE);
         self.first_child.push(NONE);
         self.last_child.push(NONE);
@@ -158,16 +382,21 @@ impl TreeIndex {
             Some(p) => self.link(idx, p),
             None => self.roots.push(idx),
         }
-        self.by_id.insert(id.clone(), idx);
-        if let Some(orphans) = self.waiting.remove(&id) {
-            for orphan in orphans {
-                if orphan != idx && !self.is_tree_ancestor(orphan, idx) {
-                    self.roots.retain(|&r| r != orphan);
-                    self.link(orphan, idx);
+        if self.by_id.insert(idx, &self.entries).is_some() {
+            self.repeated_ids = true;
+        }
+        if !self.waiting.is_empty() {
+            let id = &*self.entries[idx as usize].entry.id;
+            if let Some(orphans) = self.waiting.remove(id) {
+                for orphan in orphans {
+                    self.parent[orphan as usize] = idx;
+                    if orphan != idx && !self.is_tree_ancestor(orphan, idx) {
+                        self.roots.retain(|&r| r != orphan);
+                        self.link(orphan, idx);
+                    }
                 }
             }
         }
-        idx
     }
 
     fn link(&mut self, child: u32, parent: u32) {
@@ -234,11 +463,16 @@ impl TreeIndex {
                 break;
             }
             path.push(i);
-            cur = self.entries[i as usize]
-                .entry
-                .parent_id
-                .as_deref()
-                .and_then(|p| self.position(p));
+            cur = if self.repeated_ids {
+                // Positions of repeated ids change as entries arrive.
+                self.entries[i as usize]
+                    .entry
+                    .parent_id
+                    .as_deref()
+                    .and_then(|p| self.position(p))
+            } else {
+                Some(self.parent[i as usize]).filter(|&p| p != NONE)
+            };
         }
         if path.len() > self.entries.len() {
             // A loop: keep each entry once, up to the first repetition.
@@ -337,11 +571,132 @@ mod tests {
         assert_eq!(t.path_to(0), vec![1, 0]);
     }
 
+    /// What path walks and lookups give, compared between two indexes.
+    fn same(a: &TreeIndex, b: &TreeIndex) {
+        assert_eq!(a.len(), b.len());
+        assert_eq!(a.roots(), b.roots());
+        for i in 0..a.len() as u32 {
+            assert_eq!(a.path_to(i), b.path_to(i), "path to #{i}");
+            assert_eq!(a.children(i), b.children(i), "children of #{i}");
+            let id = a.get(i).unwrap().id();
+            assert_eq!(a.position(id), b.position(id));
+        }
+    }
+
+    /// The path by string lookups, as the index defines it.
+    fn slow_path(t: &TreeIndex, leaf: u32) -> Vec<u32> {
+        let mut path = vec![leaf];
+        let mut seen = std::collections::HashSet::from([leaf]);
+        while let Some(p) = t
+            .get(*path.last().unwrap())
+            .unwrap()
+            .parent_id()
+            .and_then(|p| t.position(p))
+        {
+            if !seen.insert(p) {
+                break;
+            }
+            path.push(p);
+        }
+        path.reverse();
+        path
+    }
+
+    const IRREGULAR: &[(&str, Option<&str>)] = &[
+        ("c", Some("p")),
+        ("s", Some("s")),
+        ("p", None),
+        ("q", Some("p")),
+        ("x", Some("y")),
+        ("y", Some("x")),
+        ("z", Some("missing")),
+        ("r", Some("q")),
+    ];
+
+    #[test]
+    fn from_loaded_matches_push() {
+        let pushed = build(IRREGULAR);
+        let loaded = TreeIndex::from_loaded(
+            IRREGULAR
+                .iter()
+                .enumerate()
+                .map(|(n, (id, p))| LoadedEntry {
+                    entry: e(id, *p),
+                    offset: n as u64 * 10,
+                    len: 9,
+                })
+                .collect(),
+            false,
+        );
+        same(&pushed, &loaded);
+        assert_eq!(loaded.get(3).unwrap().loc.offset, 30);
+        assert!(!loaded.get(3).unwrap().loc.in_memory);
+        for i in 0..pushed.len() as u32 {
+            assert_eq!(pushed.path_to(i), slow_path(&pushed, i), "#{i}");
+        }
+        assert_eq!(pushed.path_to(7), vec![2, 3, 7]);
+        assert_eq!(pushed.path_to(0), vec![2, 0]);
+    }
+
+    #[test]
+    fn repeated_ids_resolve_to_the_last_entry() {
+        let t = build(&[
+            ("a", None),
+            ("b", Some("a")),
+            ("a", Some("b")),
+            ("c", Some("a")),
+        ]);
+        assert_eq!(t.position("a"), Some(2));
+        // b's parent is now the second a, whose parent is b: a loop.
+        assert_eq!(t.path_to(3), vec![1, 2, 3]);
+        assert_eq!(t.path_to(1), vec![2, 1]);
+        for i in 0..t.len() as u32 {
+            assert_eq!(t.path_to(i), slow_path(&t, i), "#{i}");
+        }
+    }
+
+    #[test]
+    fn many_entries_grow_the_id_table() {
+        let ids: Vec<String> = (0..20_000).map(|i| format!("{i:08x}")).collect();
+        let mut t = TreeIndex::new();
+        for (i, id) in ids.iter().enumerate() {
+            let parent = i.checked_sub(1).map(|p| ids[p].as_str());
+            t.push(e(id, parent), loc());
+        }
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(t.position(id), Some(i as u32));
+        }
+        assert_eq!(t.position("nope"), None);
+        assert_eq!(t.path_to(19_999).len(), 20_000);
+        assert_eq!(t.roots(), vec![0]);
+    }
+
     #[test]
     fn late_parent_adopts_waiting_children() {
         let t = build(&[("c", Some("p")), ("p", None)]);
         assert_eq!(t.roots(), vec![1]);
         assert_eq!(t.children(1), vec![0]);
         assert_eq!(t.path_to(0), vec![1, 0]);
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::EntryMeta;
+    use crate::session::loader::LoadedEntry;
+
+    #[test]
+    fn loaded_entries_convert_in_place() {
+        // `TreeIndex::from_loaded` reuses the loader's allocation only while
+        // both types have the same layout.
+        assert_eq!(
+            std::mem::size_of::<LoadedEntry>(),
+            std::mem::size_of::<EntryMeta>()
+        );
+        assert_eq!(
+            std::mem::align_of::<LoadedEntry>(),
+            std::mem::align_of::<EntryMeta>()
+        );
+        assert!(std::mem::size_of::<EntryMeta>() <= 112);
     }
 }

@@ -8,15 +8,26 @@
 use std::path::Path;
 
 use crate::session::error::{Error, Result};
-use crate::session::format::{scan_line, HeaderInfo, LineKind, ScannedEntry};
+use crate::session::format::{HeaderInfo, LineKind, LineScanner, ScannedEntry};
 use crate::session::storage::Storage;
 
 /// Lines longer than this are skipped with a warning instead of being held
 /// in memory (256 MiB).
 pub const DEFAULT_MAX_LINE: usize = 256 << 20;
 
-/// Bytes read per chunk when scanning a file.
-pub const CHUNK_SIZE: usize = 1 << 20;
+/// Bytes read per chunk when scanning a file (small enough to stay in the
+/// L2 cache between the read and the scan).
+pub const CHUNK_SIZE: usize = 64 << 10;
+
+/// Files at least this big are scanned in parallel, split at line
+/// boundaries into one part per core (at most [`MAX_PARTS`]).
+pub const PARALLEL_MIN: u64 = 2 << 20;
+
+/// Upper bound of parallel parts.
+pub const MAX_PARTS: usize = 8;
+
+/// How far past a planned split point to look for a line end.
+const SPLIT_SEARCH: u64 = 16 << 20;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
@@ -70,7 +81,7 @@ impl LineSplitter {
         }
         let mut pos = 0;
         while pos < chunk.len() {
-            match chunk[pos..].iter().position(|&b| b == b'\n') {
+            match memchr::memchr(b'\n', &chunk[pos..]) {
                 Some(rel) => {
                     let end = pos + rel;
                     if self.skipping {
@@ -178,6 +189,7 @@ pub enum Phase {
 
 /// Classifies lines as they come.
 struct Classifier<'a> {
+    scanner: LineScanner,
     phase: Phase,
     out: &'a mut Loaded,
     error: Option<String>,
@@ -192,7 +204,7 @@ impl Classifier<'_> {
             self.out.blank += 1;
             return;
         }
-        let kind = scan_line(bytes);
+        let kind = self.scanner.scan(bytes);
         match (self.phase, kind) {
             (_, LineKind::Invalid) => self.out.skipped += 1,
             (Phase::BeforeHeader, LineKind::Title) => self.out.has_title = true,
@@ -241,6 +253,7 @@ pub fn scan_stream(
     };
     let mut splitter = LineSplitter::new(start, max_line);
     let mut classifier = Classifier {
+        scanner: LineScanner::new(),
         phase,
         out: &mut loaded,
         error: None,
@@ -292,20 +305,28 @@ pub fn scan_file(
     phase: Phase,
     max_line: usize,
 ) -> Result<std::result::Result<Loaded, String>> {
-    scan_stream(start, phase, max_line, &mut |sink| {
-        storage
-            .scan(path, start, CHUNK_SIZE, &mut |off, chunk| {
-                sink(off, chunk);
-                true
-            })
-            .map(|_| ())
-            .map_err(|e| Error::io(path, e))
-    })
+    scan_range(storage, path, start, None, phase, max_line)
 }
 
 /// Loads a whole file through `storage`: `Ok(None)` for a missing or empty
-/// file, `Error::Unreadable` when there is no valid header.
+/// file, `Error::Unreadable` when there is no valid header. Big files are
+/// scanned on all cores (see [`load_file_split`]).
 pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<Option<Loaded>> {
+    let parts = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_PARTS);
+    load_file_with(storage, path, max_line, parts, PARALLEL_MIN)
+}
+
+/// [`load_file`] with `parts` threads for files of at least `min_parallel`
+/// bytes.
+pub fn load_file_with(
+    storage: &dyn Storage,
+    path: &Path,
+    max_line: usize,
+    parts: usize,
+    min_parallel: u64,
+) -> Result<Option<Loaded>> {
     let stat = match storage.stat(path) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -320,7 +341,15 @@ pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<
     if stat.size == 0 {
         return Ok(None);
     }
-    match scan_file(storage, path, 0, Phase::BeforeHeader, max_line)? {
+    let hints: Vec<u64> = if parts > 1 && stat.size >= min_parallel {
+        (1..parts as u64)
+            .map(|k| stat.size * k / parts as u64)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let loaded = load_file_split(storage, path, max_line, &hints)?;
+    match loaded {
         Err(reason) => Err(Error::Unreadable {
             path: path.to_path_buf(),
             reason,
@@ -335,6 +364,147 @@ pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<
         }),
         Ok(l) => Ok(Some(l)),
     }
+}
+
+/// Scans `[start, end)` of a file (`end`: `None` for the end of file).
+fn scan_range(
+    storage: &dyn Storage,
+    path: &Path,
+    start: u64,
+    end: Option<u64>,
+    phase: Phase,
+    max_line: usize,
+) -> Result<std::result::Result<Loaded, String>> {
+    scan_stream(start, phase, max_line, &mut |sink| {
+        storage
+            .scan(path, start, CHUNK_SIZE, &mut |off, chunk| match end {
+                None => {
+                    sink(off, chunk);
+                    true
+                }
+                Some(end) => {
+                    let take = (end.saturating_sub(off) as usize).min(chunk.len());
+                    sink(off, &chunk[..take]);
+                    off + (take as u64) < end
+                }
+            })
+            .map(|_| ())
+            .map_err(|e| Error::io(path, e))
+    })
+}
+
+/// The offset just past the first `\n` at or after `near`, if there is one
+/// within [`SPLIT_SEARCH`] bytes.
+fn line_start_after(storage: &dyn Storage, path: &Path, near: u64) -> Result<Option<u64>> {
+    let mut found = None;
+    storage
+        .scan(path, near, CHUNK_SIZE, &mut |off, chunk| {
+            if let Some(p) = memchr::memchr(b'\n', chunk) {
+                found = Some(off + p as u64 + 1);
+                return false;
+            }
+            off + (chunk.len() as u64) < near + SPLIT_SEARCH
+        })
+        .map_err(|e| Error::io(path, e))?;
+    Ok(found)
+}
+
+/// Scans a whole file in parts that start at the first line start at or
+/// after each of `hints`, one thread per part, and joins the results; the
+/// outcome is the same as one sequential scan. Lines never straddle parts.
+/// Falls back to a sequential scan when the first part holds no header (it
+/// may follow in a later part) or the file changed while being split.
+pub fn load_file_split(
+    storage: &dyn Storage,
+    path: &Path,
+    max_line: usize,
+    hints: &[u64],
+) -> Result<std::result::Result<Loaded, String>> {
+    let mut bounds = vec![0u64];
+    for &near in hints {
+        if let Some(start) = line_start_after(storage, path, near.max(1))? {
+            if start > *bounds.last().unwrap_or(&0) {
+                bounds.push(start);
+            }
+        }
+    }
+    let sequential = || scan_range(storage, path, 0, None, Phase::BeforeHeader, max_line);
+    if bounds.len() < 2 {
+        return sequential();
+    }
+    let ranges: Vec<(u64, Option<u64>)> = bounds
+        .iter()
+        .enumerate()
+        .map(|(k, &start)| (start, bounds.get(k + 1).copied()))
+        .collect();
+    let results: Vec<Result<std::result::Result<Loaded, String>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ranges[1..]
+            .iter()
+            .map(|&(start, end)| {
+                scope.spawn(move || {
+                    scan_range(storage, path, start, end, Phase::AfterHeader, max_line)
+                })
+            })
+            .collect();
+        let (start, end) = ranges[0];
+        let mut results = vec![scan_range(
+            storage,
+            path,
+            start,
+            end,
+            Phase::BeforeHeader,
+            max_line,
+        )];
+        for h in handles {
+            results.push(h.join().unwrap_or_else(|_| {
+                Err(Error::Invalid("internal: a loader thread panicked".into()))
+            }));
+        }
+        results
+    });
+    let mut parts = Vec::with_capacity(results.len());
+    for r in results {
+        parts.push(r?);
+    }
+    let mut parts = parts.into_iter();
+    let first = match parts.next() {
+        Some(Ok(first)) => first,
+        // An error in the first part is the sequential scan's error too.
+        Some(Err(reason)) => return Ok(Err(reason)),
+        None => return sequential(),
+    };
+    let clean = |l: &Loaded, end: Option<u64>| {
+        end.is_none_or(|end| l.end == end && l.ends_with_newline && !l.torn_tail)
+    };
+    if first.header.is_none() || !clean(&first, ranges[0].1) {
+        return sequential();
+    }
+    // Parts after the header never fail (only header rules do).
+    let Ok(rest) = parts.collect::<std::result::Result<Vec<Loaded>, String>>() else {
+        return sequential();
+    };
+    if rest
+        .iter()
+        .zip(&ranges[1..])
+        .any(|(l, &(_, end))| !clean(l, end))
+    {
+        return sequential();
+    }
+    let mut joined = first;
+    joined
+        .entries
+        .reserve_exact(rest.iter().map(|l| l.entries.len()).sum());
+    for mut part in rest {
+        joined.entries.append(&mut part.entries);
+        joined.id_less_objects += part.id_less_objects;
+        joined.skipped += part.skipped;
+        joined.blank += part.blank;
+        joined.oversized += part.oversized;
+        joined.torn_tail = part.torn_tail;
+        joined.end = part.end;
+        joined.ends_with_newline = part.ends_with_newline;
+    }
+    Ok(Ok(joined))
 }
 
 /// Scans bytes held in memory with the whole-file rules.
@@ -446,5 +616,86 @@ mod tests {
             &bytes[e.offset as usize..][..e.len as usize],
             entry_line("a", None).as_bytes()
         );
+    }
+
+    fn memory_file(text: &[u8]) -> (crate::session::storage::MemoryStorage, std::path::PathBuf) {
+        let storage = crate::session::storage::MemoryStorage::new();
+        let dir = std::path::PathBuf::from("/s");
+        storage.ensure_dir(&dir).unwrap();
+        let path = dir.join("f.jsonl");
+        storage.write(&path, text).unwrap();
+        (storage, path)
+    }
+
+    /// The result of a scan, comparable as text.
+    fn outcome(r: Result<std::result::Result<Loaded, String>>) -> String {
+        format!("{:?}", r.map_err(|e| e.to_string()))
+    }
+
+    #[test]
+    fn parallel_split_matches_sequential_at_every_point() {
+        let long = format!(
+            r#"{{"type":"custom","id":"z","parentId":"a","x":"{}"}}"#,
+            "y".repeat(150)
+        );
+        let text = format!(
+            "\u{feff}garbage\n{{\"type\":\"title\",\"v\":1}}\n{HEADER}\n{}\n\n{long}\nnot json\n{}\n[1]\n{}\n{{\"type\":\"custom\",\"id\":\"torn\",\"par",
+            entry_line("a", None),
+            entry_line("b", Some("a")),
+            entry_line("c", Some("b")),
+        );
+        let bytes = text.as_bytes();
+        let (storage, path) = memory_file(bytes);
+        for max_line in [DEFAULT_MAX_LINE, 120] {
+            let sequential = outcome(load_file_split(&storage, &path, max_line, &[]));
+            assert!(sequential.contains("torn_tail: true"), "{sequential}");
+            for near in 0..=bytes.len() as u64 + 1 {
+                let split = outcome(load_file_split(&storage, &path, max_line, &[near]));
+                assert_eq!(split, sequential, "split near byte {near}");
+            }
+            for a in (0..bytes.len() as u64).step_by(7) {
+                for b in (a..bytes.len() as u64).step_by(11) {
+                    let split = outcome(load_file_split(&storage, &path, max_line, &[a, b]));
+                    assert_eq!(split, sequential, "split near {a} and {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_split_keeps_header_errors_and_offsets() {
+        // The first object is not a header: the same error with or without
+        // parts.
+        let text = format!(
+            "{}\n{HEADER}\n{}\n",
+            entry_line("a", None),
+            entry_line("b", None)
+        );
+        let (storage, path) = memory_file(text.as_bytes());
+        let sequential = outcome(load_file_split(&storage, &path, DEFAULT_MAX_LINE, &[]));
+        assert!(sequential.contains("not a session header"), "{sequential}");
+        for near in 0..text.len() as u64 {
+            assert_eq!(
+                outcome(load_file_split(&storage, &path, DEFAULT_MAX_LINE, &[near])),
+                sequential
+            );
+        }
+        // Entries of later parts keep their file offsets.
+        let lines: Vec<String> = (0..50)
+            .map(|i| entry_line(&format!("e{i}"), None))
+            .collect();
+        let text = format!("{HEADER}\n{}\n", lines.join("\n"));
+        let (storage, path) = memory_file(text.as_bytes());
+        let l = load_file_with(&storage, &path, DEFAULT_MAX_LINE, 4, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(l.entries.len(), 50);
+        for (e, line) in l.entries.iter().zip(&lines) {
+            assert_eq!(
+                &text.as_bytes()[e.offset as usize..][..e.len as usize],
+                line.as_bytes()
+            );
+        }
+        assert_eq!(l.end, text.len() as u64);
     }
 }

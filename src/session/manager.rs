@@ -326,8 +326,7 @@ impl Session {
             torn_tail: loaded.torn_tail,
             migrated_from,
         };
-        self.index = TreeIndex::new();
-        self.push_loaded(loaded.entries, in_memory);
+        self.index = TreeIndex::from_loaded(loaded.entries, in_memory);
         self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
         self.reader = None;
         self.writer = None;
@@ -863,18 +862,6 @@ impl Session {
         Ok(offset)
     }
 
-    /// Adds loaded entries to the index in file order.
-    fn push_loaded(&mut self, entries: Vec<loader::LoadedEntry>, in_memory: bool) {
-        for e in entries {
-            let loc = Loc {
-                offset: e.offset,
-                len: e.len,
-                in_memory,
-            };
-            self.index.push(e.entry, loc);
-        }
-    }
-
     /// Indexes lines that appeared at the end of the file.
     fn index_tail(&mut self, path: &Path) -> Result<usize> {
         let Some(disk) = self.disk else { return Ok(0) };
@@ -890,7 +877,7 @@ impl Session {
             reason,
         })?;
         let n = loaded.entries.len();
-        self.push_loaded(loaded.entries, false);
+        self.index.extend_loaded(loaded.entries, false);
         self.report.skipped += loaded.skipped;
         self.report.blank += loaded.blank;
         let stat = self.storage.stat(path).at(path)?;
@@ -1387,6 +1374,35 @@ fn find_line(bytes: &[u8], needle: &[u8]) -> Option<usize> {
 impl LineSource for Session {
     fn line(&self, idx: u32) -> Result<Cow<'_, [u8]>> {
         self.raw_line(idx)
+    }
+
+    /// Reads neighbouring on-disk lines with one read (see
+    /// [`crate::session::context::for_each_line_coalesced`]).
+    fn for_each_line(
+        &self,
+        idxs: &[u32],
+        f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let Some(path) = self.path.as_deref() else {
+            for &i in idxs {
+                f(i, &self.raw_line(i)?)?;
+            }
+            return Ok(());
+        };
+        let read_at = |offset: u64, len: usize| {
+            match &self.reader {
+                Some(r) => r.read_at(offset, len),
+                None => self.storage.read_at(path, offset, len),
+            }
+            .at(path)
+        };
+        crate::session::context::for_each_line_coalesced(
+            &self.index,
+            idxs,
+            &read_at,
+            &|i| self.raw_line(i),
+            f,
+        )
     }
 
     fn resolve_blobs(&self, kind: EntryKind, json: &str) -> Option<String> {

@@ -54,10 +54,16 @@ pub fn now_iso() -> String {
 }
 
 fn digits(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+    if s.is_empty() {
         return None;
     }
-    std::str::from_utf8(s).ok()?.parse().ok()
+    s.iter().try_fold(0i64, |n, &c| {
+        if c.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(i64::from(c - b'0'))
+        } else {
+            None
+        }
+    })
 }
 
 /// Parses an ISO-8601 date-time (`YYYY-MM-DD`, optionally `THH:MM`,
