@@ -253,17 +253,16 @@ fn pretty_into(
                 let start = i;
                 i += 1;
                 loop {
-                    let rest = bytes.get(i..).unwrap_or_default();
-                    match memchr::memchr2(b'"', b'\\', rest) {
-                        Some(p) if bytes[i + p] == b'\\' => i += p + 2,
-                        Some(p) => {
-                            i += p + 1;
+                    i = find_string_stop(bytes, i);
+                    match bytes.get(i) {
+                        None => break,
+                        Some(b'"') => {
+                            i += 1;
                             break;
                         }
-                        None => {
-                            i = bytes.len();
-                            break;
-                        }
+                        Some(b'\\') => i += 2,
+                        // control characters, non-ASCII: part of the string
+                        Some(_) => i += 1,
                     }
                 }
                 let end = i.min(bytes.len());
@@ -986,6 +985,20 @@ mod tests {
             "\u{1f600}"
         );
         assert!(decode_json_string("12").is_none());
+    }
+
+    #[test]
+    fn pretty_copies_strings_with_escapes_and_non_ascii() {
+        let text = r#"{"a":"x\"y\\","b":"café {[,:]} a long string that spans more than sixteen bytes \n","c":["\\"]}"#;
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(pretty(text), serde_json::to_string_pretty(&v).unwrap());
+        let mut streamed = Vec::new();
+        write_pretty(text, &mut streamed).unwrap();
+        assert_eq!(String::from_utf8(streamed).unwrap(), pretty(text));
+        // Invalid input must not panic.
+        for bad in [r#"{"a":"x\"#, r#""\"#, "\\", "{\"a"] {
+            let _ = pretty(bad);
+        }
     }
 
     #[test]
