@@ -419,15 +419,23 @@ struct Scanned<'a, 's> {
     message: Option<&'s [Member]>,
 }
 
-impl<'a> Fields<'a> for Scanned<'a, '_> {
-    fn raw(&self, key: &str) -> Option<&'a str> {
-        let m = self
-            .top
+impl Scanned<'_, '_> {
+    /// The last member named `key`.
+    fn member(&self, key: &str) -> Option<&Member> {
+        self.top
             .iter()
             .rev()
-            .find(|m| m.key.of(self.text) == key.as_bytes())?;
-        // The scanner validated the line, so this never fails.
-        as_text(m.value.of(self.text))
+            .find(|m| m.key.of(self.text) == key.as_bytes())
+    }
+}
+
+impl<'a> Fields<'a> for Scanned<'a, '_> {
+    fn raw(&self, key: &str) -> Option<&'a str> {
+        // The scanner validated the line, so `as_text` never fails.
+        as_text(self.member(key)?.value.of(self.text))
+    }
+    fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.member(key)?.str_value(self.text)
     }
     fn message_facts(&self, models: &mut ModelNames) -> Facts {
         match self.message {
@@ -659,26 +667,21 @@ fn message_facts(text: &[u8], members: &[Member], models: &mut ModelNames) -> Fa
         };
         *slot = Some(m);
     }
-    let raw = |name: &str| {
-        let m = match name {
-            "role" => role,
-            "provider" => provider,
-            _ => model,
-        };
-        m.and_then(|m| as_text(m.value.of(text)))
-    };
-    let role = raw("role")
-        .and_then(decode_json_string)
+    let raw = |m: Option<&Member>| m.and_then(|m| as_text(m.value.of(text)));
+    let role = role
+        .and_then(|m| m.str_value(text))
         .map(|r| Role::from_str(&r))
         .unwrap_or(Role::Missing);
     let model = (role == Role::Assistant).then(|| {
-        let part = |raw: Option<&str>| match raw {
-            None => Cow::Borrowed("undefined"),
-            Some(text) => decode_json_string(text)
-                .map(|s| Cow::Owned(s.into_owned()))
-                .unwrap_or_else(|| Cow::Owned(text.to_string())),
-        };
-        models.get(&part(raw("provider")), &part(raw("model")))
+        // A string decoded, anything else as its JSON text; absent as
+        // JavaScript prints `undefined`.
+        fn part(raw: Option<&str>) -> Cow<'_, str> {
+            match raw {
+                None => Cow::Borrowed("undefined"),
+                Some(text) => decode_json_string(text).unwrap_or(Cow::Borrowed(text)),
+            }
+        }
+        models.get(&part(raw(provider)), &part(raw(model)))
     });
     Facts::Message { role, model }
 }

@@ -699,4 +699,25 @@ mod layout {
         );
         assert!(std::mem::size_of::<EntryMeta>() <= 112);
     }
+
+    #[test]
+    fn from_loaded_reuses_the_allocation() {
+        use crate::session::format::{EntryKind, Facts, ScannedEntry};
+        let loaded: Vec<LoadedEntry> = (0..1000)
+            .map(|i| LoadedEntry {
+                entry: ScannedEntry {
+                    kind: EntryKind::Custom,
+                    id: format!("{i:08x}").into(),
+                    parent_id: None,
+                    timestamp_ms: None,
+                    facts: Facts::None,
+                },
+                offset: i * 10,
+                len: 9,
+            })
+            .collect();
+        let before = loaded.as_ptr() as usize;
+        let index = super::TreeIndex::from_loaded(loaded, false);
+        assert_eq!(index.entries().as_ptr() as usize, before);
+    }
 }

@@ -253,17 +253,16 @@ fn pretty_into(
                 let start = i;
                 i += 1;
                 loop {
-                    let rest = bytes.get(i..).unwrap_or_default();
-                    match memchr::memchr2(b'"', b'\\', rest) {
-                        Some(p) if bytes[i + p] == b'\\' => i += p + 2,
-                        Some(p) => {
-                            i += p + 1;
+                    i = find_string_stop(bytes, i);
+                    match bytes.get(i) {
+                        None => break,
+                        Some(b'"') => {
+                            i += 1;
                             break;
                         }
-                        None => {
-                            i = bytes.len();
-                            break;
-                        }
+                        Some(b'\\') => i += 2,
+                        // control characters, non-ASCII: part of the string
+                        Some(_) => i += 1,
                     }
                 }
                 let end = i.min(bytes.len());
@@ -359,9 +358,22 @@ pub struct Member {
     /// The key holds a backslash escape.
     pub key_escaped: bool,
     pub value: Span,
+    /// The value is a string without escapes: its text is the value.
+    pub plain_string: bool,
 }
 
 impl Member {
+    /// The value decoded if it is a string (see [`decode_json_string`]),
+    /// without a second look at plain strings.
+    pub fn str_value<'t>(&self, text: &'t [u8]) -> Option<Cow<'t, str>> {
+        let raw = self.value.of(text);
+        if self.plain_string {
+            as_text(&raw[1..raw.len() - 1]).map(Cow::Borrowed)
+        } else {
+            as_text(raw).and_then(decode_json_string)
+        }
+    }
+
     /// True when the key is `name` (decoding escapes when there are any).
     pub fn key_is(&self, text: &[u8], name: &str) -> bool {
         let raw = self.key.of(text);
@@ -541,7 +553,9 @@ fn utf8_run(b: &[u8], i: usize) -> Option<usize> {
 /// spilling to the heap only for very deep nesting.
 struct Nesting {
     depth: usize,
-    bits: u128,
+    /// The innermost 64 levels, innermost in bit 0.
+    bits: u64,
+    /// Levels below those, innermost last.
     spill: Vec<bool>,
 }
 
@@ -553,36 +567,27 @@ impl Nesting {
             spill: Vec::new(),
         }
     }
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, object: bool) {
-        if self.depth < 128 {
-            let bit = 1u128 << self.depth;
-            if object {
-                self.bits |= bit;
-            } else {
-                self.bits &= !bit;
-            }
-        } else {
-            self.spill.push(object);
+        if self.depth >= 64 {
+            self.spill.push(self.bits >> 63 != 0);
         }
+        self.bits = (self.bits << 1) | u64::from(object);
         self.depth += 1;
     }
-    #[inline]
+    #[inline(always)]
     fn pop(&mut self) {
         self.depth -= 1;
-        if self.depth >= 128 {
-            self.spill.pop();
+        self.bits >>= 1;
+        if self.depth >= 64 {
+            let below = self.spill.pop().unwrap_or(false);
+            self.bits |= u64::from(below) << 63;
         }
     }
     /// `Some(true)` for an object on top, `Some(false)` for an array.
-    #[inline]
+    #[inline(always)]
     fn top(&self) -> Option<bool> {
-        let d = self.depth.checked_sub(1)?;
-        if d < 128 {
-            Some(self.bits & (1u128 << d) != 0)
-        } else {
-            self.spill.get(d - 128).copied()
-        }
+        (self.depth > 0).then_some(self.bits & 1 != 0)
     }
 }
 
@@ -599,7 +604,11 @@ impl<'a> Scanner<'a> {
 
     #[inline(always)]
     fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+        // Compact JSON has none: one compare in the common case.
+        while let Some(&c) = self.b.get(self.i) {
+            if c > b' ' || !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+                break;
+            }
             self.i += 1;
         }
     }
@@ -616,7 +625,7 @@ impl<'a> Scanner<'a> {
 
     /// A string starting at its opening quote. Returns whether it holds an
     /// escape. Validates escapes, control characters and UTF-8.
-    #[inline]
+    #[inline(always)]
     fn string(&mut self) -> std::result::Result<bool, Stop> {
         let b = self.b;
         let mut i = self.i + 1;
@@ -790,6 +799,17 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// A member's value; true when it is a string without escapes.
+    #[inline]
+    fn member_value(&mut self) -> std::result::Result<bool, Stop> {
+        if self.peek() == Some(b'"') {
+            Ok(!self.string()?)
+        } else {
+            self.value()?;
+            Ok(false)
+        }
+    }
+
     /// An object at `{`: calls `member(scanner, key, key_escaped)` with
     /// the scanner at the start of each value, which the callback consumes.
     fn members<F>(&mut self, mut member: F) -> Step
@@ -852,17 +872,19 @@ pub fn scan_object(
             return Err(Stop::Unsure);
         }
         let start = s.i;
+        let mut plain_string = false;
         if key.of(s.b) == nested_key {
             nested.clear();
             has_nested = s.peek() == Some(b'{');
             if has_nested {
                 s.members(|s, key, key_escaped| {
                     let start = s.i;
-                    s.value()?;
+                    let plain_string = s.member_value()?;
                     nested.push(Member {
                         key,
                         key_escaped,
                         value: Span { start, end: s.i },
+                        plain_string,
                     });
                     Ok(())
                 })?;
@@ -870,12 +892,13 @@ pub fn scan_object(
                 s.value()?;
             }
         } else {
-            s.value()?;
+            plain_string = s.member_value()?;
         }
         top.push(Member {
             key,
             key_escaped: false,
             value: Span { start, end: s.i },
+            plain_string,
         });
         Ok(())
     });
@@ -901,11 +924,12 @@ pub fn object_members(text: &[u8]) -> Option<Vec<Member>> {
     s.ws();
     s.members(|s, key, key_escaped| {
         let start = s.i;
-        s.value()?;
+        let plain_string = s.member_value()?;
         out.push(Member {
             key,
             key_escaped,
             value: Span { start, end: s.i },
+            plain_string,
         });
         Ok(())
     })
@@ -961,6 +985,20 @@ mod tests {
             "\u{1f600}"
         );
         assert!(decode_json_string("12").is_none());
+    }
+
+    #[test]
+    fn pretty_copies_strings_with_escapes_and_non_ascii() {
+        let text = r#"{"a":"x\"y\\","b":"café {[,:]} a long string that spans more than sixteen bytes \n","c":["\\"]}"#;
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(pretty(text), serde_json::to_string_pretty(&v).unwrap());
+        let mut streamed = Vec::new();
+        write_pretty(text, &mut streamed).unwrap();
+        assert_eq!(String::from_utf8(streamed).unwrap(), pretty(text));
+        // Invalid input must not panic.
+        for bad in [r#"{"a":"x\"#, r#""\"#, "\\", "{\"a"] {
+            let _ = pretty(bad);
+        }
     }
 
     #[test]
@@ -1087,6 +1125,14 @@ mod tests {
         assert!(serde_view(deep.as_bytes()).is_some());
         let deep = format!("{{\"a\":{}1{}}}", "{\"k\":".repeat(300), "}".repeat(300));
         agree(deep.as_bytes());
+        let mixed = format!("{{\"a\":{}1{}}}", "[{\"k\":".repeat(100), "}]".repeat(100));
+        agree(mixed.as_bytes());
+        assert!(serde_view(mixed.as_bytes()).is_some());
+        let crossed = format!("{{\"a\":{}1{}]}}", "[{\"k\":".repeat(100), "}]".repeat(99));
+        agree(crossed.as_bytes());
+        let wrong = format!("{{\"a\":{}1{}}}", "[{\"k\":".repeat(100), "]}".repeat(100));
+        agree(wrong.as_bytes());
+        assert!(serde_view(wrong.as_bytes()).is_none());
         let unbalanced = format!("{{\"a\":{}1{}}}", "[".repeat(200), "]".repeat(199));
         agree(unbalanced.as_bytes());
     }

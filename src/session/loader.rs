@@ -312,9 +312,13 @@ pub fn scan_file(
 /// file, `Error::Unreadable` when there is no valid header. Big files are
 /// scanned on all cores (see [`load_file_split`]).
 pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<Option<Loaded>> {
-    let parts = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(MAX_PARTS);
+    // Asking costs a few system calls (cgroup limits): once per process.
+    static PARTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let parts = *PARTS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_PARTS)
+    });
     load_file_with(storage, path, max_line, parts, PARALLEL_MIN)
 }
 
