@@ -124,7 +124,11 @@ fn self_parents_and_loops_terminate() {
         assert_eq!(at("x"), ["y", "x"]);
         assert_eq!(at("orphan"), ["orphan"]);
         // the browsing tree reaches every entry exactly once
-        let tree: Vec<String> = s.tree().iter().map(|(_, m)| m.id().to_string()).collect();
+        let tree: Vec<String> = s
+            .tree()
+            .iter()
+            .map(|row| row.meta.id().to_string())
+            .collect();
         let mut sorted = tree.clone();
         sorted.sort();
         assert_eq!(sorted, ["orphan", "self", "x", "y"]);

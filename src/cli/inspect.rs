@@ -68,12 +68,15 @@ pub fn tree(args: &TreeArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// One line per entry: indentation by depth, `*` on the leaf, id, type, a
-/// one-line summary and the label.
+/// One line per entry: `*` on the leaf, indentation by branch level (a
+/// chain of single children stays on one level, so long conversations stay
+/// flat; `+` marks the first entry of each branch), id, type, a one-line
+/// summary and the label.
 pub fn render_tree(session: &Session) -> String {
     let leaf = session.leaf_id().map(str::to_string);
     let mut out = String::new();
-    for (depth, meta) in session.tree() {
+    for row in session.tree() {
+        let meta = row.meta;
         let mark = if leaf.as_deref() == Some(meta.id()) {
             "*"
         } else {
@@ -81,8 +84,11 @@ pub fn render_tree(session: &Session) -> String {
         };
         out.push_str(mark);
         out.push(' ');
-        for _ in 0..depth {
+        for _ in 0..row.level.saturating_sub(1) {
             out.push_str("  ");
+        }
+        if row.level > 0 {
+            out.push_str(if row.branch_start { "+ " } else { "  " });
         }
         out.push_str(meta.id());
         out.push(' ');

@@ -52,6 +52,18 @@ impl Default for OpenOptions {
     }
 }
 
+/// One row of [`Session::tree`].
+#[derive(Debug, Clone, Copy)]
+pub struct TreeRow<'a> {
+    /// Distance from the root.
+    pub depth: usize,
+    /// Branch points above the entry (the indentation when rendered).
+    pub level: usize,
+    /// The entry starts a branch: its parent has more than one child.
+    pub branch_start: bool,
+    pub meta: &'a EntryMeta,
+}
+
 /// What loading found besides the entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadReport {
@@ -474,21 +486,30 @@ impl Session {
     }
 
     /// The tree for display: roots in file order, children sorted by
-    /// timestamp (stable), each node with its depth.
-    pub fn tree(&self) -> Vec<(usize, &EntryMeta)> {
+    /// timestamp (stable), each row with its depth and its *level*: the
+    /// number of branch points above it (an entry with one child keeps the
+    /// child on its own level, so a linear conversation of any length stays
+    /// flat when rendered).
+    pub fn tree(&self) -> Vec<TreeRow<'_>> {
         let mut out = Vec::with_capacity(self.index.len());
-        let mut stack: Vec<(usize, u32)> = self
-            .index
-            .roots()
+        // Several roots are branches of a virtual root.
+        let roots = self.index.roots();
+        let several = roots.len() > 1;
+        let mut stack: Vec<(usize, usize, bool, u32)> = roots
             .into_iter()
             .rev()
-            .map(|r| (0, r))
+            .map(|r| (0, usize::from(several), several, r))
             .collect();
-        while let Some((depth, i)) = stack.pop() {
+        while let Some((depth, level, branch_start, i)) = stack.pop() {
             let Some(meta) = self.index.get(i) else {
                 continue;
             };
-            out.push((depth, meta));
+            out.push(TreeRow {
+                depth,
+                level,
+                branch_start,
+                meta,
+            });
             let mut kids = self.index.children(i);
             kids.sort_by_key(|&c| {
                 self.index
@@ -496,7 +517,13 @@ impl Session {
                     .and_then(|m| m.entry.timestamp_ms)
                     .unwrap_or(i64::MAX)
             });
-            stack.extend(kids.into_iter().rev().map(|c| (depth + 1, c)));
+            let branches = kids.len() > 1;
+            let child_level = level + usize::from(branches);
+            stack.extend(
+                kids.into_iter()
+                    .rev()
+                    .map(|c| (depth + 1, child_level, branches, c)),
+            );
         }
         out
     }
