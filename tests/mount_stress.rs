@@ -59,12 +59,21 @@ fn markers(file: &Path) -> Vec<String> {
     out
 }
 
-fn counts(markers: &[String]) -> HashMap<&str, usize> {
-    let mut c = HashMap::new();
-    for m in markers {
+/// Every acknowledged marker is in the file exactly once, and no marker is
+/// there twice.
+fn assert_each_once(found: &[String], acked: &[String]) {
+    let mut c: HashMap<&str, usize> = HashMap::new();
+    for m in found {
         *c.entry(m.as_str()).or_default() += 1;
     }
-    c
+    for a in acked {
+        assert_eq!(
+            c.get(a.as_str()),
+            Some(&1),
+            "acknowledged {a} is in the file exactly once"
+        );
+    }
+    assert!(c.values().all(|&n| n == 1), "no entry twice");
 }
 
 #[test]
@@ -97,15 +106,7 @@ fn sigkill_during_appends_loses_no_acknowledged_entry() {
     drop(m); // detaches the dead mount
 
     let found = markers(&file);
-    let c = counts(&found);
-    for a in &acked {
-        assert_eq!(
-            c.get(a.as_str()),
-            Some(&1),
-            "acknowledged {a} is in the file exactly once"
-        );
-    }
-    assert!(c.values().all(|&n| n == 1), "no entry twice");
+    assert_each_once(&found, &acked);
 
     // After a remount the next append starts on a new line and all loads.
     let m = Mount::start(tmp.path(), &[]);
@@ -286,14 +287,7 @@ fn concurrent_readers_writers_and_an_outside_writer() {
     }
     drop(m);
     let found = markers(&file);
-    let c = counts(&found);
-    for a in &acked {
-        assert_eq!(
-            c.get(a.as_str()),
-            Some(&1),
-            "{a} is in the file exactly once"
-        );
-    }
+    assert_each_once(&found, &acked);
     let text = fs::read_to_string(&file).unwrap();
     assert!(text.ends_with('\n'), "no torn last line");
     for line in text.lines() {
