@@ -138,7 +138,8 @@ mount_fs() {
     "$BIN" mount --agent-dir "$DATA" "$MNT" >"$OUT/mount.log" 2>&1 &
     MOUNT_PID=$!
     for _ in $(seq 1 200); do
-        is_mounted && return 0
+        # mounted, and answering (the kernel's INIT is done)
+        is_mounted && ls "$MNT" >/dev/null 2>&1 && return 0
         kill -0 "$MOUNT_PID" 2>/dev/null || die "sessionfs mount exited: $(tail -3 "$OUT/mount.log")"
         sleep 0.05
     done
@@ -147,6 +148,11 @@ mount_fs() {
 unmount_fs() {
     if is_mounted; then umount "$MNT" || umount -l "$MNT"; fi
     [ -n "$MOUNT_PID" ] && wait "$MOUNT_PID" 2>/dev/null || true
+    # also mount processes the remount helper started
+    for _ in $(seq 1 500); do
+        pgrep -f "mount --agent-dir $DATA $MNT" >/dev/null || break
+        sleep 0.02
+    done
     MOUNT_PID=
 }
 # A helper for hyperfine --prepare: a fresh (cold) mount.
