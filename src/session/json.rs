@@ -812,6 +812,19 @@ impl<'a> Scanner<'a> {
 
     /// An object at `{`: calls `member(scanner, key, key_escaped)` with
     /// the scanner at the start of each value, which the callback consumes.
+    /// Scans a member's value and records the member.
+    fn push_member(&mut self, key: Span, key_escaped: bool, out: &mut Vec<Member>) -> Step {
+        let start = self.i;
+        let plain_string = self.member_value()?;
+        out.push(Member {
+            key,
+            key_escaped,
+            value: Span { start, end: self.i },
+            plain_string,
+        });
+        Ok(())
+    }
+
     fn members<F>(&mut self, mut member: F) -> Step
     where
         F: FnMut(&mut Self, Span, bool) -> Step,
@@ -877,17 +890,7 @@ pub fn scan_object(
             nested.clear();
             has_nested = s.peek() == Some(b'{');
             if has_nested {
-                s.members(|s, key, key_escaped| {
-                    let start = s.i;
-                    let plain_string = s.member_value()?;
-                    nested.push(Member {
-                        key,
-                        key_escaped,
-                        value: Span { start, end: s.i },
-                        plain_string,
-                    });
-                    Ok(())
-                })?;
+                s.members(|s, key, key_escaped| s.push_member(key, key_escaped, nested))?;
             } else {
                 s.value()?;
             }
@@ -922,18 +925,8 @@ pub fn object_members(text: &[u8]) -> Option<Vec<Member>> {
     let mut s = Scanner { b: text, i: 0 };
     let mut out = Vec::new();
     s.ws();
-    s.members(|s, key, key_escaped| {
-        let start = s.i;
-        let plain_string = s.member_value()?;
-        out.push(Member {
-            key,
-            key_escaped,
-            value: Span { start, end: s.i },
-            plain_string,
-        });
-        Ok(())
-    })
-    .ok()?;
+    s.members(|s, key, key_escaped| s.push_member(key, key_escaped, &mut out))
+        .ok()?;
     Some(out)
 }
 
