@@ -31,7 +31,7 @@ use crate::session::migration::migrate_file;
 use crate::session::paths::{session_file_name, AgentDir};
 use crate::session::persistence::atomic_write;
 use crate::session::sizecontrol::apply_size_controls;
-use crate::session::storage::{AppendWriter, MemoryStorage, RandomRead, Storage};
+use crate::session::storage::{AppendWriter, FileStat, MemoryStorage, RandomRead, Storage};
 use crate::session::time::now_iso;
 
 /// How a session is opened.
@@ -96,6 +96,19 @@ struct DiskState {
     identity: (u64, u64),
     mtime: SystemTime,
     ends_with_newline: bool,
+}
+
+impl DiskState {
+    /// The file as `stat` saw it, with `end` indexed.
+    fn observed(stat: FileStat, end: u64, ends_with_newline: bool) -> Self {
+        DiskState {
+            end,
+            size: stat.size,
+            identity: stat.identity,
+            mtime: stat.mtime,
+            ends_with_newline,
+        }
+    }
 }
 
 /// One open session.
@@ -345,13 +358,11 @@ impl Session {
         if !in_memory {
             let path = self.require_path()?.to_path_buf();
             let stat = self.storage.stat(&path).at(&path)?;
-            self.disk = Some(DiskState {
-                end: loaded.end,
-                size: stat.size,
-                identity: stat.identity,
-                mtime: stat.mtime,
-                ends_with_newline: loaded.ends_with_newline,
-            });
+            self.disk = Some(DiskState::observed(
+                stat,
+                loaded.end,
+                loaded.ends_with_newline,
+            ));
             self.on_disk = true;
         }
         Ok(())
@@ -822,13 +833,7 @@ impl Session {
         data.extend_from_slice(entries);
         atomic_write(&*self.storage, &path, &data)?;
         let stat = self.storage.stat(&path).at(&path)?;
-        self.disk = Some(DiskState {
-            end: data.len() as u64,
-            size: stat.size,
-            identity: stat.identity,
-            mtime: stat.mtime,
-            ends_with_newline: true,
-        });
+        self.disk = Some(DiskState::observed(stat, data.len() as u64, true));
         self.on_disk = true;
         self.reader = None;
         self.writer = None;
@@ -910,13 +915,11 @@ impl Session {
         let stat = self.storage.stat(path).at(path)?;
         // An unterminated complete line was indexed but not consumed: the
         // next change reloads the file.
-        self.disk = Some(DiskState {
-            end: loaded.end,
-            size: stat.size,
-            identity: stat.identity,
-            mtime: stat.mtime,
-            ends_with_newline: loaded.ends_with_newline,
-        });
+        self.disk = Some(DiskState::observed(
+            stat,
+            loaded.end,
+            loaded.ends_with_newline,
+        ));
         if n > 0 {
             self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
         }
