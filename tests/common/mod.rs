@@ -69,51 +69,35 @@ pub struct Env {
     _tmp: tempfile::TempDir,
 }
 
-/// An environment with the fixture sessions copied in.
-pub fn fixture_env(backend: Backend) -> Env {
-    let (tmp, agent) = fixture_agent_dir();
-    match backend {
-        Backend::File => Env {
-            storage: Arc::new(FileStorage::new()),
-            memory: None,
-            agent,
-            _tmp: tmp,
-        },
+/// An environment over the agent directory `tmp`: the real filesystem, or a
+/// memory storage holding a copy of the directory's tree.
+fn env_over(backend: Backend, tmp: tempfile::TempDir) -> Env {
+    let agent = AgentDir::new(tmp.path());
+    let (storage, memory): (Arc<dyn Storage>, _) = match backend {
+        Backend::File => (Arc::new(FileStorage::new()), None),
         Backend::Memory => {
             let mem = MemoryStorage::new();
             load_into_memory(&mem, tmp.path(), tmp.path());
-            Env {
-                storage: Arc::new(mem.clone()),
-                memory: Some(mem),
-                agent,
-                _tmp: tmp,
-            }
+            (Arc::new(mem.clone()), Some(mem))
         }
+    };
+    Env {
+        storage,
+        memory,
+        agent,
+        _tmp: tmp,
     }
+}
+
+/// An environment with the fixture sessions copied in.
+pub fn fixture_env(backend: Backend) -> Env {
+    let (tmp, _) = fixture_agent_dir();
+    env_over(backend, tmp)
 }
 
 /// An empty environment (agent dir exists, no sessions).
 pub fn empty_env(backend: Backend) -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = AgentDir::new(tmp.path());
-    match backend {
-        Backend::File => Env {
-            storage: Arc::new(FileStorage::new()),
-            memory: None,
-            agent,
-            _tmp: tmp,
-        },
-        Backend::Memory => {
-            let mem = MemoryStorage::new();
-            mem.ensure_dir(tmp.path()).unwrap();
-            Env {
-                storage: Arc::new(mem.clone()),
-                memory: Some(mem),
-                agent,
-                _tmp: tmp,
-            }
-        }
-    }
+    env_over(backend, tempfile::tempdir().unwrap())
 }
 
 /// Replaces `\uD800`–`\uDFFF` escapes by `\uFFFD` so that serde_json can
