@@ -4,12 +4,15 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{self, Write};
 use std::os::unix::io::AsRawFd;
+use std::path::Path;
 
 use common::{empty_env, js_json, Backend, BACKENDS};
 use serde_json::json;
-use sessionfs::session::storage::FaultOp;
+use sessionfs::session::storage::{
+    AppendWriter, DirItem, FaultOp, FileStat, LockGuard, RandomRead,
+};
 use sessionfs::session::{Error, Session};
 
 fn user(text: &str) -> serde_json::Value {
@@ -401,5 +404,134 @@ fn fork_from_another_project() {
             f.context().unwrap().as_json(),
             s.context().unwrap().as_json()
         );
+    }
+}
+
+/// A storage where another writer appends a line right after the engine
+/// finished reading a file (the moment between "read to the end" and
+/// "remember how big it was"), once per armed line.
+#[derive(Debug)]
+struct AppendsAfterScan {
+    inner: std::sync::Arc<dyn sessionfs::session::Storage>,
+    armed: std::sync::Mutex<Vec<String>>,
+}
+
+impl AppendsAfterScan {
+    fn arm(&self, line: String) {
+        self.armed.lock().unwrap().push(line);
+    }
+}
+
+impl sessionfs::session::Storage for AppendsAfterScan {
+    fn ensure_dir(&self, p: &Path) -> io::Result<()> {
+        self.inner.ensure_dir(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        self.inner.exists(p)
+    }
+    fn read(&self, p: &Path) -> io::Result<Vec<u8>> {
+        self.inner.read(p)
+    }
+    fn read_prefix(&self, p: &Path, max: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_prefix(p, max)
+    }
+    fn read_at(&self, p: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_at(p, offset, len)
+    }
+    fn write(&self, p: &Path, data: &[u8]) -> io::Result<()> {
+        self.inner.write(p, data)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn unlink(&self, p: &Path) -> io::Result<()> {
+        self.inner.unlink(p)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>> {
+        self.inner.list(dir)
+    }
+    fn stat(&self, p: &Path) -> io::Result<FileStat> {
+        self.inner.stat(p)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn open_append(&self, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        self.inner.open_append(p)
+    }
+    fn lock(&self, p: &Path) -> io::Result<LockGuard> {
+        self.inner.lock(p)
+    }
+    fn open_read(&self, p: &Path) -> io::Result<Box<dyn RandomRead>> {
+        self.inner.open_read(p)
+    }
+    fn is_persistent(&self) -> bool {
+        self.inner.is_persistent()
+    }
+    fn scan(
+        &self,
+        p: &Path,
+        start: u64,
+        chunk: usize,
+        f: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> io::Result<u64> {
+        let end = self.inner.scan(p, start, chunk, f)?;
+        let pending: Vec<String> = std::mem::take(&mut *self.armed.lock().unwrap());
+        for line in pending {
+            let mut w = self.inner.open_append(p)?;
+            let _lock = w.lock()?;
+            w.write_line(format!("{line}\n").as_bytes())?;
+            w.flush()?;
+        }
+        Ok(end)
+    }
+}
+
+#[test]
+fn a_line_appended_right_after_a_read_is_not_lost() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let s = written(&env);
+        let path = s.path().unwrap().to_path_buf();
+        let leaf = s.leaf_id().unwrap().to_string();
+        drop(s);
+        let racy = std::sync::Arc::new(AppendsAfterScan {
+            inner: env.storage.clone(),
+            armed: std::sync::Mutex::new(Vec::new()),
+        });
+        let custom = |id: &str, parent: &str| {
+            format!(
+                r#"{{"type":"custom","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:00.000Z","customType":"c"}}"#
+            )
+        };
+        // While the session is opened.
+        racy.arm(custom("x1", &leaf));
+        let mut s = Session::open_in(racy.clone(), &env.agent, &path).unwrap();
+        assert_eq!(s.entries().len(), 2, "{backend:?}: x1 came after the read");
+        assert_eq!(
+            s.refresh().unwrap(),
+            sessionfs::session::Refresh::Grew(1),
+            "{backend:?}"
+        );
+        assert_eq!(s.leaf_id(), Some("x1"), "{backend:?}");
+        // While new lines are read incrementally.
+        racy.arm(custom("x3", "x2"));
+        let mut w = env.storage.open_append(&path).unwrap();
+        w.write_line(format!("{}\n", custom("x2", "x1")).as_bytes())
+            .unwrap();
+        w.flush().unwrap();
+        drop(w);
+        assert_eq!(s.refresh().unwrap(), sessionfs::session::Refresh::Grew(1));
+        assert_eq!(s.leaf_id(), Some("x2"), "{backend:?}");
+        // An append picks up x3 before writing, as a child of it.
+        let ours = s.append_message(user("ours")).unwrap();
+        assert_eq!(
+            s.entry(&ours).unwrap().parent_id(),
+            Some("x3"),
+            "{backend:?}"
+        );
+        assert_eq!(s.entries().len(), 6, "{backend:?}");
+        let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        assert_eq!(again.entries().len(), 6, "{backend:?}");
     }
 }

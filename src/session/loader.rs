@@ -177,6 +177,9 @@ pub struct Loaded {
     pub end: u64,
     /// The scanned bytes end with `\n` (or nothing was scanned).
     pub ends_with_newline: bool,
+    /// Offset where scanning stopped: every byte before it was seen. A
+    /// writer appending during the scan may leave the file longer.
+    pub scanned: u64,
 }
 
 /// Scanning rules: before the header (a whole file) or after it (the new
@@ -259,9 +262,11 @@ pub fn scan_stream(
         error: None,
     };
     let mut last_end = start;
+    let mut scanned = start;
     let mut any = false;
     feed(&mut |offset, chunk| {
         any |= !chunk.is_empty();
+        scanned = scanned.max(offset + chunk.len() as u64);
         splitter.feed(offset, chunk, &mut |line_offset, line| {
             last_end = line_offset + line.len() as u64 + 1;
             classifier.line(line_offset, line);
@@ -293,6 +298,7 @@ pub fn scan_stream(
     loaded.oversized = oversized;
     loaded.torn_tail = torn;
     loaded.end = last_end;
+    loaded.scanned = scanned;
     loaded.ends_with_newline = !any || matches!(tail, Tail::Clean);
     Ok(Ok(loaded))
 }
@@ -506,6 +512,7 @@ pub fn load_file_split(
         joined.oversized += part.oversized;
         joined.torn_tail = part.torn_tail;
         joined.end = part.end;
+        joined.scanned = part.scanned;
         joined.ends_with_newline = part.ends_with_newline;
     }
     Ok(Ok(joined))

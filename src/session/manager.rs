@@ -99,11 +99,15 @@ struct DiskState {
 }
 
 impl DiskState {
-    /// The file as `stat` saw it, with `end` indexed.
-    fn observed(stat: FileStat, end: u64, ends_with_newline: bool) -> Self {
+    /// The file's identity and time as `stat` saw them, its first `size`
+    /// bytes read and those up to `end` indexed. `stat` is taken *before*
+    /// reading: a writer that appends or replaces the file in between then
+    /// shows up as a change on the next refresh instead of being mistaken
+    /// for bytes already read.
+    fn observed(stat: FileStat, end: u64, size: u64, ends_with_newline: bool) -> Self {
         DiskState {
             end,
-            size: stat.size,
+            size,
             identity: stat.identity,
             mtime: stat.mtime,
             ends_with_newline,
@@ -248,6 +252,8 @@ impl Session {
         path: &Path,
         options: &OpenOptions,
     ) -> Result<Self> {
+        // Identity and time before reading (see `DiskState::observed`).
+        let before = storage.stat(path).ok();
         let loaded = loader::load_file(&*storage, path, options.max_line)?;
         let cwd = match &loaded {
             // A missing or empty file: a new session for the current directory.
@@ -272,7 +278,13 @@ impl Session {
         if loaded.header.as_ref().is_some_and(|h| h.needs_migration()) {
             session.migrate()?;
         } else {
-            session.install_loaded(loaded, false)?;
+            let Some(before) = before else {
+                return Err(Error::Invalid(format!(
+                    "{}: vanished while it was being read",
+                    path.display()
+                )));
+            };
+            session.install_loaded(loaded, Some(before))?;
         }
         Ok(session)
     }
@@ -311,11 +323,11 @@ impl Session {
         })?;
         if self.read_only {
             self.mem = migrated.bytes;
-            self.install_loaded(loaded, true)?;
+            self.install_loaded(loaded, None)?;
             self.on_disk = false;
             self.disk = None;
         } else {
-            {
+            let written = {
                 let _lock = self.storage.lock(&path).at(&path)?;
                 // The file must still be what we migrated.
                 let now = self.storage.read(&path).at(&path)?;
@@ -326,15 +338,20 @@ impl Session {
                     )));
                 }
                 atomic_write(&*self.storage, &path, &migrated.bytes)?;
-            }
-            self.install_loaded(loaded, false)?;
+                // Still under the lock: nobody appended yet.
+                self.storage.stat(&path).at(&path)?
+            };
+            self.install_loaded(loaded, Some(written))?;
         }
         self.report.migrated_from = Some(migrated.from_version);
         Ok(())
     }
 
-    /// Replaces the in-memory state with a load result.
-    fn install_loaded(&mut self, loaded: Loaded, in_memory: bool) -> Result<()> {
+    /// Replaces the in-memory state with a load result: of the file that
+    /// `disk` describes (taken before reading it), or of bytes held in
+    /// memory when `disk` is `None`.
+    fn install_loaded(&mut self, loaded: Loaded, disk: Option<FileStat>) -> Result<()> {
+        let in_memory = disk.is_none();
         let header = loaded
             .header
             .clone()
@@ -355,12 +372,11 @@ impl Session {
         self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
         self.reader = None;
         self.writer = None;
-        if !in_memory {
-            let path = self.require_path()?.to_path_buf();
-            let stat = self.storage.stat(&path).at(&path)?;
+        if let Some(stat) = disk {
             self.disk = Some(DiskState::observed(
                 stat,
                 loaded.end,
+                loaded.scanned,
                 loaded.ends_with_newline,
             ));
             self.on_disk = true;
@@ -833,7 +849,8 @@ impl Session {
         data.extend_from_slice(entries);
         atomic_write(&*self.storage, &path, &data)?;
         let stat = self.storage.stat(&path).at(&path)?;
-        self.disk = Some(DiskState::observed(stat, data.len() as u64, true));
+        let size = data.len() as u64;
+        self.disk = Some(DiskState::observed(stat, size, size, true));
         self.on_disk = true;
         self.reader = None;
         self.writer = None;
@@ -897,6 +914,8 @@ impl Session {
     /// Indexes lines that appeared at the end of the file.
     fn index_tail(&mut self, path: &Path) -> Result<usize> {
         let Some(disk) = self.disk else { return Ok(0) };
+        // Identity and time before reading (see `DiskState::observed`).
+        let stat = self.storage.stat(path).at(path)?;
         let loaded = loader::scan_file(
             &*self.storage,
             path,
@@ -912,12 +931,12 @@ impl Session {
         self.index.extend_loaded(loaded.entries, false);
         self.report.skipped += loaded.skipped;
         self.report.blank += loaded.blank;
-        let stat = self.storage.stat(path).at(path)?;
         // An unterminated complete line was indexed but not consumed: the
         // next change reloads the file.
         self.disk = Some(DiskState::observed(
             stat,
             loaded.end,
+            loaded.scanned,
             loaded.ends_with_newline,
         ));
         if n > 0 {
