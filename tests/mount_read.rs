@@ -288,6 +288,17 @@ fn deep_linear_session_is_reachable_flat_and_nested() {
     assert_eq!(listed.len(), 3000);
     let want: BTreeSet<&String> = ids.iter().collect();
     assert_eq!(listed.iter().collect::<BTreeSet<_>>(), want);
+    // `entries/` is listed page by page from the index: every name once,
+    // in file order, after `.` and `..`, with the numbers lookups give.
+    let (ok, out, err) = sh(&sdir.join("entries"), "ls -f -a");
+    assert!(ok, "{err}");
+    let raw: Vec<&str> = out.lines().collect();
+    assert_eq!(raw[..2], [".", ".."]);
+    assert_eq!(
+        raw[2..],
+        ids.iter().map(String::as_str).collect::<Vec<_>>()[..]
+    );
+    check_inodes_agree(&sdir.join("entries"));
     for id in &ids {
         let entry = read(&sdir.join("entries").join(id).join("entry.json"));
         assert_eq!(js_json(&entry)["id"], serde_json::json!(id));

@@ -13,11 +13,13 @@
 //! cache and not the size of the sessions.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-use crate::fs::layout::{EntryFile, Node, SessionFile, View};
+use crate::fs::layout::{EntryFile, Node, SessionFile, SessionKey, View};
+use crate::session::format::Id;
 
 /// The root directory's inode number.
 pub const ROOT_INO: u64 = 1;
@@ -88,16 +90,132 @@ fn entry_file_tag(f: EntryFile) -> u8 {
     }
 }
 
+/// How a known node is stored. Entry directories and entry files are
+/// nearly all of the nodes of a big session, so they are kept compactly:
+/// the session as a number (see `Inner::sessions`) and the id inline (the
+/// engine's [`Id`]: no allocation for ids up to 14 bytes). The few other
+/// nodes are kept as they are.
+enum Stored {
+    Entry {
+        session: u32,
+        id: Id,
+        view: View,
+        file: Option<EntryFile>,
+    },
+    Other(Box<Node>),
+}
+
 struct Known {
-    node: Node,
+    node: Stored,
     lookups: u64,
 }
 
+/// Inode numbers are already hashes: the table uses them as they are.
+#[derive(Default, Clone, Copy)]
+struct InoHasher(u64);
+
+impl Hasher for InoHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used for `u64` keys; fold anything else.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type InoMap<V> = HashMap<u64, V, BuildHasherDefault<InoHasher>>;
+
 #[derive(Default)]
 struct Inner {
-    by_ino: HashMap<u64, Known>,
+    by_ino: InoMap<Known>,
     /// Nodes that did not get their first-choice number.
     salted: HashMap<Node, u64>,
+    /// Sessions that entry nodes refer to, by number. Never shrinks: one
+    /// key per session ever looked up into.
+    sessions: Vec<SessionKey>,
+    session_numbers: HashMap<SessionKey, u32>,
+}
+
+impl Inner {
+    fn store(&mut self, node: &Node) -> Stored {
+        let (key, id, view, file) = match node {
+            Node::EntryDir(k, id, view) => (k, id, *view, None),
+            Node::EntryFile(k, id, view, f) => (k, id, *view, Some(*f)),
+            other => return Stored::Other(Box::new(other.clone())),
+        };
+        let session = match self.session_numbers.get(key) {
+            Some(&n) => n,
+            None => {
+                let Ok(n) = u32::try_from(self.sessions.len()) else {
+                    return Stored::Other(Box::new(node.clone()));
+                };
+                self.sessions.push(key.clone());
+                self.session_numbers.insert(key.clone(), n);
+                n
+            }
+        };
+        Stored::Entry {
+            session,
+            id: Id::new(id),
+            view,
+            file,
+        }
+    }
+
+    fn node(&self, stored: &Stored) -> Option<Node> {
+        match stored {
+            Stored::Other(node) => Some((**node).clone()),
+            Stored::Entry {
+                session,
+                id,
+                view,
+                file,
+            } => {
+                let key = self.sessions.get(*session as usize)?.clone();
+                let id: Arc<str> = Arc::from(id.as_str());
+                Some(match file {
+                    None => Node::EntryDir(key, id, *view),
+                    Some(f) => Node::EntryFile(key, id, *view, *f),
+                })
+            }
+        }
+    }
+
+    /// Whether `stored` is `node` (without building a `Node`).
+    fn is(&self, stored: &Stored, node: &Node) -> bool {
+        match (stored, node) {
+            (Stored::Other(a), b) => **a == *b,
+            (
+                Stored::Entry {
+                    session,
+                    id,
+                    view,
+                    file,
+                },
+                Node::EntryDir(k, i, v),
+            ) => file.is_none() && view == v && **id == **i && self.is_session(*session, k),
+            (
+                Stored::Entry {
+                    session,
+                    id,
+                    view,
+                    file,
+                },
+                Node::EntryFile(k, i, v, f),
+            ) => *file == Some(*f) && view == v && **id == **i && self.is_session(*session, k),
+            _ => false,
+        }
+    }
+
+    fn is_session(&self, n: u32, key: &SessionKey) -> bool {
+        self.sessions.get(n as usize) == Some(key)
+    }
 }
 
 /// The nodes the kernel holds references to.
@@ -120,7 +238,13 @@ impl InodeTable {
         if ino == ROOT_INO {
             return Some(Node::Root);
         }
-        self.lock().by_ino.get(&ino).map(|k| k.node.clone())
+        let inner = self.lock();
+        inner.by_ino.get(&ino).and_then(|k| inner.node(&k.node))
+    }
+
+    /// Whether the kernel knows `ino`.
+    pub fn is_known(&self, ino: u64) -> bool {
+        ino == ROOT_INO || self.lock().by_ino.contains_key(&ino)
     }
 
     /// The number a node has or would get now (without registering it).
@@ -143,7 +267,7 @@ impl InodeTable {
                 && inner
                     .by_ino
                     .get(&ino)
-                    .is_none_or(|known| known.node == *node);
+                    .is_none_or(|known| inner.is(&known.node, node));
             if free {
                 return ino;
             }
@@ -161,14 +285,18 @@ impl InodeTable {
         if ino != hash_ino(node, 0) {
             inner.salted.insert(node.clone(), ino);
         }
-        inner
-            .by_ino
-            .entry(ino)
-            .or_insert_with(|| Known {
-                node: node.clone(),
-                lookups: 0,
-            })
-            .lookups += 1;
+        if let Some(known) = inner.by_ino.get_mut(&ino) {
+            known.lookups += 1;
+        } else {
+            let stored = inner.store(node);
+            inner.by_ino.insert(
+                ino,
+                Known {
+                    node: stored,
+                    lookups: 1,
+                },
+            );
+        }
         ino
     }
 
@@ -187,18 +315,26 @@ impl InodeTable {
         };
         if gone {
             if let Some(known) = inner.by_ino.remove(&ino) {
-                inner.salted.remove(&known.node);
+                if !inner.salted.is_empty() {
+                    if let Some(node) = inner.node(&known.node) {
+                        inner.salted.remove(&node);
+                    }
+                }
+            }
+            if inner.by_ino.is_empty() {
+                inner.by_ino.shrink_to_fit();
             }
         }
     }
 
     /// Known nodes that match a predicate, with their numbers.
     pub fn known_where(&self, mut pred: impl FnMut(&Node) -> bool) -> Vec<(u64, Node)> {
-        self.lock()
+        let inner = self.lock();
+        inner
             .by_ino
             .iter()
-            .filter(|(_, k)| pred(&k.node))
-            .map(|(&ino, k)| (ino, k.node.clone()))
+            .filter_map(|(&ino, k)| Some((ino, inner.node(&k.node)?)))
+            .filter(|(_, n)| pred(n))
             .collect()
     }
 
@@ -215,7 +351,6 @@ impl InodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::layout::SessionKey;
 
     #[test]
     fn numbers_are_stable_and_distinct() {
@@ -245,5 +380,48 @@ mod tests {
         t.forget(ino, 1);
         assert_eq!(t.get(ino), None);
         assert_eq!(t.get(ROOT_INO), Some(Node::Root));
+    }
+
+    #[test]
+    fn entry_nodes_are_stored_compactly_and_come_back_equal() {
+        // A bucket of the table: the number and the record.
+        assert!(
+            std::mem::size_of::<(u64, Known)>() <= 48,
+            "{}",
+            std::mem::size_of::<(u64, Known)>()
+        );
+        let t = InodeTable::new();
+        let k1 = SessionKey::new("--p--", "s1");
+        let k2 = SessionKey::new("--p--", "s2");
+        let long = "0123456789abcdef-0123-4567-89ab-cdef01234567";
+        let nodes = [
+            Node::EntryDir(k1.clone(), "abc".into(), View::Flat),
+            Node::EntryDir(k1.clone(), "abc".into(), View::Nested),
+            Node::EntryFile(k1.clone(), "abc".into(), View::Flat, EntryFile::Context),
+            Node::EntryFile(k2.clone(), "abc".into(), View::Flat, EntryFile::Context),
+            Node::EntryDir(k2.clone(), long.into(), View::Nested),
+            Node::Entries(k2.clone()),
+        ];
+        let inos: Vec<u64> = nodes.iter().map(|n| t.remember(n)).collect();
+        let mut distinct = inos.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), nodes.len());
+        for (n, &ino) in nodes.iter().zip(&inos) {
+            assert_eq!(t.get(ino).as_ref(), Some(n));
+            assert_eq!(t.ino_of(n), ino);
+            assert!(t.is_known(ino));
+        }
+        let same_session: Vec<u64> = t
+            .known_where(|n| n.session_key() == Some(&k2))
+            .into_iter()
+            .map(|(ino, _)| ino)
+            .collect();
+        assert_eq!(same_session.len(), 3);
+        for &ino in &inos {
+            t.forget(ino, 1);
+            assert!(!t.is_known(ino));
+        }
+        assert!(t.is_empty());
     }
 }

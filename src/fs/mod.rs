@@ -40,7 +40,7 @@ use fuser::{
 
 use crate::fs::control::AppendStream;
 use crate::fs::inode::InodeTable;
-use crate::fs::layout::{Caching, Node, NodeType, SessionFile};
+use crate::fs::layout::{Caching, Node, NodeType, SessionFile, SessionKey};
 use crate::fs::tree::{is_not_found, Attr, Tree};
 use crate::session::error::Error;
 
@@ -56,6 +56,13 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 enum Handle {
     /// A directory listing snapshot taken at `opendir`.
     Dir(Vec<(u64, FileType, Vec<u8>)>),
+    /// `entries/` of a session, listed page by page from the session's
+    /// index (offsets are index positions), never as a whole.
+    Entries {
+        key: SessionKey,
+        dot: u64,
+        dotdot: u64,
+    },
     /// A readable file: its content, rendered on the first read (and again
     /// on a read at offset 0 for dynamic files).
     Read {
@@ -174,6 +181,40 @@ impl SessionFs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh.0)
+    }
+
+    /// One `readdir` reply of `entries/`: offsets 1 and 2 are `.` and `..`,
+    /// the entry at index position `p` has offset `p + 3`.
+    fn readdir_entries(
+        &self,
+        key: &SessionKey,
+        dot: u64,
+        dotdot: u64,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        for (cookie, ino, name) in [(1, dot, "."), (2, dotdot, "..")] {
+            if offset < cookie && reply.add(INodeNo(ino), cookie, FileType::Directory, name) {
+                return reply.ok();
+            }
+        }
+        let mut start = u32::try_from(offset.saturating_sub(2)).unwrap_or(u32::MAX);
+        loop {
+            let page = match self.tree.list_entries_page(key, start, 256) {
+                Ok(p) => p,
+                Err(e) => return reply.error(err_of(&e)),
+            };
+            let Some(last) = page.last().map(|(pos, _, _)| *pos) else {
+                return reply.ok();
+            };
+            for (pos, name, node) in page {
+                let ino = self.inodes.ino_of(&node);
+                if reply.add(INodeNo(ino), u64::from(pos) + 3, FileType::Directory, name) {
+                    return reply.ok();
+                }
+            }
+            start = last.saturating_add(1);
+        }
     }
 
     fn render(&self, node: &Node) -> Result<Arc<Vec<u8>>, Errno> {
@@ -462,7 +503,7 @@ impl Filesystem for SessionFs {
                 }
                 content.clone()
             }
-            Handle::Dir(_) => return reply.error(Errno::EISDIR),
+            Handle::Dir(_) | Handle::Entries { .. } => return reply.error(Errno::EISDIR),
         };
         match content {
             Some(c) => reply.data(slice(&c, offset, size)),
@@ -560,11 +601,23 @@ impl Filesystem for SessionFs {
         if !node.is_dir() {
             return reply.error(Errno::ENOTDIR);
         }
+        let parent = self.tree.parent_of(&node);
+        if let Node::Entries(key) = &node {
+            // The node must still exist.
+            if let Err(e) = self.tree.attr(&node) {
+                return reply.error(err_of(&e));
+            }
+            let fh = self.add_handle(Handle::Entries {
+                key: key.clone(),
+                dot: ino.0,
+                dotdot: self.inodes.ino_of(&parent),
+            });
+            return reply.opened(FileHandle(fh), FopenFlags::empty());
+        }
         let children = match self.tree.list(&node) {
             Ok(c) => c,
             Err(e) => return reply.error(err_of(&e)),
         };
-        let parent = self.tree.parent_of(&node);
         let mut items = Vec::with_capacity(children.len() + 2);
         items.push((ino.0, FileType::Directory, b".".to_vec()));
         items.push((
@@ -595,6 +648,9 @@ impl Filesystem for SessionFs {
             return reply.error(Errno::EBADF);
         };
         let h = h.lock().unwrap_or_else(|p| p.into_inner());
+        if let Handle::Entries { key, dot, dotdot } = &*h {
+            return self.readdir_entries(key, *dot, *dotdot, offset, reply);
+        }
         let Handle::Dir(items) = &*h else {
             return reply.error(Errno::ENOTDIR);
         };

@@ -630,6 +630,29 @@ impl Tree {
         }
     }
 
+    /// Up to `max` entry directories of `entries/`, starting at index
+    /// position `start`, with their positions: a page of the flat listing
+    /// without building the whole of it (a session may hold 100,000
+    /// entries). Positions only grow while the file is appended to, so
+    /// they serve as `readdir` offsets.
+    pub fn list_entries_page(
+        &self,
+        key: &SessionKey,
+        start: u32,
+        max: usize,
+    ) -> Result<Vec<(u32, String, Node)>> {
+        self.with_session(key, |_, s| {
+            let s = s.ok_or_else(|| not_found("entries"))?;
+            let len = s.index().len() as u32;
+            Ok((start..len)
+                .filter_map(|idx| {
+                    list_item(key, s, idx, View::Flat).map(|(n, node)| (idx, n, node))
+                })
+                .take(max)
+                .collect())
+        })
+    }
+
     /// The parent directory of a node (for `..`).
     pub fn parent_of(&self, node: &Node) -> Node {
         match node {

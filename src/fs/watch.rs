@@ -398,7 +398,7 @@ impl Worker {
                     self.inval_session_nodes(&key);
                 }
                 let entries_ino = self.inodes.ino_of(&Node::Entries(key.clone()));
-                let entries_known = self.inodes.get(entries_ino).is_some();
+                let entries_known = self.inodes.is_known(entries_ino);
                 for (id, parent) in new_entries.iter().take(MAX_NAMED_INVALIDATIONS) {
                     let name = escape_name(id);
                     if entries_known {
@@ -409,7 +409,7 @@ impl Worker {
                         None => Node::Session(key.clone()),
                     };
                     let parent_ino = self.inodes.ino_of(&parent_node);
-                    if self.inodes.get(parent_ino).is_some() {
+                    if self.inodes.is_known(parent_ino) {
                         self.inval_entry(parent_ino, &name);
                     }
                 }
