@@ -10,6 +10,7 @@ mod fuse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -790,4 +791,152 @@ fn sigterm_and_outside_unmount_end_the_process_cleanly() {
             .unwrap_or(false);
     assert!(ok, "umount failed");
     assert_eq!(m.wait_exit().code(), Some(0), "{}", m.log_text());
+}
+
+/// The kernel caches listings (the mount has no `opendir`) and keeps a
+/// cached listing while the directory's mtime stays the same: every change
+/// must show in the very next listing, also when changes follow each other
+/// within one tick of a coarse clock.
+#[test]
+fn listings_show_every_change_at_once() {
+    if !fuse_ok("listings_show_every_change_at_once") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("sessions/--work-deep--");
+    let (file, ids) = write_linear_session(&project, 3);
+    let m = Mount::start(tmp.path(), &[]);
+    let pdir = m.join("--work-deep--");
+    let sdir = pdir.join("2026-01-01T00-00-00-000Z_1111222233334444");
+    let last = ids[2].clone();
+    let nested_last = ids.iter().fold(sdir.clone(), |p, id| p.join(id));
+    let outside = |line: String| {
+        let mut f = fs::OpenOptions::new().append(true).open(&file).unwrap();
+        f.write_all(format!("{line}\n").as_bytes()).unwrap();
+    };
+    for i in 0..30 {
+        // A new root (another writer), a new child of the last entry
+        // (through the mount), listed right after each change.
+        let root = format!("r{i:07}");
+        let before = names(&sdir).len();
+        outside(format!(
+            r#"{{"type":"custom","id":"{root}","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#
+        ));
+        let now = names(&sdir);
+        assert!(now.contains(&root), "round {i}: new root missing");
+        assert_eq!(now.len(), before + 1);
+        assert!(names(&sdir.join("entries")).contains(&root), "round {i}");
+        // The leaf is the new root now: branch back, then append a child.
+        fs::write(sdir.join("leaf"), format!("{last}\n")).unwrap();
+        fs::write(
+            sdir.join("append"),
+            "{\"type\":\"custom\",\"customType\":\"y\"}\n",
+        )
+        .unwrap();
+        let leaf = read(&sdir.join("leaf")).trim().to_string();
+        let children = names(&nested_last);
+        assert!(children.contains(&leaf), "round {i}: {children:?}");
+        assert_eq!(children.len(), 2 + i + 1, "round {i}: {children:?}");
+        // Session files appear and go in the project.
+        let extra = project.join(format!("2026-02-01T00-00-00-000Z_{i:016x}.jsonl"));
+        fs::write(
+            &extra,
+            format!("{{\"type\":\"session\",\"version\":3,\"id\":\"{i:016x}\",\"timestamp\":\"2026-02-01T00:00:00.000Z\",\"cwd\":\"/w\"}}\n"),
+        )
+        .unwrap();
+        let stem = format!("2026-02-01T00-00-00-000Z_{i:016x}");
+        assert!(
+            names(&pdir).contains(&stem),
+            "round {i}: new session missing"
+        );
+        assert!(names(&m.join("by-id")).contains(&format!("{i:016x}")));
+        fs::remove_file(&extra).unwrap();
+        assert!(
+            !names(&pdir).contains(&stem),
+            "round {i}: removed session listed"
+        );
+        assert!(!names(&m.join("by-id")).contains(&format!("{i:016x}")));
+    }
+}
+
+/// Listings carry attributes (readdirplus); a file's size is never taken
+/// from them: `stat` and reads right after a listing see the whole file.
+#[test]
+fn sizes_after_a_listing_are_exact() {
+    if !fuse_ok("sizes_after_a_listing_are_exact") {
+        return;
+    }
+    let m = Mount::demo();
+    let (ok, out, err) = sh(m.path(), "find . -mindepth 2 -name '*.json' | head -400");
+    assert!(ok, "{err}");
+    let files: Vec<&str> = out.lines().collect();
+    assert!(files.len() > 50, "{files:?}");
+    for rel in &files {
+        let path = m.join(rel);
+        let dir = path.parent().unwrap();
+        // A fresh listing of the directory, then the size, then the bytes.
+        names(dir);
+        let size = fs::metadata(&path).unwrap().len();
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(size, bytes.len() as u64, "{rel}");
+        assert!(bytes.ends_with(b"\n"), "{rel}");
+        // A listing, then a read without a stat first.
+        names(dir);
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut fs::File::open(&path).unwrap(), &mut text).unwrap();
+        assert_eq!(text, bytes, "{rel}");
+    }
+    // ls -l over a whole entries/ directory: every size is its content's.
+    let (ok, out, err) = sh(m.path(), "find . -path '*/entries/*/entry.json' | head -50");
+    assert!(ok, "{err}");
+    for rel in out.lines() {
+        let dir = m.join(rel).parent().unwrap().to_path_buf();
+        let (ok, listing, err) = sh(&dir, "ls -ln");
+        assert!(ok, "{err}");
+        for line in listing.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let name = cols[cols.len() - 1];
+            let size: u64 = cols[4].parse().unwrap();
+            assert_eq!(
+                size,
+                fs::read(dir.join(name)).unwrap().len() as u64,
+                "{rel} {name}"
+            );
+        }
+    }
+}
+
+/// Without the kernel checking permission bits (see `mount`), `access(2)`
+/// answers from them — as root: everything but executing a file.
+#[test]
+fn access_follows_the_permission_bits() {
+    if !fuse_ok("access_follows_the_permission_bits") {
+        return;
+    }
+    let m = Mount::demo();
+    let (ok, out, err) = sh(m.path(), "find . -path '*/entries/*/entry.json' | head -1");
+    assert!(ok, "{err}");
+    let entry = m.join(out.trim());
+    let sdir = entry
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let access = |p: &Path, mode: i32| {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        unsafe { libc::access(c.as_ptr(), mode) == 0 }
+    };
+    assert!(access(&entry, libc::R_OK));
+    assert!(!access(&entry, libc::X_OK));
+    assert!(access(&sdir, libc::X_OK));
+    assert!(access(&sdir.join("leaf"), libc::R_OK | libc::W_OK));
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!access(&entry, libc::W_OK));
+        assert!(!access(&sdir.join("append"), libc::R_OK));
+    }
 }

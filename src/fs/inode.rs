@@ -1,16 +1,23 @@
 //! Inode numbers and the table of nodes the kernel knows.
 //!
 //! An inode number is the first 8 bytes (little endian) of the SHA-256 of
-//! the node's identity: its kind, project name, session name, entry id and
-//! file, each length-prefixed. The same node therefore has the same number
-//! in every mount. Numbers 0 and 1 (the root) are never derived: such a
-//! hash, or one already taken by a different live node (a 64-bit
-//! collision), is resolved by hashing again with a salt 1, 2, … appended —
-//! deterministic for a given order of lookups.
+//! the node's identity — its kind, project name, session name and entry
+//! id, each length-prefixed — with the top two bits cleared. The same node
+//! therefore has the same number in every mount. Numbers 0 and 1 (the
+//! root) are never derived: such a hash, or one already taken by a
+//! different live node (a collision), is resolved by hashing again with a
+//! salt 1, 2, … appended — deterministic for a given order of lookups.
 //!
-//! The table holds the nodes the kernel has looked up, with their lookup
-//! counts; `forget` drops them, so its size follows the kernel's inode
-//! cache and not the size of the sessions.
+//! An entry file (`entry.json`, `context.json`) has its directory's number
+//! with the top two bits set to 1 or 2. Its node follows from the number,
+//! so the table keeps no record of it: the kernel holds an entry
+//! directory as long as it holds one of its files (a name pins its parent),
+//! and listings that carry attributes (`readdirplus`) make the kernel know
+//! two files per entry directory.
+//!
+//! The table holds the other nodes the kernel has looked up, with their
+//! lookup counts; `forget` drops them, so its size follows the kernel's
+//! inode cache and not the size of the sessions.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -29,10 +36,40 @@ fn put(h: &mut Sha256, field: &str) {
     h.update(field.as_bytes());
 }
 
-/// The inode number a node gets when nothing collides with it.
+/// Numbers derived from hashes have their top two bits clear.
+const HASH_MASK: u64 = u64::MAX >> 2;
+
+/// Where an entry file's tag goes in its number.
+const FILE_SHIFT: u32 = 62;
+
+fn file_bits(f: EntryFile) -> u64 {
+    u64::from(entry_file_tag(f)) << FILE_SHIFT
+}
+
+fn file_of_bits(ino: u64) -> Option<EntryFile> {
+    match ino >> FILE_SHIFT {
+        1 => Some(EntryFile::Entry),
+        2 => Some(EntryFile::Context),
+        _ => None,
+    }
+}
+
+/// The directory of an entry file node.
+fn dir_of(node: &Node) -> Option<(Node, EntryFile)> {
+    match node {
+        Node::EntryFile(k, id, view, f) => Some((Node::EntryDir(k.clone(), id.clone(), *view), *f)),
+        _ => None,
+    }
+}
+
+/// The inode number a node gets when nothing collides with it (an entry
+/// file: when nothing collides with its directory).
 pub fn hash_ino(node: &Node, salt: u32) -> u64 {
     if *node == Node::Root {
         return ROOT_INO;
+    }
+    if let Some((dir, f)) = dir_of(node) {
+        return hash_ino(&dir, salt) | file_bits(f);
     }
     let mut h = Sha256::new();
     let (tag, project, session, entry, file): (u8, &str, &str, &str, u8) = match node {
@@ -62,7 +99,7 @@ pub fn hash_ino(node: &Node, salt: u32) -> u64 {
     let digest = h.finalize();
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
-    u64::from_le_bytes(bytes)
+    u64::from_le_bytes(bytes) & HASH_MASK
 }
 
 fn view_tag(v: View) -> u8 {
@@ -90,18 +127,13 @@ fn entry_file_tag(f: EntryFile) -> u8 {
     }
 }
 
-/// How a known node is stored. Entry directories and entry files are
-/// nearly all of the nodes of a big session, so they are kept compactly:
+/// How a known node is stored. Entry directories are nearly all of the
+/// nodes of a big session, so they are kept compactly:
 /// the session as a number (see `Inner::sessions`) and the id inline (the
 /// engine's [`Id`]: no allocation for ids up to 14 bytes). The few other
 /// nodes are kept as they are.
 enum Stored {
-    Entry {
-        session: u32,
-        id: Id,
-        view: View,
-        file: Option<EntryFile>,
-    },
+    EntryDir { session: u32, id: Id, view: View },
     Other(Box<Node>),
 }
 
@@ -144,10 +176,8 @@ struct Inner {
 
 impl Inner {
     fn store(&mut self, node: &Node) -> Stored {
-        let (key, id, view, file) = match node {
-            Node::EntryDir(k, id, view) => (k, id, *view, None),
-            Node::EntryFile(k, id, view, f) => (k, id, *view, Some(*f)),
-            other => return Stored::Other(Box::new(other.clone())),
+        let Node::EntryDir(key, id, view) = node else {
+            return Stored::Other(Box::new(node.clone()));
         };
         let session = match self.session_numbers.get(key) {
             Some(&n) => n,
@@ -160,30 +190,31 @@ impl Inner {
                 n
             }
         };
-        Stored::Entry {
+        Stored::EntryDir {
             session,
             id: Id::new(id),
-            view,
-            file,
+            view: *view,
         }
     }
 
     fn node(&self, stored: &Stored) -> Option<Node> {
         match stored {
             Stored::Other(node) => Some((**node).clone()),
-            Stored::Entry {
-                session,
-                id,
-                view,
-                file,
-            } => {
+            Stored::EntryDir { session, id, view } => {
                 let key = self.sessions.get(*session as usize)?.clone();
-                let id: Arc<str> = Arc::from(id.as_str());
-                Some(match file {
-                    None => Node::EntryDir(key, id, *view),
-                    Some(f) => Node::EntryFile(key, id, *view, *f),
-                })
+                Some(Node::EntryDir(key, Arc::from(id.as_str()), *view))
             }
+        }
+    }
+
+    /// The node of a number (an entry file's through its directory).
+    fn node_of(&self, ino: u64) -> Option<Node> {
+        match file_of_bits(ino) {
+            None => self.node(&self.by_ino.get(&ino)?.node),
+            Some(f) => match self.node(&self.by_ino.get(&(ino & HASH_MASK))?.node)? {
+                Node::EntryDir(k, id, view) => Some(Node::EntryFile(k, id, view, f)),
+                _ => None,
+            },
         }
     }
 
@@ -191,30 +222,11 @@ impl Inner {
     fn is(&self, stored: &Stored, node: &Node) -> bool {
         match (stored, node) {
             (Stored::Other(a), b) => **a == *b,
-            (
-                Stored::Entry {
-                    session,
-                    id,
-                    view,
-                    file,
-                },
-                Node::EntryDir(k, i, v),
-            ) => file.is_none() && view == v && **id == **i && self.is_session(*session, k),
-            (
-                Stored::Entry {
-                    session,
-                    id,
-                    view,
-                    file,
-                },
-                Node::EntryFile(k, i, v, f),
-            ) => *file == Some(*f) && view == v && **id == **i && self.is_session(*session, k),
+            (Stored::EntryDir { session, id, view }, Node::EntryDir(k, i, v)) => {
+                view == v && **id == **i && self.sessions.get(*session as usize) == Some(k)
+            }
             _ => false,
         }
-    }
-
-    fn is_session(&self, n: u32, key: &SessionKey) -> bool {
-        self.sessions.get(n as usize) == Some(key)
     }
 }
 
@@ -238,13 +250,12 @@ impl InodeTable {
         if ino == ROOT_INO {
             return Some(Node::Root);
         }
-        let inner = self.lock();
-        inner.by_ino.get(&ino).and_then(|k| inner.node(&k.node))
+        self.lock().node_of(ino)
     }
 
     /// Whether the kernel knows `ino`.
     pub fn is_known(&self, ino: u64) -> bool {
-        ino == ROOT_INO || self.lock().by_ino.contains_key(&ino)
+        ino == ROOT_INO || self.lock().by_ino.contains_key(&(ino & HASH_MASK))
     }
 
     /// The number a node has or would get now (without registering it).
@@ -257,6 +268,9 @@ impl InodeTable {
     }
 
     fn pick(inner: &Inner, node: &Node) -> u64 {
+        if let Some((dir, f)) = dir_of(node) {
+            return Self::pick(inner, &dir) | file_bits(f);
+        }
         if let Some(&ino) = inner.salted.get(node) {
             return ino;
         }
@@ -281,28 +295,42 @@ impl InodeTable {
             return ROOT_INO;
         }
         let mut inner = self.lock();
-        let ino = Self::pick(&inner, node);
-        if ino != hash_ino(node, 0) {
-            inner.salted.insert(node.clone(), ino);
+        if let Some((dir, f)) = dir_of(node) {
+            // No record of its own (see the module's documentation). The
+            // kernel looks the directory up first; should it not have, the
+            // directory is kept without a count of its own.
+            let ino = Self::pick(&inner, &dir);
+            if !inner.by_ino.contains_key(&ino) {
+                Self::insert(&mut inner, &dir, ino, 0);
+            }
+            return ino | file_bits(f);
         }
+        let ino = Self::pick(&inner, node);
         if let Some(known) = inner.by_ino.get_mut(&ino) {
             known.lookups += 1;
         } else {
-            let stored = inner.store(node);
-            inner.by_ino.insert(
-                ino,
-                Known {
-                    node: stored,
-                    lookups: 1,
-                },
-            );
+            Self::insert(&mut inner, node, ino, 1);
         }
         ino
     }
 
-    /// The kernel forgot `n` lookups of `ino`.
+    fn insert(inner: &mut Inner, node: &Node, ino: u64, lookups: u64) {
+        if ino != hash_ino(node, 0) {
+            inner.salted.insert(node.clone(), ino);
+        }
+        let stored = inner.store(node);
+        inner.by_ino.insert(
+            ino,
+            Known {
+                node: stored,
+                lookups,
+            },
+        );
+    }
+
+    /// The kernel forgot `n` lookups of `ino` (entry files have no count).
     pub fn forget(&self, ino: u64, n: u64) {
-        if ino == ROOT_INO {
+        if ino == ROOT_INO || file_of_bits(ino).is_some() {
             return;
         }
         let mut inner = self.lock();
@@ -327,15 +355,28 @@ impl InodeTable {
         }
     }
 
-    /// Known nodes that match a predicate, with their numbers.
+    /// Known nodes that match a predicate, with their numbers (the files
+    /// of every known entry directory included).
     pub fn known_where(&self, mut pred: impl FnMut(&Node) -> bool) -> Vec<(u64, Node)> {
         let inner = self.lock();
-        inner
-            .by_ino
-            .iter()
-            .filter_map(|(&ino, k)| Some((ino, inner.node(&k.node)?)))
-            .filter(|(_, n)| pred(n))
-            .collect()
+        let mut out = Vec::new();
+        for (&ino, known) in &inner.by_ino {
+            let Some(node) = inner.node(&known.node) else {
+                continue;
+            };
+            if let Node::EntryDir(k, id, view) = &node {
+                for f in EntryFile::ALL {
+                    let file = Node::EntryFile(k.clone(), id.clone(), *view, f);
+                    if pred(&file) {
+                        out.push((ino | file_bits(f), file));
+                    }
+                }
+            }
+            if pred(&node) {
+                out.push((ino, node));
+            }
+        }
+        out
     }
 
     /// Number of known nodes.
@@ -385,43 +426,54 @@ mod tests {
     #[test]
     fn entry_nodes_are_stored_compactly_and_come_back_equal() {
         // A bucket of the table: the number and the record.
-        assert!(
-            std::mem::size_of::<(u64, Known)>() <= 48,
-            "{}",
-            std::mem::size_of::<(u64, Known)>()
-        );
+        assert!(std::mem::size_of::<(u64, Known)>() <= 48);
         let t = InodeTable::new();
         let k1 = SessionKey::new("--p--", "s1");
         let k2 = SessionKey::new("--p--", "s2");
         let long = "0123456789abcdef-0123-4567-89ab-cdef01234567";
-        let nodes = [
+        let dirs = [
             Node::EntryDir(k1.clone(), "abc".into(), View::Flat),
             Node::EntryDir(k1.clone(), "abc".into(), View::Nested),
-            Node::EntryFile(k1.clone(), "abc".into(), View::Flat, EntryFile::Context),
-            Node::EntryFile(k2.clone(), "abc".into(), View::Flat, EntryFile::Context),
+            Node::EntryDir(k2.clone(), "abc".into(), View::Flat),
             Node::EntryDir(k2.clone(), long.into(), View::Nested),
             Node::Entries(k2.clone()),
         ];
-        let inos: Vec<u64> = nodes.iter().map(|n| t.remember(n)).collect();
+        let inos: Vec<u64> = dirs.iter().map(|n| t.remember(n)).collect();
         let mut distinct = inos.clone();
         distinct.sort();
         distinct.dedup();
-        assert_eq!(distinct.len(), nodes.len());
-        for (n, &ino) in nodes.iter().zip(&inos) {
+        assert_eq!(distinct.len(), dirs.len());
+        for (n, &ino) in dirs.iter().zip(&inos) {
+            assert_eq!(ino >> FILE_SHIFT, 0);
             assert_eq!(t.get(ino).as_ref(), Some(n));
             assert_eq!(t.ino_of(n), ino);
             assert!(t.is_known(ino));
         }
+        // Entry files: their directory's number with a tag, no record.
+        let file = Node::EntryFile(k1.clone(), "abc".into(), View::Flat, EntryFile::Context);
+        let f_ino = t.remember(&file);
+        assert_eq!(f_ino, inos[0] | (2 << FILE_SHIFT));
+        assert_eq!(t.get(f_ino), Some(file.clone()));
+        assert_eq!(t.len(), dirs.len());
+        t.forget(f_ino, 1);
+        assert_eq!(t.get(f_ino), Some(file.clone()));
         let same_session: Vec<u64> = t
             .known_where(|n| n.session_key() == Some(&k2))
             .into_iter()
             .map(|(ino, _)| ino)
             .collect();
-        assert_eq!(same_session.len(), 3);
+        // Two directories with two files each, and entries/.
+        assert_eq!(same_session.len(), 7);
         for &ino in &inos {
             t.forget(ino, 1);
             assert!(!t.is_known(ino));
         }
         assert!(t.is_empty());
+        // A file is gone with its directory.
+        assert_eq!(t.get(f_ino), None);
+        // A file looked up without its directory keeps the directory known.
+        let orphan = Node::EntryFile(k2.clone(), "zz".into(), View::Flat, EntryFile::Entry);
+        let o_ino = t.remember(&orphan);
+        assert_eq!(t.get(o_ino), Some(orphan));
     }
 }

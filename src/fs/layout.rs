@@ -321,9 +321,15 @@ pub enum NodeType {
 /// How a node is cached by the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caching {
-    /// Directories and symlinks: short TTL.
-    Dir,
-    /// Content never changes: long TTL, page cache kept.
+    /// Directories whose listing changes: attributes are not cached, so
+    /// that the kernel checks the listing it cached against the mtime at
+    /// every read from the start; names are cached briefly.
+    Listing,
+    /// Symlinks (`by-id`): short TTL.
+    Link,
+    /// Content never changes (entry files, and the flat `entries/<id>/`
+    /// directories, which always hold the same two files): long TTL, page
+    /// cache kept.
     Immutable,
     /// Content changes: direct I/O, attributes not cached.
     Dynamic,
@@ -341,8 +347,9 @@ impl Node {
     pub fn caching(&self) -> Caching {
         match self {
             Node::File(..) => Caching::Dynamic,
-            Node::EntryFile(..) => Caching::Immutable,
-            _ => Caching::Dir,
+            Node::EntryFile(..) | Node::EntryDir(_, _, View::Flat) => Caching::Immutable,
+            Node::Link { .. } => Caching::Link,
+            _ => Caching::Listing,
         }
     }
 

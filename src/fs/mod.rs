@@ -19,6 +19,7 @@ pub mod errno;
 pub mod fuzzing;
 pub mod inode;
 pub mod layout;
+pub mod listing;
 pub mod mount;
 pub mod tree;
 pub mod watch;
@@ -33,14 +34,15 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::fs::control::AppendStream;
 use crate::fs::inode::InodeTable;
-use crate::fs::layout::{Caching, Node, NodeType, SessionFile, SessionKey};
+use crate::fs::layout::{Caching, Node, NodeType, SessionFile};
+use crate::fs::listing::Listings;
 use crate::fs::tree::{is_not_found, Attr, Tree};
 use crate::session::error::Error;
 
@@ -54,15 +56,6 @@ pub const DYNAMIC_ENTRY_TTL: Duration = Duration::from_secs(1);
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 
 enum Handle {
-    /// A directory listing snapshot taken at `opendir`.
-    Dir(Vec<(u64, FileType, Vec<u8>)>),
-    /// `entries/` of a session, listed page by page from the session's
-    /// index (offsets are index positions), never as a whole.
-    Entries {
-        key: SessionKey,
-        dot: u64,
-        dotdot: u64,
-    },
     /// A readable file: its content, rendered on the first read (and again
     /// on a read at offset 0 for dynamic files).
     Read {
@@ -83,6 +76,7 @@ pub struct SessionFs {
     tree: Arc<Tree>,
     inodes: Arc<InodeTable>,
     handles: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
+    listings: Listings,
     next_fh: AtomicU64,
     uid: u32,
     gid: u32,
@@ -91,7 +85,8 @@ pub struct SessionFs {
 fn ttls(node: &Node) -> (Duration, Duration) {
     // (attribute TTL, entry TTL)
     match node.caching() {
-        Caching::Dir => (DIR_TTL, DIR_TTL),
+        Caching::Listing => (Duration::ZERO, DIR_TTL),
+        Caching::Link => (DIR_TTL, DIR_TTL),
         Caching::Immutable => (IMMUTABLE_TTL, IMMUTABLE_TTL),
         Caching::Dynamic => (Duration::ZERO, DYNAMIC_ENTRY_TTL),
     }
@@ -120,6 +115,7 @@ impl SessionFs {
             tree,
             inodes,
             handles: Mutex::new(HashMap::new()),
+            listings: Listings::new(),
             next_fh: AtomicU64::new(1),
             uid,
             gid,
@@ -183,40 +179,6 @@ impl SessionFs {
             .remove(&fh.0)
     }
 
-    /// One `readdir` reply of `entries/`: offsets 1 and 2 are `.` and `..`,
-    /// the entry at index position `p` has offset `p + 3`.
-    fn readdir_entries(
-        &self,
-        key: &SessionKey,
-        dot: u64,
-        dotdot: u64,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        for (cookie, ino, name) in [(1, dot, "."), (2, dotdot, "..")] {
-            if offset < cookie && reply.add(INodeNo(ino), cookie, FileType::Directory, name) {
-                return reply.ok();
-            }
-        }
-        let mut start = u32::try_from(offset.saturating_sub(2)).unwrap_or(u32::MAX);
-        loop {
-            let page = match self.tree.list_entries_page(key, start, 256) {
-                Ok(p) => p,
-                Err(e) => return reply.error(err_of(&e)),
-            };
-            let Some(last) = page.last().map(|(pos, _, _)| *pos) else {
-                return reply.ok();
-            };
-            for (pos, name, node) in page {
-                let ino = self.inodes.ino_of(&node);
-                if reply.add(INodeNo(ino), u64::from(pos) + 3, FileType::Directory, name) {
-                    return reply.ok();
-                }
-            }
-            start = last.saturating_add(1);
-        }
-    }
-
     fn render(&self, node: &Node) -> Result<Arc<Vec<u8>>, Errno> {
         self.tree.read(node).map_err(|e| err_of(&e))
     }
@@ -231,6 +193,15 @@ fn slice(content: &[u8], offset: u64, size: u32) -> &[u8] {
 }
 
 impl Filesystem for SessionFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Listings carry the attributes of their directories (see
+        // `readdirplus`): a walk over `entries/` needs no lookup per entry.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS) {
+            log::info!("the kernel lacks {missing:?}: listings without attributes");
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let parent = match self.node(parent) {
             Ok(n) => n,
@@ -503,7 +474,6 @@ impl Filesystem for SessionFs {
                 }
                 content.clone()
             }
-            Handle::Dir(_) | Handle::Entries { .. } => return reply.error(Errno::EISDIR),
         };
         match content {
             Some(c) => reply.data(slice(&c, offset, size)),
@@ -593,7 +563,20 @@ impl Filesystem for SessionFs {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel then stops sending opendir/releasedir and caches
+        // listings itself (see `listing`).
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         let node = match self.node(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -601,71 +584,115 @@ impl Filesystem for SessionFs {
         if !node.is_dir() {
             return reply.error(Errno::ENOTDIR);
         }
-        let parent = self.tree.parent_of(&node);
-        if let Node::Entries(key) = &node {
-            // The node must still exist.
-            if let Err(e) = self.tree.attr(&node) {
-                return reply.error(err_of(&e));
-            }
-            let fh = self.add_handle(Handle::Entries {
-                key: key.clone(),
-                dot: ino.0,
-                dotdot: self.inodes.ino_of(&parent),
-            });
-            return reply.opened(FileHandle(fh), FopenFlags::empty());
+        let read = self.listings.read(
+            &self.tree,
+            ino.0,
+            &node,
+            offset,
+            &mut |cookie, name, child, _| {
+                let child_ino = if name == "." {
+                    ino.0
+                } else {
+                    self.inodes.ino_of(child)
+                };
+                reply.add(
+                    INodeNo(child_ino),
+                    cookie,
+                    file_type(child.node_type()),
+                    name,
+                )
+            },
+        );
+        match read {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err_of(&e)),
         }
-        let children = match self.tree.list(&node) {
-            Ok(c) => c,
-            Err(e) => return reply.error(err_of(&e)),
-        };
-        let mut items = Vec::with_capacity(children.len() + 2);
-        items.push((ino.0, FileType::Directory, b".".to_vec()));
-        items.push((
-            self.inodes.ino_of(&parent),
-            FileType::Directory,
-            b"..".to_vec(),
-        ));
-        for (name, child) in children {
-            items.push((
-                self.inodes.ino_of(&child),
-                file_type(child.node_type()),
-                name.into_bytes(),
-            ));
-        }
-        let fh = self.add_handle(Handle::Dir(items));
-        reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
-    fn readdir(
+    /// Listings with attributes. Directories get their real attributes and
+    /// TTLs and count as looked up (the kernel forgets them like any other
+    /// lookup); so do files, but with a size of 0 and no TTL: their size
+    /// can cost a whole context to compute, so the kernel asks for it
+    /// (`getattr`, or a `lookup` of the name) when something needs it —
+    /// `stat`, and a read beyond the size it knows, both ask first.
+    fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
+        ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(h) = self.handle(fh) else {
-            return reply.error(Errno::EBADF);
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
         };
-        let h = h.lock().unwrap_or_else(|p| p.into_inner());
-        if let Handle::Entries { key, dot, dotdot } = &*h {
-            return self.readdir_entries(key, *dot, *dotdot, offset, reply);
-        }
-        let Handle::Dir(items) = &*h else {
+        if !node.is_dir() {
             return reply.error(Errno::ENOTDIR);
-        };
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, (ino, kind, name)) in items.iter().enumerate().skip(start) {
-            if reply.add(
-                INodeNo(*ino),
-                (i + 1) as u64,
-                *kind,
-                OsStr::from_bytes(name),
-            ) {
-                break;
-            }
         }
-        reply.ok();
+        let perm_of = |n: &Node| n.perm(self.tree.read_only());
+        let read = self.listings.read(
+            &self.tree,
+            ino.0,
+            &node,
+            offset,
+            &mut |cookie, name, child, mtime| {
+                // `.` and `..` are not looked up by the kernel (nor their
+                // attributes used): no count, and no need to compute them.
+                let dots = name == "." || name == "..";
+                let linked = child.is_dir() || matches!(child, Node::Link { .. });
+                let attr = match mtime {
+                    _ if dots || !linked => Attr {
+                        node_type: child.node_type(),
+                        size: 0,
+                        perm: perm_of(child),
+                        mtime: SystemTime::UNIX_EPOCH,
+                    },
+                    Some(mtime) => Attr {
+                        node_type: child.node_type(),
+                        size: 0,
+                        perm: perm_of(child),
+                        mtime,
+                    },
+                    None => match self.tree.attr(child) {
+                        Ok(a) => a,
+                        // Gone since the listing was taken: leave it out.
+                        Err(_) => return false,
+                    },
+                };
+                // One TTL serves the name and the attributes here: the shorter.
+                let ttl = if linked && !dots {
+                    let (attr_ttl, entry_ttl) = ttls(child);
+                    attr_ttl.min(entry_ttl)
+                } else {
+                    Duration::ZERO
+                };
+                let child_ino = if name == "." {
+                    ino.0
+                } else if dots {
+                    self.inodes.ino_of(child)
+                } else {
+                    self.inodes.remember(child)
+                };
+                let full = reply.add(
+                    INodeNo(child_ino),
+                    cookie,
+                    name,
+                    &ttl,
+                    &self.file_attr(child_ino, &attr),
+                    Generation(0),
+                );
+                if full && !dots {
+                    // Not sent: the kernel will not count this lookup.
+                    self.inodes.forget(child_ino, 1);
+                }
+                full
+            },
+        );
+        match read {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err_of(&e)),
+        }
     }
 
     fn releasedir(
@@ -743,8 +770,31 @@ impl Filesystem for SessionFs {
         reply.error(Errno::ENOTTY);
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        reply.ok();
+    /// `access(2)` by the permission bits (sent by the kernel when it
+    /// does not check them itself, see `mount`): the owner's bits, and for
+    /// root everything but executing a file without an execute bit, as on
+    /// any filesystem.
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let perm = node.perm(self.tree.read_only());
+        let wants = |flag: AccessFlags| mask.contains(flag);
+        let allowed = if req.uid() == 0 {
+            !wants(AccessFlags::X_OK) || node.is_dir() || perm & 0o111 != 0
+        } else {
+            (!wants(AccessFlags::R_OK) || perm & 0o400 != 0)
+                && (!wants(AccessFlags::W_OK) || perm & 0o200 != 0)
+                && (!wants(AccessFlags::X_OK) || perm & 0o100 != 0)
+        };
+        if !allowed {
+            return reply.error(Errno::EACCES);
+        }
+        if wants(AccessFlags::W_OK) && self.tree.read_only() {
+            return reply.error(Errno::EROFS);
+        }
+        reply.ok()
     }
 
     fn create(

@@ -136,9 +136,17 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
 
     let mut options = vec![
         MountOption::FSName("sessionfs".into()),
-        MountOption::DefaultPermissions,
         MountOption::NoAtime,
     ];
+    // Only the mounting user can reach the mount without `--allow-other`,
+    // and the handlers refuse what the permission bits forbid (see
+    // `SessionFs::access`): the kernel need not check the bits itself.
+    // Checking them would cost a `getattr` for every directory a path
+    // walks through, as directories whose listing changes have their
+    // attributes uncached. With `--allow-other` the kernel checks them.
+    if config.allow_other {
+        options.push(MountOption::DefaultPermissions);
+    }
     if config.read_only {
         options.push(MountOption::RO);
     }

@@ -7,11 +7,14 @@
 //! loaded session first calls `Session::refresh` (one `stat`), so lines
 //! appended by others show up and the leaf follows the file.
 
+use std::collections::HashMap;
 use std::fs;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -90,6 +93,33 @@ pub struct Tree {
     cache: SessionCache,
     changes: Mutex<Option<ChangeSink>>,
     started: SystemTime,
+    /// Directory mtimes reported so far (see [`Tree::stamp`]): one per
+    /// project and session ever listed or looked up.
+    stamps: Mutex<HashMap<StampKey, (u64, SystemTime)>>,
+}
+
+/// One directory of `entries/`, with its attributes' mtime (read with the
+/// listing: no second look at the session per name).
+pub struct EntryItem {
+    pub pos: u32,
+    pub name: String,
+    pub node: Node,
+    pub mtime: SystemTime,
+}
+
+/// A directory with a listing stamp.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum StampKey {
+    Root,
+    ById,
+    Project(Arc<str>),
+    Session(SessionKey),
+}
+
+fn hash_of(value: &impl Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
 }
 
 impl Tree {
@@ -104,6 +134,7 @@ impl Tree {
             cache: SessionCache::new(config.cache_bytes),
             changes: Mutex::new(None),
             started: SystemTime::now(),
+            stamps: Mutex::new(HashMap::new()),
         }
     }
 
@@ -603,6 +634,18 @@ impl Tree {
                     .filter_map(|idx| list_item(key, s, idx, View::Flat))
                     .collect())
             }),
+            // Always the same two files (the kernel caches this listing
+            // like the files): no need to look at the session, which a
+            // `find` over `entries/` would otherwise do once per entry.
+            Node::EntryDir(key, id, View::Flat) => Ok(EntryFile::ALL
+                .iter()
+                .map(|f| {
+                    (
+                        f.name().to_string(),
+                        Node::EntryFile(key.clone(), id.clone(), View::Flat, *f),
+                    )
+                })
+                .collect()),
             Node::EntryDir(key, id, view) => self.with_session(key, |_, s| {
                 let s = s.ok_or_else(|| not_found(id))?;
                 let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
@@ -640,13 +683,19 @@ impl Tree {
         key: &SessionKey,
         start: u32,
         max: usize,
-    ) -> Result<Vec<(u32, String, Node)>> {
+    ) -> Result<Vec<EntryItem>> {
         self.with_session(key, |_, s| {
             let s = s.ok_or_else(|| not_found("entries"))?;
             let len = s.index().len() as u32;
             Ok((start..len)
-                .filter_map(|idx| {
-                    list_item(key, s, idx, View::Flat).map(|(n, node)| (idx, n, node))
+                .filter_map(|pos| {
+                    let (name, node) = list_item(key, s, pos, View::Flat)?;
+                    Some(EntryItem {
+                        pos,
+                        name,
+                        node,
+                        mtime: self.entry_mtime_or_file(key, s, pos),
+                    })
                 })
                 .take(max)
                 .collect())
@@ -707,17 +756,28 @@ impl Tree {
             mtime,
         };
         match node {
-            Node::Root | Node::ById => Ok(dir(fs::metadata(&self.sessions_dir)
-                .and_then(|m| m.modified())
-                .unwrap_or(self.started))),
+            Node::Root => {
+                let real = self.dir_mtime(&self.sessions_dir);
+                let names = self.projects()?;
+                Ok(dir(self.stamp(StampKey::Root, hash_of(&names), real)))
+            }
+            Node::ById => {
+                let real = self.dir_mtime(&self.sessions_dir);
+                let links = self.links()?;
+                let names: Vec<&String> = links.iter().map(|(id, _)| id).collect();
+                Ok(dir(self.stamp(StampKey::ById, hash_of(&names), real)))
+            }
             Node::Project(p) => {
                 if !self.project_exists(p) {
                     return Err(not_found(p));
                 }
-                let mtime = fs::metadata(self.sessions_dir.join(&**p))
-                    .and_then(|m| m.modified())
-                    .unwrap_or(self.started);
-                Ok(dir(mtime))
+                let real = self.dir_mtime(&self.sessions_dir.join(&**p));
+                let names = self.sessions(p)?;
+                Ok(dir(self.stamp(
+                    StampKey::Project(p.clone()),
+                    hash_of(&names),
+                    real,
+                )))
             }
             Node::Link { .. } => {
                 let target = self.readlink(node)?;
@@ -733,14 +793,9 @@ impl Tree {
                     mtime,
                 })
             }
-            Node::Session(key) => {
-                let meta = self
-                    .session_file_meta(key)
-                    .ok_or_else(|| not_found(&key.session))?;
-                Ok(dir(meta.modified().unwrap_or(self.started)))
-            }
+            Node::Session(key) => Ok(dir(self.session_stamp(key)?)),
             Node::Entries(key) => {
-                let mtime = self.file_mtime(key);
+                let mtime = self.session_stamp(key)?;
                 self.with_session(key, |_, s| {
                     s.ok_or_else(|| not_found("entries"))?;
                     Ok(dir(mtime))
@@ -763,36 +818,82 @@ impl Tree {
                     })
                 })
             }
-            Node::EntryDir(key, id, view) => {
-                let fallback = self.file_mtime(key);
+            Node::EntryDir(key, id, View::Flat) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = check_entry(s, id, View::Flat)?;
+                Ok(dir(self.entry_mtime_or_file(key, s, pos)))
+            }),
+            Node::EntryDir(key, id, View::Nested) => {
+                // Children appear with appends: the session's stamp.
+                let mtime = self.session_stamp(key)?;
                 self.with_session(key, |_, s| {
                     let s = s.ok_or_else(|| not_found(id))?;
-                    let pos = check_entry(s, id, *view)?;
-                    Ok(dir(entry_mtime(s, pos).unwrap_or(fallback)))
+                    check_entry(s, id, View::Nested)?;
+                    Ok(dir(mtime))
                 })
             }
-            Node::EntryFile(key, id, view, f) => {
-                let fallback = self.file_mtime(key);
-                self.with_session(key, |st, s| {
-                    let s = s.ok_or_else(|| not_found(id))?;
-                    let pos = check_entry(s, id, *view)?;
-                    let size = match st.entry_sizes.get(&(pos, *f)) {
-                        Some(&size) => size,
-                        None => {
-                            let size = render_entry_file(s, id, *f)?.len() as u64;
-                            st.entry_sizes.insert((pos, *f), size);
-                            size
-                        }
-                    };
-                    Ok(Attr {
-                        node_type: NodeType::File,
-                        size,
-                        perm,
-                        mtime: entry_mtime(s, pos).unwrap_or(fallback),
-                    })
+            Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = check_entry(s, id, *view)?;
+                let size = match st.entry_sizes.get(&(pos, *f)) {
+                    Some(&size) => size,
+                    None => {
+                        let size = render_entry_file(s, id, *f)?.len() as u64;
+                        st.entry_sizes.insert((pos, *f), size);
+                        size
+                    }
+                };
+                Ok(Attr {
+                    node_type: NodeType::File,
+                    size,
+                    perm,
+                    mtime: self.entry_mtime_or_file(key, s, pos),
                 })
-            }
+            }),
         }
+    }
+
+    fn dir_mtime(&self, dir: &Path) -> SystemTime {
+        fs::metadata(dir)
+            .and_then(|m| m.modified())
+            .unwrap_or(self.started)
+    }
+
+    /// The mtime reported for a directory whose listing changes: the real
+    /// one, moved forward by a nanosecond when the listing changed but the
+    /// real mtime did not (two changes within one tick of a coarse clock).
+    /// The kernel keeps a listing it cached while the mtime stays the same,
+    /// so this makes every change visible at the next listing. `state`
+    /// identifies the listing (a hash of its names, or of the session
+    /// file's identity and size).
+    fn stamp(&self, key: StampKey, state: u64, real: SystemTime) -> SystemTime {
+        let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
+        let (seen, reported) = stamps.entry(key).or_insert((state, real));
+        if *seen != state {
+            *seen = state;
+            *reported += Duration::from_nanos(1);
+        }
+        if real > *reported {
+            *reported = real;
+        }
+        *reported
+    }
+
+    /// The stamp of the directories made from a session's entries (the
+    /// session directory, `entries/`, the nested tree): it changes with
+    /// the file's identity and size.
+    fn session_stamp(&self, key: &SessionKey) -> Result<SystemTime> {
+        let meta = self
+            .session_file_meta(key)
+            .ok_or_else(|| not_found(&key.session))?;
+        let state = hash_of(&(meta.dev(), meta.ino(), meta.len()));
+        let real = meta.modified().unwrap_or(self.started);
+        Ok(self.stamp(StampKey::Session(key.clone()), state, real))
+    }
+
+    /// An entry's time, or the file's for an entry without a valid one.
+    fn entry_mtime_or_file(&self, key: &SessionKey, s: &Session, pos: u32) -> SystemTime {
+        entry_mtime(s, pos).unwrap_or_else(|| self.file_mtime(key))
     }
 
     fn file_mtime(&self, key: &SessionKey) -> SystemTime {

@@ -1,0 +1,187 @@
+//! Directory listings for `readdir`, without `opendir`.
+//!
+//! The mount answers `opendir` with `ENOSYS`, so the kernel stops sending
+//! `opendir`/`releasedir` (two of the five requests per directory a `find`
+//! used to cost) and caches listings itself, checking them against the
+//! directory's mtime (see `docs/filesystem.md`, Caching). `readdir`
+//! therefore works without a handle:
+//!
+//! - `entries/` is paged straight from the session's index: the entry at
+//!   index position `p` has the offset `p + 3` (after `.` and `..`).
+//!   Positions only grow while a file is appended to, and no listing of a
+//!   100,000-entry session is ever built whole.
+//! - A session directory and an entry directory list their files, then
+//!   their entries in file order: they too only grow at the end, so the
+//!   item at position `i` has the offset `i + 1`, listed afresh each time.
+//! - The directories made from the disk (the root, `by-id/`, projects) are
+//!   sorted by name, so a new name moves the others: they are listed at
+//!   offset 0 into a snapshot that the reads continuing it use: offsets carry the snapshot's generation in
+//!   their upper 32 bits and the position + 1 in the lower ones. A bounded
+//!   number of snapshots is kept; a read that finds its snapshot gone lists
+//!   the directory again and goes on from its position.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use crate::fs::layout::Node;
+use crate::fs::tree::Tree;
+use crate::session::error::Result;
+
+/// Snapshots kept at most (directories being read at the same time).
+const MAX_SNAPSHOTS: usize = 64;
+
+/// Entries of `entries/` fetched from the index per step.
+const ENTRIES_PAGE: usize = 256;
+
+type Snapshot = Arc<Vec<(String, Node)>>;
+
+/// Receives `(offset, name, node, mtime)`; returns true when the reply is
+/// full.
+pub type Emit<'a> = dyn FnMut(u64, &str, &Node, Option<SystemTime>) -> bool + 'a;
+
+#[derive(Default)]
+struct Inner {
+    next_gen: u32,
+    snapshots: HashMap<(u64, u32), Snapshot>,
+    order: VecDeque<(u64, u32)>,
+}
+
+/// Listings being read.
+#[derive(Default)]
+pub struct Listings {
+    inner: Mutex<Inner>,
+}
+
+impl Listings {
+    pub fn new() -> Self {
+        Listings::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Calls `emit(offset, name, node, mtime)` for the items of directory
+    /// `dir` (inode `ino`) after `offset`, `.` and `..` included, until
+    /// `emit` returns true (the reply is full) or the listing ends. `mtime`
+    /// is the item's mtime where the listing knows it (`entries/`).
+    pub fn read(
+        &self,
+        tree: &Tree,
+        ino: u64,
+        dir: &Node,
+        offset: u64,
+        emit: &mut Emit<'_>,
+    ) -> Result<()> {
+        if let Node::Entries(key) = dir {
+            // A vanished session is an error, not an empty listing.
+            tree.list_entries_page(key, 0, 0)?;
+            let parent = tree.parent_of(dir);
+            for (cookie, name, node) in [(1, ".", dir), (2, "..", &parent)] {
+                if offset < cookie && emit(cookie, name, node, None) {
+                    return Ok(());
+                }
+            }
+            let mut start = u32::try_from(offset.saturating_sub(2)).unwrap_or(u32::MAX);
+            loop {
+                let page = tree.list_entries_page(key, start, ENTRIES_PAGE)?;
+                let Some(last) = page.last().map(|item| item.pos) else {
+                    return Ok(());
+                };
+                for item in &page {
+                    if emit(
+                        u64::from(item.pos) + 3,
+                        &item.name,
+                        &item.node,
+                        Some(item.mtime),
+                    ) {
+                        return Ok(());
+                    }
+                }
+                start = last.saturating_add(1);
+            }
+        }
+        if matches!(dir, Node::Session(_) | Node::EntryDir(..)) {
+            // Files first, then entries in file order: a listing only grows
+            // at its end while the file is appended to, so positions serve
+            // as offsets (position + 1) without a snapshot.
+            let items = self.list(tree, dir)?;
+            let start = usize::try_from(offset).unwrap_or(usize::MAX);
+            for (i, (name, node)) in items.iter().enumerate().skip(start) {
+                if emit(i as u64 + 1, name, node, None) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let (generation, start, snapshot) = if offset == 0 {
+            let snapshot = Arc::new(self.list(tree, dir)?);
+            let generation = self.keep(ino, snapshot.clone());
+            (generation, 0, snapshot)
+        } else {
+            let generation = (offset >> 32) as u32;
+            let start = (offset & 0xffff_ffff) as usize;
+            let kept = self.lock().snapshots.get(&(ino, generation)).cloned();
+            let snapshot = match kept {
+                Some(s) => s,
+                None => {
+                    let s = Arc::new(self.list(tree, dir)?);
+                    self.keep_as(ino, generation, s.clone());
+                    s
+                }
+            };
+            (generation, start, snapshot)
+        };
+        for (i, (name, node)) in snapshot.iter().enumerate().skip(start) {
+            let cookie = (u64::from(generation) << 32) | (i as u64 + 1);
+            if emit(cookie, name, node, None) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole listing of a directory other than `entries/`.
+    fn list(&self, tree: &Tree, dir: &Node) -> Result<Vec<(String, Node)>> {
+        let children = tree.list(dir)?;
+        let mut items = Vec::with_capacity(children.len() + 2);
+        items.push((".".to_string(), dir.clone()));
+        items.push(("..".to_string(), tree.parent_of(dir)));
+        items.extend(children);
+        Ok(items)
+    }
+
+    /// Keeps a new snapshot; returns its generation (never 0, so that no
+    /// offset but the first is 0).
+    fn keep(&self, ino: u64, snapshot: Snapshot) -> u32 {
+        let generation = {
+            let mut inner = self.lock();
+            inner.next_gen = inner.next_gen.wrapping_add(1).max(1);
+            inner.next_gen
+        };
+        self.keep_as(ino, generation, snapshot);
+        generation
+    }
+
+    fn keep_as(&self, ino: u64, generation: u32, snapshot: Snapshot) {
+        let mut inner = self.lock();
+        if inner
+            .snapshots
+            .insert((ino, generation), snapshot)
+            .is_none()
+        {
+            inner.order.push_back((ino, generation));
+        }
+        while inner.order.len() > MAX_SNAPSHOTS {
+            if let Some(old) = inner.order.pop_front() {
+                inner.snapshots.remove(&old);
+            }
+        }
+    }
+
+    /// Snapshots kept (for tests).
+    pub fn kept(&self) -> usize {
+        self.lock().snapshots.len()
+    }
+}
