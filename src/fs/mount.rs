@@ -1,9 +1,10 @@
 //! Mounting: options, the FUSE session and its worker thread, signals and
 //! a clean unmount.
 //!
-//! * Mount options: `fsname=sessionfs`, `default_permissions` (the kernel
-//!   checks the modes, which grant access to the mounting user only), no
-//!   `allow_other` unless asked, `ro` for a read-only mount.
+//! * Mount options: `fsname=sessionfs`, `noatime`, no `allow_other` unless
+//!   asked (then with `default_permissions`: the kernel checks the modes
+//!   for other users; otherwise the handlers enforce them), `ro` for a
+//!   read-only mount.
 //! * As root, `mount(2)` is called directly; other users need
 //!   `fusermount3` (package `fuse3`).
 //! * SIGINT, SIGTERM and SIGHUP unmount and return; an unmount from outside
