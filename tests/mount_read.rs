@@ -940,3 +940,25 @@ fn access_follows_the_permission_bits() {
         assert!(!access(&sdir.join("append"), libc::R_OK));
     }
 }
+
+/// `--allow-other` mounts with `default_permissions`: the kernel checks the
+/// bits; reading and walking work the same, writes to entry files fail.
+#[test]
+fn allow_other_mount_reads_and_refuses_writes() {
+    if !fuse_ok("allow_other_mount_reads_and_refuses_writes") {
+        return;
+    }
+    let (tmp, _agent) = fixture_agent_dir();
+    let m = Mount::start(tmp.path(), &["--allow-other"]);
+    let (ok, out, err) = sh(m.path(), "find . -path '*/entries/*/entry.json' | head -3");
+    assert!(ok, "{err}");
+    let files: Vec<&str> = out.lines().collect();
+    assert_eq!(files.len(), 3, "{out}");
+    for rel in files {
+        let path = m.join(rel);
+        let text = read(&path);
+        assert_eq!(fs::metadata(&path).unwrap().len(), text.len() as u64);
+        let err = fs::OpenOptions::new().write(true).open(&path).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{rel}");
+    }
+}
