@@ -245,6 +245,11 @@ impl InodeTable {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The number of an entry file of the entry directory `dir_ino`.
+    pub fn file_ino(dir_ino: u64, f: EntryFile) -> u64 {
+        (dir_ino & HASH_MASK) | file_bits(f)
+    }
+
     /// The node of an inode number.
     pub fn get(&self, ino: u64) -> Option<Node> {
         if ino == ROOT_INO {

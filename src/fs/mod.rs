@@ -590,10 +590,10 @@ impl Filesystem for SessionFs {
             &node,
             offset,
             &mut |cookie, name, child, _| {
-                let child_ino = if name == "." {
-                    ino.0
-                } else {
-                    self.inodes.ino_of(child)
+                let child_ino = match child {
+                    _ if name == "." => ino.0,
+                    Node::EntryFile(.., f) => InodeTable::file_ino(ino.0, *f),
+                    _ => self.inodes.ino_of(child),
                 };
                 reply.add(
                     INodeNo(child_ino),
@@ -609,12 +609,13 @@ impl Filesystem for SessionFs {
         }
     }
 
-    /// Listings with attributes. Directories get their real attributes and
-    /// TTLs and count as looked up (the kernel forgets them like any other
-    /// lookup); so do files, but with a size of 0 and no TTL: their size
-    /// can cost a whole context to compute, so the kernel asks for it
-    /// (`getattr`, or a `lookup` of the name) when something needs it —
-    /// `stat`, and a read beyond the size it knows, both ask first.
+    /// Listings with attributes: every name counts as looked up (the
+    /// kernel forgets them like any other lookup). The directories of
+    /// `entries/` get their real attributes and TTLs, so a walk over
+    /// `entries/` needs no `lookup` per entry; the rest get placeholder
+    /// attributes (size 0) with no TTL, so the kernel asks for the real
+    /// ones (`getattr`, or a `lookup` of the name) when something needs
+    /// them — `stat`, and a read beyond the size it knows, both ask first.
     fn readdirplus(
         &self,
         _req: &Request,
@@ -637,42 +638,35 @@ impl Filesystem for SessionFs {
             &node,
             offset,
             &mut |cookie, name, child, mtime| {
-                // `.` and `..` are not looked up by the kernel (nor their
-                // attributes used): no count, and no need to compute them.
+                // Real attributes only where the listing already has them
+                // (the directories of `entries/`, with their entry's time);
+                // everything else goes with placeholder attributes and no
+                // TTL, which the kernel replaces (getattr) before any use:
+                // computing them here would cost a `stat` per session in a
+                // project's listing, and a whole context per `context.json`.
+                // `.` and `..` are not looked up by the kernel, nor their
+                // attributes used: no count.
                 let dots = name == "." || name == "..";
-                let linked = child.is_dir() || matches!(child, Node::Link { .. });
-                let attr = match mtime {
-                    _ if dots || !linked => Attr {
-                        node_type: child.node_type(),
-                        size: 0,
-                        perm: perm_of(child),
-                        mtime: SystemTime::UNIX_EPOCH,
-                    },
-                    Some(mtime) => Attr {
-                        node_type: child.node_type(),
-                        size: 0,
-                        perm: perm_of(child),
-                        mtime,
-                    },
-                    None => match self.tree.attr(child) {
-                        Ok(a) => a,
-                        // Gone since the listing was taken: leave it out.
-                        Err(_) => return false,
-                    },
+                let (mtime, ttl) = match mtime {
+                    Some(mtime) if !dots => {
+                        let (attr_ttl, entry_ttl) = ttls(child);
+                        // One TTL serves the name and the attributes here.
+                        (mtime, attr_ttl.min(entry_ttl))
+                    }
+                    _ => (SystemTime::UNIX_EPOCH, Duration::ZERO),
                 };
-                // One TTL serves the name and the attributes here: the shorter.
-                let ttl = if linked && !dots {
-                    let (attr_ttl, entry_ttl) = ttls(child);
-                    attr_ttl.min(entry_ttl)
-                } else {
-                    Duration::ZERO
+                let attr = Attr {
+                    node_type: child.node_type(),
+                    size: 0,
+                    perm: perm_of(child),
+                    mtime,
                 };
-                let child_ino = if name == "." {
-                    ino.0
-                } else if dots {
-                    self.inodes.ino_of(child)
-                } else {
-                    self.inodes.remember(child)
+                let child_ino = match child {
+                    _ if name == "." => ino.0,
+                    _ if dots => self.inodes.ino_of(child),
+                    // A file of this directory: no record, no hashing.
+                    Node::EntryFile(.., f) => InodeTable::file_ino(ino.0, *f),
+                    _ => self.inodes.remember(child),
                 };
                 let full = reply.add(
                     INodeNo(child_ino),

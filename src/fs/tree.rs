@@ -95,7 +95,7 @@ pub struct Tree {
     started: SystemTime,
     /// Directory mtimes reported so far (see [`Tree::stamp`]): one per
     /// project and session ever listed or looked up.
-    stamps: Mutex<HashMap<StampKey, (u64, SystemTime)>>,
+    stamps: Mutex<HashMap<StampKey, Stamp>>,
 }
 
 /// One directory of `entries/`, with its attributes' mtime (read with the
@@ -105,6 +105,20 @@ pub struct EntryItem {
     pub name: String,
     pub node: Node,
     pub mtime: SystemTime,
+}
+
+/// How long after its last change a directory's listing is compared with
+/// the one seen before (see [`Tree::stamp`]): longer than the tick of any
+/// filesystem clock (FAT's is 2 s).
+const STAMP_WINDOW: Duration = Duration::from_secs(3);
+
+/// What was reported for a directory's mtime.
+struct Stamp {
+    /// The real mtime last seen.
+    real: SystemTime,
+    /// The listing's state last computed (while the mtime was recent).
+    state: Option<u64>,
+    reported: SystemTime,
 }
 
 /// A directory with a listing stamp.
@@ -758,26 +772,31 @@ impl Tree {
         match node {
             Node::Root => {
                 let real = self.dir_mtime(&self.sessions_dir);
-                let names = self.projects()?;
-                Ok(dir(self.stamp(StampKey::Root, hash_of(&names), real)))
+                let mtime = self.stamp(StampKey::Root, real, || Ok(hash_of(&self.projects()?)))?;
+                Ok(dir(mtime))
             }
             Node::ById => {
-                let real = self.dir_mtime(&self.sessions_dir);
-                let links = self.links()?;
-                let names: Vec<&String> = links.iter().map(|(id, _)| id).collect();
-                Ok(dir(self.stamp(StampKey::ById, hash_of(&names), real)))
+                // Links come from every project: the latest of their times.
+                let real = self
+                    .projects()?
+                    .iter()
+                    .map(|p| self.dir_mtime(&self.sessions_dir.join(p)))
+                    .fold(self.dir_mtime(&self.sessions_dir), SystemTime::max);
+                let mtime = self.stamp(StampKey::ById, real, || {
+                    let links = self.links()?;
+                    Ok(hash_of(&links.iter().map(|(id, _)| id).collect::<Vec<_>>()))
+                })?;
+                Ok(dir(mtime))
             }
             Node::Project(p) => {
                 if !self.project_exists(p) {
                     return Err(not_found(p));
                 }
                 let real = self.dir_mtime(&self.sessions_dir.join(&**p));
-                let names = self.sessions(p)?;
-                Ok(dir(self.stamp(
-                    StampKey::Project(p.clone()),
-                    hash_of(&names),
-                    real,
-                )))
+                let mtime = self.stamp(StampKey::Project(p.clone()), real, || {
+                    Ok(hash_of(&self.sessions(p)?))
+                })?;
+                Ok(dir(mtime))
             }
             Node::Link { .. } => {
                 let target = self.readlink(node)?;
@@ -865,18 +884,43 @@ impl Tree {
     /// The kernel keeps a listing it cached while the mtime stays the same,
     /// so this makes every change visible at the next listing. `state`
     /// identifies the listing (a hash of its names, or of the session
-    /// file's identity and size).
-    fn stamp(&self, key: StampKey, state: u64, real: SystemTime) -> SystemTime {
+    /// file's identity and size); it is computed only while the real mtime
+    /// is recent ([`STAMP_WINDOW`]): later changes move the real mtime.
+    fn stamp(
+        &self,
+        key: StampKey,
+        real: SystemTime,
+        state: impl FnOnce() -> Result<u64>,
+    ) -> Result<SystemTime> {
+        let recent = SystemTime::now()
+            .duration_since(real)
+            .map_or(true, |age| age < STAMP_WINDOW);
+        let state = if recent { Some(state()?) } else { None };
         let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
-        let (seen, reported) = stamps.entry(key).or_insert((state, real));
-        if *seen != state {
-            *seen = state;
-            *reported += Duration::from_nanos(1);
+        let Some(seen) = stamps.get_mut(&key) else {
+            stamps.insert(
+                key,
+                Stamp {
+                    real,
+                    state,
+                    reported: real,
+                },
+            );
+            return Ok(real);
+        };
+        let listing_changed = matches!((seen.state, state), (Some(a), Some(b)) if a != b);
+        if seen.real != real || listing_changed {
+            seen.reported = if real > seen.reported {
+                real
+            } else {
+                seen.reported + Duration::from_nanos(1)
+            };
         }
-        if real > *reported {
-            *reported = real;
+        seen.real = real;
+        if state.is_some() {
+            seen.state = state;
         }
-        *reported
+        Ok(seen.reported)
     }
 
     /// The stamp of the directories made from a session's entries (the
@@ -886,9 +930,10 @@ impl Tree {
         let meta = self
             .session_file_meta(key)
             .ok_or_else(|| not_found(&key.session))?;
-        let state = hash_of(&(meta.dev(), meta.ino(), meta.len()));
         let real = meta.modified().unwrap_or(self.started);
-        Ok(self.stamp(StampKey::Session(key.clone()), state, real))
+        self.stamp(StampKey::Session(key.clone()), real, || {
+            Ok(hash_of(&(meta.dev(), meta.ino(), meta.len())))
+        })
     }
 
     /// An entry's time, or the file's for an entry without a valid one.
