@@ -185,3 +185,110 @@ impl Listings {
         self.lock().snapshots.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::layout::SessionKey;
+    use crate::fs::tree::TreeConfig;
+    use crate::session::paths::AgentDir;
+
+    /// A tree over an agent directory with `n` sessions of one entry each
+    /// in `--p--`, and one session of `entries` entries.
+    fn tree(n: usize, entries: usize) -> (tempfile::TempDir, Tree) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sessions/--p--");
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..n {
+            std::fs::write(
+                dir.join(format!("2026-01-01T00-00-00-000Z_{i:016x}.jsonl")),
+                format!("{{\"type\":\"session\",\"version\":3,\"id\":\"{i:016x}\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}}\n"),
+            )
+            .unwrap();
+        }
+        let mut text = String::from("{\"type\":\"session\",\"version\":3,\"id\":\"big\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n");
+        for i in 0..entries {
+            text.push_str(&format!("{{\"type\":\"custom\",\"id\":\"e{i:07}\",\"parentId\":null,\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"x\"}}\n"));
+        }
+        std::fs::write(dir.join("2026-01-02T00-00-00-000Z_big.jsonl"), text).unwrap();
+        let tree = Tree::new(TreeConfig {
+            agent: AgentDir::new(tmp.path()),
+            read_only: true,
+            cache_bytes: 1 << 30,
+        });
+        (tmp, tree)
+    }
+
+    /// Reads a directory the way the kernel does: replies of at most
+    /// `per_reply` names, each continuing at the last offset.
+    fn read_all(l: &Listings, t: &Tree, ino: u64, dir: &Node, per_reply: usize) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut offset = 0;
+        loop {
+            let mut got = 0;
+            let mut last = offset;
+            l.read(t, ino, dir, offset, &mut |cookie, name, _, _| {
+                if got == per_reply {
+                    return true;
+                }
+                assert!(cookie > last || got == 0 && cookie > offset);
+                last = cookie;
+                got += 1;
+                names.push(name.to_string());
+                false
+            })
+            .unwrap();
+            if got == 0 {
+                return names;
+            }
+            offset = last;
+        }
+    }
+
+    #[test]
+    fn every_name_once_whatever_the_reply_size() {
+        let (_tmp, t) = tree(300, 1000);
+        let l = Listings::new();
+        let project = Node::Project("--p--".into());
+        let entries = Node::Entries(SessionKey::new("--p--", "2026-01-02T00-00-00-000Z_big"));
+        let whole_project = read_all(&l, &t, 5, &project, usize::MAX);
+        assert_eq!(whole_project.len(), 2 + 301);
+        let whole_entries = read_all(&l, &t, 6, &entries, usize::MAX);
+        assert_eq!(whole_entries.len(), 2 + 1000);
+        assert_eq!(whole_entries[2], "e0000000");
+        for per_reply in [1, 7, 256] {
+            assert_eq!(read_all(&l, &t, 5, &project, per_reply), whole_project);
+            assert_eq!(read_all(&l, &t, 6, &entries, per_reply), whole_entries);
+        }
+        assert!(l.kept() <= MAX_SNAPSHOTS);
+    }
+
+    #[test]
+    fn a_listing_continues_after_its_snapshot_was_dropped() {
+        let (_tmp, t) = tree(50, 0);
+        let l = Listings::new();
+        let project = Node::Project("--p--".into());
+        let mut first = Vec::new();
+        let mut resume = 0;
+        l.read(&t, 5, &project, 0, &mut |cookie, name, _, _| {
+            first.push(name.to_string());
+            resume = cookie;
+            first.len() == 10
+        })
+        .unwrap();
+        // Many other listings push the snapshot out.
+        for ino in 100..100 + 2 * MAX_SNAPSHOTS as u64 {
+            l.read(&t, ino, &project, 0, &mut |_, _, _, _| true)
+                .unwrap();
+        }
+        assert!(l.kept() <= MAX_SNAPSHOTS);
+        let mut rest = Vec::new();
+        l.read(&t, 5, &project, resume, &mut |_, name, _, _| {
+            rest.push(name.to_string());
+            false
+        })
+        .unwrap();
+        first.extend(rest);
+        assert_eq!(first, read_all(&l, &t, 7, &project, usize::MAX));
+    }
+}
