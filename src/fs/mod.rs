@@ -77,6 +77,8 @@ pub struct SessionFs {
     inodes: Arc<InodeTable>,
     handles: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
     listings: Listings,
+    /// The kernel supports answering `opendir` with `ENOSYS` (5.1+).
+    no_opendir: bool,
     next_fh: AtomicU64,
     uid: u32,
     gid: u32,
@@ -116,6 +118,7 @@ impl SessionFs {
             inodes,
             handles: Mutex::new(HashMap::new()),
             listings: Listings::new(),
+            no_opendir: false,
             next_fh: AtomicU64::new(1),
             uid,
             gid,
@@ -144,6 +147,15 @@ impl SessionFs {
 
     fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
         self.inodes.get(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    fn dir_node(&self, ino: INodeNo) -> Result<Node, Errno> {
+        let node = self.node(ino)?;
+        if node.is_dir() {
+            Ok(node)
+        } else {
+            Err(Errno::ENOTDIR)
+        }
     }
 
     /// The errno for an attempt to change the tree.
@@ -194,6 +206,9 @@ fn slice(content: &[u8], offset: u64, size: u32) -> &[u8] {
 
 impl Filesystem for SessionFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        self.no_opendir = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         // Listings carry the attributes of their directories (see
         // `readdirplus`): a walk over `entries/` needs no lookup per entry.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS) {
@@ -563,10 +578,17 @@ impl Filesystem for SessionFs {
         }
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel then stops sending opendir/releasedir and caches
-        // listings itself (see `listing`).
-        reply.error(Errno::ENOSYS);
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            // The kernel then stops sending opendir/releasedir and caches
+            // listings itself (see `listing`).
+            return reply.error(Errno::ENOSYS);
+        }
+        // An older kernel: listings need no handle, and are not cached.
+        match self.dir_node(ino) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn readdir(
@@ -577,13 +599,10 @@ impl Filesystem for SessionFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let node = match self.node(ino) {
+        let node = match self.dir_node(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        if !node.is_dir() {
-            return reply.error(Errno::ENOTDIR);
-        }
         let read = self.listings.read(
             &self.tree,
             ino.0,
