@@ -106,6 +106,29 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// fuser opens `/dev/fuse` itself before it would fall back to
+/// `fusermount3`, so a non-root user who cannot open it gets a bare
+/// "permission denied": say what is missing.
+fn explain_mount_error(e: io::Error) -> io::Error {
+    if e.kind() != io::ErrorKind::PermissionDenied {
+        return e;
+    }
+    let dev_fuse = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse");
+    match dev_fuse {
+        Err(open) => io::Error::new(
+            e.kind(),
+            format!(
+                "cannot open /dev/fuse ({open}): mounting without root needs read and \
+                 write access to /dev/fuse (mode 0666 on most systems) and fusermount3"
+            ),
+        ),
+        Ok(_) => e,
+    }
+}
+
 /// Mounts and serves until a signal or an unmount from outside. `ready`
 /// is called once the mount is in place.
 pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
@@ -160,7 +183,8 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     };
     fuse_config.n_threads = Some(config.threads.max(1));
 
-    let session = fuser::Session::new(fs, &config.mountpoint, &fuse_config)?;
+    let session =
+        fuser::Session::new(fs, &config.mountpoint, &fuse_config).map_err(explain_mount_error)?;
     let watcher = watch::start(tree.clone(), inodes, Some(session.notifier()))?;
     let sender = watcher.sender();
     tree.set_change_sink(move |c| sender.send(c));
