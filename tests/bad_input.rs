@@ -6,7 +6,7 @@ mod common;
 
 use common::{empty_env, Backend};
 use serde_json::json;
-use sessionfs::session::append::parse_new_entry;
+use sessionfs::session::append::{parse_new_entry, parse_new_entry_json};
 use sessionfs::session::manager::OpenOptions;
 use sessionfs::session::{blobs::BlobStore, Error, Session};
 
@@ -194,6 +194,26 @@ fn malformed_commands_change_nothing() {
             matches!(parse_new_entry(v.clone()), Err(Error::Invalid(_))),
             "{v}"
         );
+    }
+    // Text that is not one JSON object, and text with a string serde_json
+    // cannot hold (a lone UTF-16 surrogate escape): rejected with a reason.
+    let text_errors: [(&str, &str); 4] = [
+        (r#"{"type":"custom","#, "not a valid JSON object"),
+        (r#"{"type":"custom"} {"#, "not a valid JSON object"),
+        (
+            r#"{"type":"custom","customType":"c","data":"\ud83d"}"#,
+            "lone surrogate escape",
+        ),
+        (
+            r#"{"type":"custom","customType":"c","data":{"\udc00":1}}"#,
+            "lone surrogate escape",
+        ),
+    ];
+    for (text, reason) in text_errors {
+        match parse_new_entry_json(text.as_bytes()) {
+            Err(Error::Invalid(m)) => assert!(m.contains(reason), "{text}: {m}"),
+            other => panic!("{text}: {other:?}"),
+        }
     }
     let session_errors: Vec<(serde_json::Value, &str)> = vec![
         (

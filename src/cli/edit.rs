@@ -8,7 +8,7 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::cli::common::{open_existing, print_out, resolve_file, AgentArgs, LeafArg};
-use crate::session::append::{parse_new_entry, NewEntry};
+use crate::session::append::{parse_new_entry_json, NewEntry};
 use crate::session::{Error, Result, Session};
 
 /// `sessionfs append FILE [--leaf ID|null]`
@@ -32,9 +32,7 @@ pub fn parse_entries(text: &str) -> Result<Vec<NewEntry>> {
         if line.trim().is_empty() {
             continue;
         }
-        let value: Value = serde_json::from_str(line)
-            .map_err(|e| Error::Invalid(format!("line {}: not JSON: {e}", n + 1)))?;
-        let entry = parse_new_entry(value).map_err(|e| match e {
+        let entry = parse_new_entry_json(line.as_bytes()).map_err(|e| match e {
             Error::Invalid(m) => Error::Invalid(format!("line {}: {m}", n + 1)),
             other => other,
         })?;

@@ -643,13 +643,10 @@ impl Filesystem for SessionFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let node = match self.node(ino) {
+        let node = match self.dir_node(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        if !node.is_dir() {
-            return reply.error(Errno::ENOTDIR);
-        }
         let perm_of = |n: &Node| n.perm(self.tree.read_only());
         let read = self.listings.read(
             &self.tree,

@@ -16,8 +16,6 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
-
 use crate::fs::cache::{Broken, ContextKey, Fingerprint, SessionCache, SlotState};
 use crate::fs::control::{
     parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LeafCommand,
@@ -25,7 +23,7 @@ use crate::fs::control::{
 use crate::fs::layout::{
     escape_name, unescape_name, EntryFile, Node, NodeType, SessionFile, SessionKey, Unescaped, View,
 };
-use crate::session::append::parse_new_entry;
+use crate::session::append::parse_new_entry_json;
 use crate::session::blobs::BlobStore;
 use crate::session::discovery::{link_stays_inside, project_dirs};
 use crate::session::error::{Error, Result};
@@ -1091,10 +1089,7 @@ fn run_labels(s: &mut Session, data: &[u8]) -> Result<()> {
 }
 
 fn append_object(s: &mut Session, obj: &[u8]) -> Result<()> {
-    let value: Value = serde_json::from_slice(obj)
-        .map_err(|e| Error::Invalid(format!("not a valid JSON object: {e}")))?;
-    let entry = parse_new_entry(value)?;
-    s.append(entry).map(|_| ())
+    s.append(parse_new_entry_json(obj)?).map(|_| ())
 }
 
 /// Finds the entry a name in a nested directory stands for: an entry whose

@@ -107,6 +107,57 @@ impl NewEntry {
     }
 }
 
+/// Parses one entry supplied as JSON text (a line of `sessionfs append`,
+/// an object written to the mount's `append` file) and checks it with
+/// [`parse_new_entry`].
+///
+/// Entries are built as UTF-8 text, so a string with a lone UTF-16
+/// surrogate escape (`"\ud83d"` without its pair, as JavaScript writes
+/// for a cut emoji) cannot be accepted, although such strings load and
+/// show unchanged when a file already holds them: the error says so
+/// instead of serde_json's "unexpected end of hex escape".
+pub fn parse_new_entry_json(text: &[u8]) -> Result<NewEntry> {
+    let value: Value = serde_json::from_slice(text).map_err(|e| {
+        if let Some(escape) = lone_surrogate(text) {
+            Error::Invalid(format!(
+                "a string holds the lone surrogate escape \\{escape}: new entries must be valid \
+                 Unicode (a surrogate escape needs its pair)"
+            ))
+        } else {
+            Error::Invalid(format!("not a valid JSON object: {e}"))
+        }
+    })?;
+    parse_new_entry(value)
+}
+
+/// The first `\uXXXX` escape of a UTF-16 surrogate without its pair, as
+/// written (`u` and four hex digits); only escapes count, not a `\\u`
+/// that is an escaped backslash followed by `u`.
+fn lone_surrogate(text: &[u8]) -> Option<&str> {
+    let unit_at = |i: usize| -> Option<u16> {
+        let hex = text.get(i..i + 6)?;
+        if hex[0] != b'\\' || hex[1] != b'u' {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
+    };
+    let mut i = 0;
+    while i < text.len() {
+        if text[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match unit_at(i) {
+            Some(0xD800..=0xDBFF) if matches!(unit_at(i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
+            Some(0xD800..=0xDFFF) => return std::str::from_utf8(&text[i + 1..i + 6]).ok(),
+            Some(_) => i += 6,
+            // Any other escape: skip the backslash and the escaped byte.
+            None => i += 2,
+        }
+    }
+    None
+}
+
 /// Checks an object supplied by a user or script and turns it into a
 /// [`NewEntry`]. The checks that need the session (label targets,
 /// compaction targets, `fromId`) are done when it is appended.
@@ -201,6 +252,34 @@ mod tests {
             serde_json::to_string(&v).unwrap(),
             r#"{"type":"message","id":"abcd0123","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"hi"}}"#
         );
+    }
+
+    #[test]
+    fn lone_surrogates_are_named_in_the_error() {
+        let cases: [(&str, Option<&str>); 7] = [
+            (r#"{"t":"\ud83d"}"#, Some("ud83d")),
+            (r#"{"t":"a\uDC00b"}"#, Some("uDC00")),
+            (r#"{"t":"\ud83d\ude00"}"#, None),
+            (r#"{"t":"\\ud83d"}"#, None),
+            (r#"{"t":"\\\ud83d"}"#, Some("ud83d")),
+            (r#"{"t":"\u0041\n"}"#, None),
+            (r#"{"t":"\ud83d"#, Some("ud83d")),
+        ];
+        for (text, want) in cases {
+            assert_eq!(lone_surrogate(text.as_bytes()), want, "{text}");
+        }
+        let err = parse_new_entry_json(br#"{"type":"custom","customType":"c","data":"\ud83d"}"#)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("lone surrogate escape \\ud83d"),
+            "{err}"
+        );
+        let err = parse_new_entry_json(br#"{"type":"custom","#).unwrap_err();
+        assert!(err.to_string().contains("not a valid JSON object"), "{err}");
+        let ok =
+            parse_new_entry_json(br#"{"type":"custom","customType":"c","data":"\ud83d\ude00"}"#)
+                .unwrap();
+        assert_eq!(ok.fields["data"], "\u{1F600}");
     }
 
     #[test]
