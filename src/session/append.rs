@@ -165,7 +165,9 @@ pub fn parse_new_entry(value: Value) -> Result<NewEntry> {
     let Value::Object(mut obj) = value else {
         return Err(Error::Invalid("an entry must be a JSON object".into()));
     };
-    let type_name = match obj.remove("type") {
+    // `shift_remove` keeps the order of the other fields (`remove` would
+    // move the last field into the gap).
+    let type_name = match obj.shift_remove("type") {
         Some(Value::String(t)) => t,
         Some(_) => return Err(Error::Invalid("\"type\" must be a string".into())),
         None => return Err(Error::Invalid("the entry has no \"type\"".into())),
@@ -251,6 +253,17 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&v).unwrap(),
             r#"{"type":"message","id":"abcd0123","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"hi"}}"#
+        );
+    }
+
+    #[test]
+    fn fields_keep_the_order_they_were_given_in() {
+        let e =
+            parse_new_entry_json(br#"{"type":"custom","customType":"c","data":1,"z":2}"#).unwrap();
+        let v = assemble(&e, "abcd0123", Some("p"), "2026-01-01T00:00:00.000Z");
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"{"type":"custom","id":"abcd0123","parentId":"p","timestamp":"2026-01-01T00:00:00.000Z","customType":"c","data":1,"z":2}"#
         );
     }
 
