@@ -64,18 +64,34 @@ fn recent_sessions_use_title_then_first_prompt_then_id() {
             "3_c.jsonl",
             &format!("{}\n{pad}\n{}\n", header("c", None), user("too far")),
         );
+        // a title of control characters only has nothing to show
+        put(
+            &env,
+            &dir,
+            "4_d.jsonl",
+            &format!(
+                "{}\n{}\n",
+                header("d", Some("\u{7}\u{1b} \n")),
+                user("real prompt")
+            ),
+        );
         put(&env, &dir, ".4_tmp.jsonl.abc.tmp", "junk");
         let recent = recent_sessions(&*env.storage, &dir, 10).unwrap();
         let names: Vec<&str> = recent.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
             names,
-            ["c", "fix the bug in a very long prompt that …", "Titled"],
+            [
+                "real prompt",
+                "c",
+                "fix the bug in a very long prompt that …",
+                "Titled"
+            ],
             "{b:?}"
         );
         assert_eq!(recent_sessions(&*env.storage, &dir, 1).unwrap().len(), 1);
         assert_eq!(
             most_recent_session(&*env.storage, &dir).unwrap().unwrap(),
-            dir.join("3_c.jsonl")
+            dir.join("4_d.jsonl")
         );
         assert_eq!(
             most_recent_session(&*env.storage, &env.agent.project_dir("/none")).unwrap(),

@@ -274,3 +274,25 @@ fn models_follow_the_default_role_rule() {
     assert_eq!(ctx["mode"], "plan");
     assert_eq!(ctx["modeData"], json!({"f":1}));
 }
+
+#[test]
+fn ttsr_rules_are_deduplicated_by_their_string_value() {
+    for b in BACKENDS {
+        let env = empty_env(b);
+        let path = write(
+            &env,
+            &[
+                H3.to_string(),
+                msg("a", None, "user", "a"),
+                r#"{"type":"ttsr_injection","id":"t1","parentId":"a","timestamp":"2026-01-01T00:00:02.000Z","injectedRules":["r1","\u0072\u0031","r2"]}"#.to_string(),
+                r#"{"type":"ttsr_injection","id":"t2","parentId":"t1","timestamp":"2026-01-01T00:00:03.000Z","injectedRules":["r2","r\/3","r/3","\ud800","\ud801","\ud800"]}"#.to_string(),
+            ],
+        );
+        let ctx = js_json(open(&env, &path).context().unwrap().as_json());
+        assert_eq!(
+            ctx["injectedTtsrRules"],
+            json!(["r1", "r2", "r/3", "\u{fffd}", "\u{fffd}"]),
+            "one rule per string value; distinct lone surrogates stay distinct"
+        );
+    }
+}

@@ -111,6 +111,17 @@ pub fn for_each_line_coalesced<'s>(
     Ok(())
 }
 
+/// What makes two TTSR rule names the same: their string value, so
+/// `"a"` and `"\u0061"` are one rule (the first spelling is shown). Names
+/// that are not strings, or hold escapes of lone surrogates (which decode
+/// lossily), compare by their JSON text.
+fn rule_key(raw: &str) -> std::borrow::Cow<'_, str> {
+    match crate::session::json::decode_json_string(raw) {
+        Some(s) if !(s.contains('\u{fffd}') && raw.contains("\\u")) => s,
+        _ => std::borrow::Cow::Borrowed(raw),
+    }
+}
+
 /// A built context: compact JSON text with `messages`, `thinkingLevel`,
 /// `models`, `injectedTtsrRules`, `mode` and, when set, `modeData`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,7 +310,8 @@ pub fn build_session_context(
             }
             Facts::Ttsr(names) => {
                 for name in names {
-                    if !rules.contains(name) {
+                    let key = rule_key(name);
+                    if !rules.iter().any(|r| rule_key(r) == key) {
                         rules.push(name.clone());
                     }
                 }

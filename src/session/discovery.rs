@@ -137,13 +137,20 @@ fn by_mtime_desc(storage: &dyn Storage, files: Vec<PathBuf>) -> Vec<(PathBuf, Sy
 }
 
 /// First line, control characters removed, cut to `max` characters with `…`.
+/// Lines with nothing left once control characters and surrounding
+/// whitespace are removed do not count as the first line.
 pub fn display_name(s: &str, max: usize) -> String {
-    let first = s
+    let clean = s
         .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    let clean: String = first.chars().filter(|c| !c.is_control()).collect();
+        .map(|l| {
+            l.chars()
+                .filter(|c| !c.is_control())
+                .collect::<String>()
+                .trim()
+                .to_string()
+        })
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
     if clean.chars().count() > max {
         let mut cut: String = clean.chars().take(max.saturating_sub(1)).collect();
         cut.push('…');
@@ -237,15 +244,14 @@ pub fn recent_sessions(
                     .map(str::to_string)
             })
             .unwrap_or_default();
-        let raw_name = header
-            .and_then(|h| h.title.filter(|t| !t.trim().is_empty()))
-            .or(first.filter(|f| !f.trim().is_empty()))
-            .unwrap_or(id);
-        out.push(RecentSession {
-            path,
-            mtime,
-            name: display_name(&raw_name, DISPLAY_NAME_CHARS),
-        });
+        // The first candidate with something to show.
+        let name = [header.and_then(|h| h.title), first, Some(id)]
+            .into_iter()
+            .flatten()
+            .map(|n| display_name(&n, DISPLAY_NAME_CHARS))
+            .find(|n| !n.is_empty())
+            .unwrap_or_default();
+        out.push(RecentSession { path, mtime, name });
     }
     Ok(out)
 }
