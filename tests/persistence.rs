@@ -384,6 +384,28 @@ fn fork_and_branched_session() {
 }
 
 #[test]
+fn branched_session_from_a_label_at_the_root_has_no_dangling_parent() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let mut s = written(&env);
+        let q = s.entries()[0].id().to_string();
+        s.reset_leaf();
+        // A label that starts a new root; the next entry hangs below it.
+        s.append_label_change(&q, Some("root label")).unwrap();
+        let u2 = s.append_message(user("u2")).unwrap();
+        let a2 = s.append_message(assistant("a2")).unwrap();
+        let branched = s.create_branched_session(&env.agent, &a2).unwrap();
+        let b = Session::open_in(env.storage.clone(), &env.agent, &branched).unwrap();
+        let ids: Vec<_> = b.entries().iter().map(|e| e.id().to_string()).collect();
+        assert_eq!(&ids[..2], &[u2.clone(), a2.clone()]);
+        assert_eq!(b.entry(&u2).unwrap().parent_id(), None, "{backend:?}");
+        assert_eq!(b.entry(&a2).unwrap().parent_id(), Some(u2.as_str()));
+        let ctx = js_json(b.context().unwrap().as_json());
+        assert_eq!(ctx["messages"].as_array().unwrap().len(), 2);
+    }
+}
+
+#[test]
 fn fork_from_another_project() {
     for backend in BACKENDS {
         let env = empty_env(backend);

@@ -1273,7 +1273,7 @@ impl Session {
             let Some(meta) = self.index.get(i) else {
                 continue;
             };
-            let parent = meta.parent_id().map(|p| resolve_dropped(&dropped, p));
+            let parent = meta.parent_id().and_then(|p| resolve_dropped(&dropped, p));
             if meta.kind() == EntryKind::Label {
                 dropped.insert(meta.id().to_string(), parent);
                 continue;
@@ -1331,7 +1331,7 @@ impl Session {
         let parent = self
             .path
             .as_deref()
-            .map(|p| p.to_string_lossy().into_owned())
+            .map(absolute_text)
             .unwrap_or_else(|| self.header.id.clone());
         self.write_new_session(agent, Some(&parent), body)
     }
@@ -1347,7 +1347,7 @@ impl Session {
     ) -> Result<Session> {
         let src = Session::open_in(storage.clone(), agent, source)?;
         let body = src.entry_lines(0..src.index.len() as u32)?;
-        let parent = source.to_string_lossy().into_owned();
+        let parent = absolute_text(source);
         let path = src.write_session_file(agent, target_cwd, Some(&parent), body)?;
         Session::open_in(storage, agent, &path)
     }
@@ -1383,20 +1383,33 @@ impl Session {
     }
 }
 
+/// A path as `parentSession` records it: absolute (relative to the current
+/// directory when it was given relative), so it still names the file from
+/// anywhere.
+fn absolute_text(path: &Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The parent an entry gets when the dropped entries (labels) between it
+/// and its real parent are left out: the nearest kept ancestor, `None` when
+/// the chain of dropped entries ends at a root.
 fn resolve_dropped(
     dropped: &std::collections::HashMap<String, Option<String>>,
     id: &str,
-) -> String {
+) -> Option<String> {
     let mut cur = id.to_string();
-    let mut steps = 0;
-    while let Some(Some(p)) = dropped.get(&cur) {
-        cur = p.clone();
-        steps += 1;
-        if steps > dropped.len() {
-            break;
+    // Each step follows one dropped entry; more steps than entries is a loop.
+    for _ in 0..=dropped.len() {
+        match dropped.get(&cur) {
+            Some(Some(p)) => cur = p.clone(),
+            Some(None) => return None,
+            None => break,
         }
     }
-    cur
+    Some(cur)
 }
 
 /// Offset of `needle` as a whole line in `bytes`.
