@@ -13,9 +13,25 @@ use std::collections::HashSet;
 
 use serde_json::value::RawValue;
 
+use sha2::{Digest, Sha256};
+
 use crate::session::format::{js_version, CURRENT_VERSION};
-use crate::session::ids::new_entry_id;
 use crate::session::json::{json_string, RawObject};
+
+/// The id v1 → v2 gives the `n`-th entry of session `session_id`: 8 hex
+/// characters of a SHA-256 over both (and `attempt`, raised on a
+/// collision). Derived, not random, so the same file always migrates to
+/// the same ids: a read-only mount, which migrates in memory on every
+/// load, shows stable ids (and inode numbers), and they are the ids a
+/// later writing migration stores.
+fn migration_id(session_id: &str, n: usize, attempt: u32) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"sessionfs v1 migration\0")
+        .chain_update(session_id.as_bytes())
+        .chain_update(format!("\0{n}\0{attempt}").as_bytes())
+        .finalize();
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// What a migration changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,17 +129,32 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
         })
         .collect();
 
+    // `firstKeptEntryIndex` counts every parsed object from the header on
+    // (the reference's array of the file's parsed lines, header at 0, a
+    // repeated `session` line included); an index that lands on an entry
+    // names that entry's new id.
+    let mut entry_at_index: Vec<Option<usize>> = vec![None];
+    let mut next_entry = 0;
+    for (i, p) in parsed.iter().enumerate().skip(header_pos + 1) {
+        if p.is_some() {
+            let is_entry = entry_positions.get(next_entry) == Some(&i);
+            entry_at_index.push(is_entry.then_some(next_entry));
+        }
+        if entry_positions.get(next_entry) == Some(&i) {
+            next_entry += 1;
+        }
+    }
+
+    let session_id = header.get_str("id").unwrap_or_default().into_owned();
     let mut objects: Vec<Option<RawObject<'_>>> = parsed;
     let mut fresh_ids: Vec<String> = Vec::new();
     if v1 {
         let mut used: HashSet<String> = HashSet::new();
-        for _ in &entry_positions {
-            let id = loop {
-                let id = new_entry_id();
-                if used.insert(id.clone()) {
-                    break id;
-                }
-            };
+        for n in 0..entry_positions.len() {
+            let id = (0u32..)
+                .map(|attempt| migration_id(&session_id, n, attempt))
+                .find(|id| used.insert(id.clone()))
+                .unwrap_or_default();
             fresh_ids.push(id);
         }
     }
@@ -153,19 +184,24 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
             obj.members
                 .insert(at + 1, (Cow::Borrowed("parentId"), parent));
             if obj.get_str("type").as_deref() == Some("compaction") {
-                if let Some(index) = obj.get("firstKeptEntryIndex") {
-                    let target = index
-                        .get()
-                        .parse::<f64>()
-                        .ok()
+                // Only a numeric index is migrated (JavaScript's `typeof
+                // index === "number"`); anything else stays as it is.
+                let number = obj
+                    .get("firstKeptEntryIndex")
+                    .map(|v| v.get())
+                    .filter(|t| t.starts_with(|c: char| c == '-' || c.is_ascii_digit()))
+                    .and_then(|t| t.parse::<f64>().ok());
+                if let Some(index) = number {
+                    let target = Some(index)
                         .filter(|v| v.fract() == 0.0 && *v >= 1.0)
-                        .map(|v| v as usize)
-                        .filter(|&v| v <= entry_positions.len());
-                    obj.members
-                        .retain(|(k, _)| k != "firstKeptEntryIndex" && k != "firstKeptEntryId");
-                    if let Some(v) = target {
+                        .and_then(|v| entry_at_index.get(v as usize).copied().flatten());
+                    obj.members.retain(|(k, _)| k != "firstKeptEntryIndex");
+                    // Out of range, the header or a non-entry: no id is set
+                    // (an id the entry already had stays).
+                    if let Some(t) = target {
+                        obj.members.retain(|(k, _)| k != "firstKeptEntryId");
                         obj.members
-                            .push((Cow::Borrowed("firstKeptEntryId"), raw(&id_texts[v - 1])));
+                            .push((Cow::Borrowed("firstKeptEntryId"), raw(&id_texts[t])));
                     }
                 }
             }
@@ -284,7 +320,7 @@ mod tests {
 
     #[test]
     fn compaction_index_zero_or_out_of_range_leaves_no_target() {
-        for index in ["0", "9", "-1", "1.5", "\"2\""] {
+        for index in ["0", "9", "-1", "1.5"] {
             let v1 = format!(
                 "{}\n{}\n",
                 r#"{"type":"session","id":"s","cwd":"/w"}"#,
@@ -295,6 +331,71 @@ mod tests {
             let out = migrate(&v1);
             assert!(!out.contains("firstKeptEntry"), "{index}: {out}");
         }
+    }
+
+    #[test]
+    fn only_a_numeric_index_is_migrated_and_an_existing_id_survives_a_bad_one() {
+        let v1 = concat!(
+            r#"{"type":"session","id":"s","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"compaction","summary":"a","firstKeptEntryIndex":"1","tokensBefore":1}"#,
+            "\n",
+            r#"{"type":"compaction","summary":"b","firstKeptEntryIndex":99,"firstKeptEntryId":"keep","tokensBefore":1}"#,
+            "\n",
+        );
+        let out = migrate(v1);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[1].contains(r#""firstKeptEntryIndex":"1""#), "{out}");
+        assert!(!lines[2].contains("firstKeptEntryIndex"), "{out}");
+        assert!(lines[2].contains(r#""firstKeptEntryId":"keep""#), "{out}");
+    }
+
+    #[test]
+    fn a_repeated_session_line_counts_in_the_index() {
+        let v1 = concat!(
+            r#"{"type":"session","id":"s","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","message":{"role":"user","content":"m1"}}"#,
+            "\n",
+            r#"{"type":"session","id":"s2","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","message":{"role":"user","content":"m2"}}"#,
+            "\n",
+            r#"{"type":"compaction","summary":"c","firstKeptEntryIndex":3,"tokensBefore":1}"#,
+            "\n",
+            r#"{"type":"compaction","summary":"d","firstKeptEntryIndex":2,"tokensBefore":1}"#,
+            "\n",
+        );
+        let out = migrate(v1);
+        let l = load_bytes(out.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let ids: Vec<&str> = l.entries.iter().map(|e| &*e.entry.id).collect();
+        assert_eq!(ids.len(), 4, "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        let m2 = format!(r#""firstKeptEntryId":"{}""#, ids[1]);
+        assert!(lines[4].contains(&m2), "index 3 is m2: {out}");
+        assert!(
+            !lines[5].contains("firstKeptEntry"),
+            "index 2 is the repeated session line: {out}"
+        );
+    }
+
+    #[test]
+    fn the_same_file_always_migrates_to_the_same_ids() {
+        let v1 = concat!(
+            r#"{"type":"session","id":"s","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","message":{"role":"user","content":"a"}}"#,
+            "\n",
+            r#"{"type":"message","message":{"role":"user","content":"b"}}"#,
+            "\n",
+        );
+        assert_eq!(migrate(v1), migrate(v1));
+        let other = v1.replace(r#""id":"s""#, r#""id":"t""#);
+        assert_ne!(
+            migrate(v1).lines().nth(1),
+            migrate(&other).lines().nth(1),
+            "ids depend on the session"
+        );
     }
 
     #[test]
