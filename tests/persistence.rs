@@ -557,3 +557,155 @@ fn a_line_appended_right_after_a_read_is_not_lost() {
         assert_eq!(again.entries().len(), 6, "{backend:?}");
     }
 }
+
+/// Appends bytes through the storage, as another writer would.
+fn storage_append(env: &common::Env, path: &Path, text: &str) {
+    let mut w = env.storage.open_append(path).unwrap();
+    w.write_line(text.as_bytes()).unwrap();
+    w.flush().unwrap();
+}
+
+#[test]
+fn branch_with_summary_hangs_under_its_target_after_an_outside_append() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let mut s = written(&env);
+        let path = s.path().unwrap().to_path_buf();
+        let q = s.entries()[0].id().to_string();
+        let a = s.leaf_id().unwrap().to_string();
+        storage_append(
+            &env,
+            &path,
+            &format!(
+                "{{\"type\":\"custom\",\"id\":\"other001\",\"parentId\":\"{a}\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"x\"}}\n"
+            ),
+        );
+        let bs = s
+            .branch_with_summary(Some(&q), "abandoned", None, None)
+            .unwrap();
+        assert_eq!(s.entry(&bs).unwrap().parent_id(), Some(q.as_str()));
+        assert!(s.entry("other001").is_some(), "the outside line was read");
+        assert_eq!(s.leaf_id(), Some(bs.as_str()));
+        let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        assert_eq!(again.entries().len(), 4, "{backend:?}");
+    }
+}
+
+#[test]
+fn a_read_only_migrated_session_reloads_when_its_file_changes() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let dir = env.agent.project_dir("/w");
+        env.storage.ensure_dir(&dir).unwrap();
+        let path = dir.join("2025-01-01T00-00-00-000Z_v1.jsonl");
+        let v1 = concat!(
+            r#"{"type":"session","id":"v1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","timestamp":"2025-01-01T00:00:01.000Z","message":{"role":"user","content":"a"}}"#,
+            "\n",
+        );
+        env.storage.write(&path, v1.as_bytes()).unwrap();
+        let options = sessionfs::session::manager::OpenOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let open = || {
+            let blobs = sessionfs::session::blobs::BlobStore::new(
+                env.storage.clone(),
+                env.agent.blobs_dir(),
+            );
+            Session::open(env.storage.clone(), Some(blobs), &path, &options).unwrap()
+        };
+        let mut s = open();
+        let first_id = s.entries()[0].id().to_string();
+        assert_eq!(open().entries()[0].id(), first_id, "stable ids");
+        assert_eq!(s.refresh().unwrap(), sessionfs::session::Refresh::Unchanged);
+        let more = "{\"type\":\"message\",\"timestamp\":\"2025-01-01T00:00:02.000Z\",\"message\":{\"role\":\"user\",\"content\":\"b\"}}\n";
+        storage_append(&env, &path, more);
+        assert_eq!(s.refresh().unwrap(), sessionfs::session::Refresh::Reloaded);
+        assert_eq!(s.entries().len(), 2, "{backend:?}");
+        assert_eq!(s.entries()[0].id(), first_id, "ids of old lines stay");
+        assert_eq!(s.leaf_id(), Some(s.entries()[1].id()));
+        assert_eq!(
+            env.storage.read(&path).unwrap(),
+            format!("{v1}{more}").into_bytes(),
+            "a read-only session never writes"
+        );
+    }
+}
+
+#[test]
+fn a_new_session_over_an_empty_file_takes_its_name_and_yields_to_another_writer() {
+    for backend in BACKENDS {
+        let env = empty_env(backend);
+        let dir = env.agent.project_dir("/home/dev/my-proj");
+        env.storage.ensure_dir(&dir).unwrap();
+        // A sibling tells the real cwd (the name alone would decode to
+        // /home/dev/my/proj).
+        let mut other =
+            Session::create(env.storage.clone(), &env.agent, "/home/dev/my-proj").unwrap();
+        other.append_message(user("q")).unwrap();
+        other.append_message(assistant("a")).unwrap();
+        let path = dir.join("2026-12-03T00-00-00-000Z_eeee0000eeee0000.jsonl");
+        env.storage.write(&path, b"").unwrap();
+        let mut s = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        assert_eq!(s.header().id, "eeee0000eeee0000");
+        assert_eq!(s.header().cwd.as_deref(), Some("/home/dev/my-proj"));
+        s.append_message(user("held in memory")).unwrap();
+        assert!(!s.is_on_disk());
+        // Another writer makes the file a session first.
+        let text = concat!(
+            r#"{"type":"session","version":3,"id":"eeee0000eeee0000","timestamp":"2026-12-03T00:00:00.000Z","cwd":"/x"}"#,
+            "\n",
+            r#"{"type":"message","id":"o1","parentId":null,"timestamp":"2026-12-03T00:00:01.000Z","message":{"role":"user","content":"outside"}}"#,
+            "\n",
+        );
+        env.storage.write(&path, text.as_bytes()).unwrap();
+        let id = s.append_message(assistant("ours")).unwrap();
+        assert_eq!(s.entry(&id).unwrap().parent_id(), Some("o1"), "{backend:?}");
+        let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+        let ids: Vec<_> = again.entries().iter().map(|e| e.id().to_string()).collect();
+        assert_eq!(ids, ["o1".to_string(), id]);
+        // With no project directory around it, the name still gives the id.
+        let lone = env.agent.sessions_dir().join("x_abc.jsonl");
+        let s = Session::open_in(env.storage.clone(), &env.agent, &lone).unwrap();
+        assert_eq!(s.header().id, "abc");
+    }
+}
+
+#[test]
+fn a_migration_through_a_symlink_rewrites_the_target_and_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = empty_env(Backend::File);
+    let dir = env.agent.project_dir("/w");
+    std::fs::create_dir_all(&dir).unwrap();
+    let real = dir.join("2025-01-01T00-00-00-000Z_v1.jsonl");
+    let link = dir.join("2025-01-02T00-00-00-000Z_link.jsonl");
+    let v1 = concat!(
+        r#"{"type":"session","id":"v1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}"#,
+        "\n",
+        r#"{"type":"message","timestamp":"2025-01-01T00:00:01.000Z","message":{"role":"user","content":"a"}}"#,
+        "\n",
+    );
+    std::fs::write(&real, v1).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::symlink(real.file_name().unwrap(), &link).unwrap();
+    let s = Session::open_in(env.storage.clone(), &env.agent, &link).unwrap();
+    assert_eq!(s.report().migrated_from, Some(1));
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link stays a link");
+    let text = std::fs::read_to_string(&real).unwrap();
+    assert!(
+        text.starts_with(r#"{"type":"session","version":3"#),
+        "{text}"
+    );
+    let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "the rewritten file keeps its mode");
+    no_temp_files(&env);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

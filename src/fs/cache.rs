@@ -88,7 +88,7 @@ impl SlotState {
     fn pinned(&self) -> bool {
         self.session
             .as_ref()
-            .is_some_and(|s| !s.is_on_disk() && !s.entries().is_empty())
+            .is_some_and(Session::has_unwritten_entries)
     }
 
     /// Drops the loaded session, keeping what must survive.

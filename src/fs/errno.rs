@@ -9,6 +9,7 @@
 //! | `Persistence` (latched write failure) | `EIO` |
 //! | `Io` (an operating-system error: a failed write, a read error) | `EIO` |
 //! | `Unreadable` (a file the engine cannot parse) | `EIO` |
+//! | `Conflict` (the file changed under the session; nothing written) | `EIO` |
 //!
 //! A missing file or directory is `ENOENT`, decided where it is looked up
 //! (not here).
@@ -23,9 +24,11 @@ pub fn errno_of(err: &Error) -> i32 {
         Error::EntryNotFound(_) => libc::ENOENT,
         Error::ReadOnly => libc::EROFS,
         Error::TooLarge(_) => libc::EFBIG,
-        Error::Persistence(_) | Error::Io { .. } | Error::Unreadable { .. } | Error::History(_) => {
-            libc::EIO
-        }
+        Error::Persistence(_)
+        | Error::Io { .. }
+        | Error::Unreadable { .. }
+        | Error::Conflict { .. }
+        | Error::History(_) => libc::EIO,
     }
 }
 

@@ -316,19 +316,18 @@ impl Tree {
             let before = s.entries().len();
             match s.refresh() {
                 Ok(Refresh::Unchanged) => {
-                    if s.is_on_disk() || !s.entries().is_empty() {
+                    // (A file that gained content is `Reloaded` by the
+                    // engine.) A blank session over an empty file is gone
+                    // with its file; one holding unwritten entries stays
+                    // (its first write creates the file again).
+                    if s.is_on_disk()
+                        || s.has_unwritten_entries()
+                        || self.session_file_meta(key).is_some()
+                    {
                         return Ok(Status::Ready);
                     }
-                    // A blank session over an empty file: reopen once the
-                    // file has content.
-                    match self.session_file_meta(key) {
-                        Some(m) if m.len() == 0 => return Ok(Status::Ready),
-                        Some(_) => st.session = None,
-                        None => {
-                            st.session = None;
-                            return Err(not_found(path.display()));
-                        }
-                    }
+                    st.session = None;
+                    return Err(not_found(path.display()));
                 }
                 Ok(Refresh::Grew(_)) => {
                     st.context = None;

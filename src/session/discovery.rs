@@ -222,6 +222,28 @@ fn prefix_facts(prefix: &[u8]) -> (Option<crate::session::format::HeaderInfo>, O
     (header, first)
 }
 
+/// The working directory a project directory stands for: the `cwd` of
+/// the first session header in it (first 4096 bytes of up to 16 files) that
+/// encodes to the directory's name, else the name decoded (every `-`
+/// between the leading and trailing `--` read as `/`, which is right
+/// unless the path itself holds `-`). `None` when `dir`'s name is not of
+/// the `--…--` shape.
+pub fn project_cwd(storage: &dyn Storage, dir: &Path) -> Option<String> {
+    let name = dir.file_name()?.to_str()?;
+    let body = name.strip_prefix("--")?.strip_suffix("--")?;
+    if let Ok(files) = session_files(storage, dir) {
+        for file in files.iter().take(16) {
+            let prefix = storage.read_prefix(file, PREFIX_BYTES).unwrap_or_default();
+            if let (Some(h), _) = prefix_facts(&prefix) {
+                if let Some(cwd) = h.cwd.filter(|c| encode_cwd(c) == name) {
+                    return Some(cwd);
+                }
+            }
+        }
+    }
+    Some(format!("/{}", body.replace('-', "/")))
+}
+
 /// The newest sessions of a project directory by mtime, with display names
 /// read from at most the first 4096 bytes of each file.
 pub fn recent_sessions(

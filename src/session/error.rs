@@ -19,6 +19,13 @@ pub enum Error {
     /// modified.
     #[error("{}: unreadable session file: {reason}", path.display())]
     Unreadable { path: PathBuf, reason: String },
+    /// The file changed under the session in a way it cannot write after
+    /// (replaced during an append, created by another writer before the
+    /// session's first write, changed during a migration). Nothing was
+    /// written, and the error is not latched: the next access loads the
+    /// file again.
+    #[error("{}: {reason}", path.display())]
+    Conflict { path: PathBuf, reason: String },
     /// An entry id that does not exist in the session.
     #[error("Entry {0} not found")]
     EntryNotFound(String),

@@ -28,7 +28,7 @@ use crate::session::index::{EntryMeta, Loc, TreeIndex};
 use crate::session::json::{json_string, pretty, RawObject};
 use crate::session::loader::{self, Loaded, Phase, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
-use crate::session::paths::{session_file_name, AgentDir};
+use crate::session::paths::{session_file_name, session_id_from_file_name, AgentDir};
 use crate::session::persistence::atomic_write;
 use crate::session::sizecontrol::apply_size_controls;
 use crate::session::storage::{AppendWriter, FileStat, MemoryStorage, RandomRead, Storage};
@@ -137,6 +137,9 @@ pub struct Session {
     writer: Option<Box<dyn AppendWriter>>,
     latched: Option<Arc<Error>>,
     report: LoadReport,
+    /// For a file migrated in memory only (read-only): the file as it was
+    /// before it was read, so a change to it is noticed and reloaded.
+    memory_source: Option<FileStat>,
 }
 
 impl std::fmt::Debug for Session {
@@ -165,7 +168,10 @@ fn header_line_for(id: &str, timestamp: &str, cwd: &str, parent: Option<&str>) -
 
 /// A header for a new session: its line and what the engine reads of it.
 fn new_header(cwd: &str, parent: Option<&str>) -> (String, HeaderInfo) {
-    let id = new_session_id();
+    new_header_with_id(new_session_id(), cwd, parent)
+}
+
+fn new_header_with_id(id: String, cwd: &str, parent: Option<&str>) -> (String, HeaderInfo) {
     let timestamp = now_iso();
     let line = header_line_for(&id, &timestamp, cwd, parent);
     let info = HeaderInfo {
@@ -210,6 +216,7 @@ impl Session {
             writer: None,
             latched: None,
             report: LoadReport::default(),
+            memory_source: None,
         }
     }
 
@@ -255,21 +262,32 @@ impl Session {
         // Identity and time before reading (see `DiskState::observed`).
         let before = storage.stat(path).ok();
         let loaded = loader::load_file(&*storage, path, options.max_line)?;
-        let cwd = match &loaded {
-            // A missing or empty file: a new session for the current directory.
-            None => std::env::current_dir()
-                .map(|d| d.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "/".into()),
+        let header = match &loaded {
+            // A missing or empty file: a new session. Its id is the one the
+            // file name gives (`<timestamp>_<id>.jsonl`), and its cwd the
+            // project directory's when the file is in one, else the
+            // current directory.
+            None => {
+                let cwd = path
+                    .parent()
+                    .and_then(|dir| crate::session::discovery::project_cwd(&*storage, dir))
+                    .or_else(|| {
+                        std::env::current_dir()
+                            .ok()
+                            .map(|d| d.to_string_lossy().into_owned())
+                    })
+                    .unwrap_or_else(|| "/".into());
+                let id = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(session_id_from_file_name)
+                    .map_or_else(new_session_id, str::to_string);
+                new_header_with_id(id, &cwd, None)
+            }
             // Replaced by the file's header below.
-            Some(_) => String::new(),
+            Some(_) => new_header("", None),
         };
-        let mut session = Self::blank(
-            storage,
-            blobs,
-            Some(path.to_path_buf()),
-            true,
-            new_header(&cwd, None),
-        );
+        let mut session = Self::blank(storage, blobs, Some(path.to_path_buf()), true, header);
         session.read_only = options.read_only;
         session.max_line = options.max_line;
         let Some(loaded) = loaded else {
@@ -303,6 +321,8 @@ impl Session {
                 crate::session::persistence::clean_stale_temps(&*self.storage, dir);
             }
         }
+        // Identity and time before reading (see `DiskState::observed`).
+        let before = self.storage.stat(&path).at(&path)?;
         let bytes = self.storage.read(&path).at(&path)?;
         let Some(migrated) = migrate_file(&bytes) else {
             return Err(Error::Unreadable {
@@ -326,16 +346,17 @@ impl Session {
             self.install_loaded(loaded, None)?;
             self.on_disk = false;
             self.disk = None;
+            self.memory_source = Some(before);
         } else {
             let written = {
                 let _lock = self.storage.lock(&path).at(&path)?;
                 // The file must still be what we migrated.
                 let now = self.storage.read(&path).at(&path)?;
                 if now != bytes {
-                    return Err(Error::Invalid(format!(
-                        "{}: changed while it was being migrated; try again",
-                        path.display()
-                    )));
+                    return Err(Error::Conflict {
+                        path,
+                        reason: "changed while it was being migrated; try again".into(),
+                    });
                 }
                 atomic_write(&*self.storage, &path, &migrated.bytes)?;
                 // Still under the lock: nobody appended yet.
@@ -450,6 +471,12 @@ impl Session {
     /// True when the session's file holds it (its first write happened).
     pub fn is_on_disk(&self) -> bool {
         self.on_disk
+    }
+    /// True when the session holds entries that exist nowhere else: a
+    /// persistent session before its first write. (A file migrated in
+    /// memory by a read-only session can be loaded again from its file.)
+    pub fn has_unwritten_entries(&self) -> bool {
+        !self.on_disk && self.memory_source.is_none() && !self.index.is_empty()
     }
     pub fn is_read_only(&self) -> bool {
         self.read_only
@@ -665,7 +692,9 @@ impl Session {
     }
 
     fn latch(&mut self, err: Error) -> Error {
-        if self.latched.is_none() {
+        // A conflict wrote nothing: the session is still consistent with
+        // what it wrote before, and the next refresh reloads the file.
+        if self.latched.is_none() && !matches!(err, Error::Conflict { .. }) {
             log::error!(
                 "session {}: persistence failed: {err}",
                 self.path
@@ -736,15 +765,22 @@ impl Session {
 
     /// Appends an entry as a child of the leaf and makes it the leaf.
     /// Returns the new entry's id. On error nothing changes.
-    pub fn append(&mut self, mut entry: NewEntry) -> Result<String> {
+    pub fn append(&mut self, entry: NewEntry) -> Result<String> {
         self.check_latched()?;
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        // Pick up what other writers appended before deciding the parent.
-        if self.on_disk {
+        // Pick up what other writers appended (or created) before deciding
+        // the parent.
+        if self.persist {
             self.refresh()?;
         }
+        self.append_at_leaf(entry)
+    }
+
+    /// [`Session::append`] without the refresh: the entry hangs under the
+    /// leaf as it is now.
+    fn append_at_leaf(&mut self, mut entry: NewEntry) -> Result<String> {
         self.check_against_session(&mut entry)?;
         let id = self.fresh_entry_id();
         let parent = self.leaf_id().map(str::to_string);
@@ -836,10 +872,12 @@ impl Session {
         }
         match self.storage.stat(&path) {
             Ok(st) if st.size > 0 => {
-                return Err(Error::Invalid(format!(
-                    "{}: a file appeared at the session's path; not overwriting it",
-                    path.display()
-                )))
+                return Err(Error::Conflict {
+                    path,
+                    reason: "another writer created the file before the session's first write; \
+                             nothing was written, the file is loaded on the next access"
+                        .into(),
+                })
             }
             _ => {}
         }
@@ -873,10 +911,12 @@ impl Session {
             return Err(Error::Invalid("internal: no disk state".into()));
         };
         if stat.identity != disk.identity || stat.size < disk.size {
-            return Err(Error::Invalid(format!(
-                "{}: the file was replaced while appending; reload the session",
-                path.display()
-            )));
+            return Err(Error::Conflict {
+                path,
+                reason: "the file was replaced while appending; nothing was written, \
+                         the file is loaded again on the next access"
+                    .into(),
+            });
         }
         let (ends_with_newline, size) = if stat.size > disk.size {
             // Lines appeared between our refresh and the lock.
@@ -950,7 +990,7 @@ impl Session {
     /// shrunken file is loaded again.
     pub fn refresh(&mut self) -> Result<Refresh> {
         if !self.on_disk {
-            return Ok(Refresh::Unchanged);
+            return self.refresh_not_written();
         }
         let (Some(path), Some(disk)) = (self.path.clone(), self.disk) else {
             return Ok(Refresh::Unchanged);
@@ -970,6 +1010,45 @@ impl Session {
                 d.mtime = stat.mtime;
             }
             return Ok(Refresh::Unchanged);
+        }
+        self.reload()?;
+        Ok(Refresh::Reloaded)
+    }
+
+    /// [`Session::refresh`] of a session whose file does not hold it: one
+    /// migrated in memory (read-only) is loaded again when its file
+    /// changed; a new one (missing or empty file, entries held until the
+    /// first write) is loaded from its file when another writer gave the
+    /// file content — the file wins, and entries held in memory are
+    /// dropped with a warning (they were never written, as the deferred
+    /// first write allows).
+    fn refresh_not_written(&mut self) -> Result<Refresh> {
+        let Some(path) = self.path.clone().filter(|_| self.persist) else {
+            return Ok(Refresh::Unchanged);
+        };
+        let stat = match self.storage.stat(&path) {
+            Ok(st) => st,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.memory_source.is_none() => {
+                return Ok(Refresh::Unchanged)
+            }
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        let changed = match &self.memory_source {
+            Some(src) => {
+                src.identity != stat.identity || src.size != stat.size || src.mtime != stat.mtime
+            }
+            None => stat.size > 0,
+        };
+        if !changed {
+            return Ok(Refresh::Unchanged);
+        }
+        if self.memory_source.is_none() && !self.index.is_empty() {
+            log::warn!(
+                "{}: another writer created the file; the {} entries held in memory \
+                 before the first write are dropped",
+                path.display(),
+                self.index.len()
+            );
         }
         self.reload()?;
         Ok(Refresh::Reloaded)
@@ -1025,13 +1104,7 @@ impl Session {
         kind: EntryKind,
         fields: Vec<(&str, Option<Value>)>,
     ) -> Result<String> {
-        let mut map = Map::new();
-        for (k, v) in fields {
-            if let Some(v) = v {
-                map.insert(k.to_string(), v);
-            }
-        }
-        self.append(NewEntry::new(kind, map))
+        self.append(new_entry_of(kind, fields))
     }
 
     /// Appends a `message` entry.
@@ -1158,13 +1231,22 @@ impl Session {
         details: Option<Value>,
         from_extension: Option<bool>,
     ) -> Result<String> {
+        self.check_latched()?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        // Pick up other writers' lines first; the summary then hangs under
+        // `id` even if they moved the leaf.
+        if self.persist {
+            self.refresh()?;
+        }
         let target = match id {
             Some(id) => Some(self.position(id)?),
             None => None,
         };
         let before = self.leaf;
         self.leaf = target;
-        let result = self.append_fields(
+        let result = self.append_at_leaf(new_entry_of(
             EntryKind::BranchSummary,
             vec![
                 ("fromId", Some(id.unwrap_or("root").into())),
@@ -1172,7 +1254,7 @@ impl Session {
                 ("details", details),
                 ("fromExtension", from_extension.map(Into::into)),
             ],
-        );
+        ));
         if result.is_err() {
             self.leaf = before;
         }
@@ -1381,6 +1463,17 @@ impl Session {
         atomic_write(&*self.storage, &path, &data)?;
         Ok(path)
     }
+}
+
+/// A new entry of `kind` from the fields that are set.
+fn new_entry_of(kind: EntryKind, fields: Vec<(&str, Option<Value>)>) -> NewEntry {
+    let mut map = Map::new();
+    for (k, v) in fields {
+        if let Some(v) = v {
+            map.insert(k.to_string(), v);
+        }
+    }
+    NewEntry::new(kind, map)
 }
 
 /// A path as `parentSession` records it: absolute (relative to the current

@@ -33,9 +33,21 @@ pub fn is_temp_name_for(name: &str, target_name: &str) -> bool {
 /// directory, fsync it, rename it over the target, fsync the directory. On
 /// failure the temp file is removed and the original is left intact.
 pub fn atomic_write(storage: &dyn Storage, target: &Path, data: &[u8]) -> Result<()> {
+    // A symlink stays a link: the file it points to is rewritten.
+    let resolved = match storage.canonicalize(target) {
+        Ok(real) => real,
+        Err(_) => target.to_path_buf(),
+    };
+    let target = resolved.as_path();
+    let existed = storage.exists(target);
     let tmp = temp_path_for(target);
     let result = storage
         .write(&tmp, data)
+        // A replaced file keeps its mode and owner (a new one is 0600).
+        .and_then(|()| match existed {
+            true => storage.copy_attributes(target, &tmp),
+            false => Ok(()),
+        })
         .and_then(|()| storage.rename(&tmp, target))
         .at(target);
     if let Err(err) = result {

@@ -131,6 +131,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
         Ok(path.to_path_buf())
     }
+    /// Gives `to` the permission bits and (where allowed) the owner of
+    /// `from`, so a file replaced by an atomic rewrite keeps them. The
+    /// in-memory storage has neither.
+    fn copy_attributes(&self, _from: &Path, _to: &Path) -> io::Result<()> {
+        Ok(())
+    }
     /// Reads a file from `start` to its end in chunks of up to `chunk`
     /// bytes, calling `f(offset, bytes)` for each until it returns false.
     /// Returns the offset where reading stopped.
@@ -294,6 +300,19 @@ impl Storage for FileStorage {
     }
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
         fs::canonicalize(path)
+    }
+    fn copy_attributes(&self, from: &Path, to: &Path) -> io::Result<()> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let md = fs::metadata(from)?;
+        let new = fs::metadata(to)?;
+        if (md.uid(), md.gid()) != (new.uid(), new.gid()) {
+            // Only root may give a file away; anyone else keeps their own.
+            match std::os::unix::fs::chown(to, Some(md.uid()), Some(md.gid())) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+                other => other?,
+            }
+        }
+        fs::set_permissions(to, fs::Permissions::from_mode(md.mode() & 0o7777))
     }
     fn scan(
         &self,
