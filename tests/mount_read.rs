@@ -763,6 +763,87 @@ fn read_only_mount_rejects_writes_with_erofs() {
 }
 
 #[test]
+fn read_only_old_version_files_keep_their_ids_and_show_outside_appends() {
+    if !fuse_ok("read_only_old_version_files_keep_their_ids_and_show_outside_appends") {
+        return;
+    }
+    let (tmp, agent) = fixture_agent_dir();
+    let project = "--home-dev-legacy--";
+    let v1 = "2025-01-10T08-00-00-000Z_aaaaaaaaaaaaaaaa";
+    let m = Mount::start(tmp.path(), &["--read-only"]);
+    let first = names(&m.join(format!("{project}/{v1}/entries")));
+    assert!(!first.is_empty());
+    assert_eq!(m.stop().code(), Some(0));
+    // Migrated in memory on every load, to the same ids.
+    let m = Mount::start(tmp.path(), &["--read-only"]);
+    let sdir = m.join(format!("{project}/{v1}"));
+    assert_eq!(
+        names(&sdir.join("entries")),
+        first,
+        "ids stable across mounts"
+    );
+    // An old writer appends (a v1 line: no id): it shows up.
+    let file = agent
+        .sessions_dir()
+        .join(project)
+        .join(format!("{v1}.jsonl"));
+    let mut f = fs::OpenOptions::new().append(true).open(&file).unwrap();
+    f.write_all(
+        br#"{"type":"message","timestamp":"2025-01-10T09:00:00.000Z","message":{"role":"user","content":"appended by an old writer"}}"#,
+    )
+    .unwrap();
+    f.write_all(b"\n").unwrap();
+    drop(f);
+    assert!(
+        eventually(|| names(&sdir.join("entries")).len() == first.len() + 1),
+        "the new line appears"
+    );
+    let now = names(&sdir.join("entries"));
+    assert!(first.iter().all(|id| now.contains(id)), "old ids stay");
+    let ctx = js_json(&read(&sdir.join("context.json")));
+    let last = ctx["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["content"], "appended by an old writer");
+    assert_eq!(m.stop().code(), Some(0));
+}
+
+#[test]
+fn a_session_file_created_empty_is_started_through_the_mount() {
+    if !fuse_ok("a_session_file_created_empty_is_started_through_the_mount") {
+        return;
+    }
+    let (tmp, agent) = fixture_agent_dir();
+    let project = "--home-dev-pi--";
+    let stem = "2026-12-03T00-00-00-000Z_eeeeeeeeeeeeeeee";
+    let file = agent
+        .sessions_dir()
+        .join(project)
+        .join(format!("{stem}.jsonl"));
+    fs::write(&file, b"").unwrap();
+    let m = Mount::start(tmp.path(), &[]);
+    let sdir = m.join(format!("{project}/{stem}"));
+    let header = js_json(&read(&sdir.join("header.json")));
+    assert_eq!(header["id"], "eeeeeeeeeeeeeeee", "the id of the file name");
+    assert_eq!(header["cwd"], "/home/dev/pi", "the cwd of the project");
+    let append = |line: &str| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(sdir.join("append"))
+            .unwrap();
+        f.write_all(line.as_bytes()).unwrap();
+    };
+    append(r#"{"type":"message","message":{"role":"user","content":"hello"}}"#);
+    append(
+        r#"{"type":"message","message":{"role":"assistant","content":[],"provider":"p","model":"m"}}"#,
+    );
+    let text = fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    let written = js_json(text.lines().next().unwrap());
+    assert_eq!(written["id"], "eeeeeeeeeeeeeeee");
+    assert!(m.join("by-id/eeeeeeeeeeeeeeee").exists());
+    assert_eq!(m.stop().code(), Some(0));
+}
+
+#[test]
 fn sigterm_and_outside_unmount_end_the_process_cleanly() {
     if !fuse_ok("sigterm_and_outside_unmount_end_the_process_cleanly") {
         return;
