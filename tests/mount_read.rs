@@ -1043,3 +1043,204 @@ fn allow_other_mount_reads_and_refuses_writes() {
         assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{rel}");
     }
 }
+
+/// A message line for the stale-context tests.
+fn message_line(id: &str, parent: Option<&str>, content: &str) -> String {
+    let parent = parent.map_or("null".to_string(), |p| format!("\"{p}\""));
+    format!(
+        r#"{{"type":"message","id":"{id}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"{content}"}}}}"#
+    ) + "\n"
+}
+
+/// `sessionfs context FILE --leaf ID`.
+fn cli_context(file: &Path, id: &str) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("context")
+        .arg(file)
+        .args(["--leaf", id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    js_json(&String::from_utf8(out.stdout).unwrap())
+}
+
+fn contents(ctx: &serde_json::Value) -> Vec<String> {
+    ctx["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Why an entry file in the mount is not what the engine shows now
+/// (`None`: it is): `stat` size, the bytes read, and the engine's
+/// rendering must all agree.
+fn entry_file_mismatch(agent: &Path, file: &Path, path: &Path, id: &str) -> Option<String> {
+    let s = engine(agent, file);
+    let want = match path.file_name().unwrap().to_str().unwrap() {
+        "context.json" => s.context_at(LeafSel::Id(id)).unwrap().to_pretty() + "\n",
+        _ => s.entry_pretty(id).unwrap(),
+    };
+    let size = match fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) => return Some(format!("stat {}: {e}", path.display())),
+    };
+    let got = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return Some(format!("read {}: {e}", path.display())),
+    };
+    if got != want.as_bytes() || size != want.len() as u64 {
+        return Some(format!(
+            "{}: stat size {size}, read {:?}, want {want:?}",
+            path.display(),
+            String::from_utf8_lossy(&got)
+        ));
+    }
+    None
+}
+
+/// Waits until every file of `files` shows what the engine shows now.
+fn assert_entry_files_current(agent: &Path, file: &Path, files: &[(PathBuf, &str)]) {
+    let mut last = None;
+    let ok = eventually(|| {
+        last = files
+            .iter()
+            .find_map(|(path, id)| entry_file_mismatch(agent, file, path, id));
+        last.is_none()
+    });
+    assert!(ok, "{}", last.unwrap_or_default());
+}
+
+/// Reads (and stats) files so that the kernel and the mount cache them.
+fn warm(files: &[(PathBuf, &str)]) {
+    for (path, _) in files {
+        let size = fs::metadata(path).unwrap().len();
+        assert_eq!(size, fs::read(path).unwrap().len() as u64, "{path:?}");
+    }
+}
+
+/// Entry files are cached as immutable, but new lines can change what an
+/// older entry shows: a parent written after its child extends the
+/// child's path, and a repeated id moves paths through that id (and what
+/// `entries/<id>/entry.json` is). The mount must show the change.
+#[test]
+fn entry_files_follow_late_parents_and_repeated_ids() {
+    if !fuse_ok("entry_files_follow_late_parents_and_repeated_ids") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = tmp.path();
+    let dir = agent.join("sessions/--w--");
+    fs::create_dir_all(&dir).unwrap();
+    let header = |id: &str| {
+        format!(
+            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}}"#
+        ) + "\n"
+    };
+    let append = |file: &Path, text: &str| {
+        let mut f = fs::OpenOptions::new().append(true).open(file).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    };
+
+    // 1. Children written before their parent.
+    let late = dir.join("2026-01-01T00-00-00-000Z_6666666666666666.jsonl");
+    fs::write(
+        &late,
+        header("6666666666666666")
+            + &message_line("b1", Some("a1"), "child")
+            + &message_line("c1", Some("b1"), "grandchild"),
+    )
+    .unwrap();
+    // 2. An id that is written again later.
+    let repeat = dir.join("2026-01-01T00-00-00-000Z_7777777777777777.jsonl");
+    fs::write(
+        &repeat,
+        header("7777777777777777")
+            + &message_line("a1", None, "root")
+            + &message_line("b1", Some("a1"), "first b1")
+            + &message_line("c1", Some("b1"), "below b1"),
+    )
+    .unwrap();
+
+    let m = Mount::start(agent, &[]);
+    let ldir = m.join("--w--/2026-01-01T00-00-00-000Z_6666666666666666");
+    let rdir = m.join("--w--/2026-01-01T00-00-00-000Z_7777777777777777");
+
+    // Late parent: read everything first (kernel pages, cached sizes).
+    let before: Vec<(PathBuf, &str)> = vec![
+        (ldir.join("entries/b1/context.json"), "b1"),
+        (ldir.join("entries/c1/context.json"), "c1"),
+        (ldir.join("entries/b1/entry.json"), "b1"),
+        (ldir.join("b1/context.json"), "b1"),
+        (ldir.join("b1/c1/context.json"), "c1"),
+    ];
+    warm(&before);
+    assert_entry_files_current(agent, &late, &before);
+    assert_eq!(
+        contents(&js_json(&read(&ldir.join("entries/c1/context.json")))),
+        ["child", "grandchild"]
+    );
+    append(&late, &message_line("a1", None, "parent written later"));
+    assert_eq!(
+        contents(&cli_context(&late, "c1")),
+        ["parent written later", "child", "grandchild"]
+    );
+    let after: Vec<(PathBuf, &str)> = vec![
+        (ldir.join("entries/b1/context.json"), "b1"),
+        (ldir.join("entries/c1/context.json"), "c1"),
+        (ldir.join("entries/b1/entry.json"), "b1"),
+        (ldir.join("a1/b1/context.json"), "b1"),
+        (ldir.join("a1/b1/c1/context.json"), "c1"),
+        (ldir.join("a1/context.json"), "a1"),
+    ];
+    assert_entry_files_current(agent, &late, &after);
+    for id in ["b1", "c1"] {
+        assert_eq!(
+            js_json(&read(&ldir.join(format!("entries/{id}/context.json")))),
+            cli_context(&late, id),
+            "{id}"
+        );
+    }
+
+    // Repeated id.
+    let before: Vec<(PathBuf, &str)> = vec![
+        (rdir.join("entries/b1/context.json"), "b1"),
+        (rdir.join("entries/b1/entry.json"), "b1"),
+        (rdir.join("entries/c1/context.json"), "c1"),
+        (rdir.join("a1/b1/context.json"), "b1"),
+        (rdir.join("a1/b1/entry.json"), "b1"),
+        (rdir.join("a1/b1/c1/context.json"), "c1"),
+    ];
+    warm(&before);
+    assert_entry_files_current(agent, &repeat, &before);
+    append(&repeat, &message_line("b1", None, "b1 again"));
+    assert_eq!(
+        contents(&cli_context(&repeat, "c1")),
+        ["b1 again", "below b1"]
+    );
+    let after: Vec<(PathBuf, &str)> = vec![
+        (rdir.join("entries/b1/context.json"), "b1"),
+        (rdir.join("entries/b1/entry.json"), "b1"),
+        (rdir.join("entries/c1/context.json"), "c1"),
+        // The new b1 is a root of the nested tree.
+        (rdir.join("b1/context.json"), "b1"),
+        (rdir.join("b1/entry.json"), "b1"),
+    ];
+    assert_entry_files_current(agent, &repeat, &after);
+    for id in ["b1", "c1"] {
+        assert_eq!(
+            js_json(&read(&rdir.join(format!("entries/{id}/context.json")))),
+            cli_context(&repeat, id),
+            "{id}"
+        );
+    }
+    assert_eq!(
+        js_json(&read(&rdir.join("entries/b1/entry.json")))["message"]["content"],
+        "b1 again"
+    );
+}

@@ -68,8 +68,12 @@ pub struct SlotState {
     pub saved_leaf: Option<SavedLeaf>,
     /// Bumped whenever the session is (re)loaded from scratch.
     pub generation: u64,
-    /// Sizes of rendered entry files (immutable), by entry position.
+    /// Sizes of rendered entry files, by entry position. They stay valid
+    /// while new lines only extend the tree; see [`SlotState::note_topology`].
     pub entry_sizes: HashMap<(u32, EntryFile), u64>,
+    /// The session's `topology_changes` when `entry_sizes` (and the
+    /// kernel's copies of entry files) were last known to be current.
+    pub topology: u64,
     /// The last rendered `context.json`, for the state it was rendered at
     /// (a `cat` stats the file, then reads it: one rendering serves both).
     pub context: Option<(ContextKey, Arc<Vec<u8>>)>,
@@ -77,6 +81,24 @@ pub struct SlotState {
 }
 
 impl SlotState {
+    /// Records the session's `topology_changes` after new entries were
+    /// indexed. When it moved, the new entries changed the paths of entries
+    /// indexed before (a parent that arrived late, a repeated id): their
+    /// `context.json` (and, for a repeated id, `entry.json`) changed, so
+    /// what was derived from them is forgotten and true is returned — the
+    /// kernel's cached copies of the session's entry files are stale too.
+    /// Plain appends cost one comparison.
+    pub fn note_topology(&mut self, topology: u64) -> bool {
+        if topology == self.topology {
+            return false;
+        }
+        self.topology = topology;
+        self.generation += 1;
+        self.entry_sizes.clear();
+        self.context = None;
+        true
+    }
+
     fn estimate(&self) -> usize {
         let session = self.session.as_ref().map_or(0, |s| {
             s.entries().len() * BYTES_PER_ENTRY + s.header_json().len() + 4096

@@ -37,8 +37,10 @@ use crate::session::{LeafSel, OpenOptions, Refresh, Session};
 /// What the kernel may have cached that changed (sent to the watcher).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// New entries (id, tree parent id) appeared in a session, or it was
-    /// loaded again from scratch (`reloaded`).
+    /// New entries (id, tree parent id) appeared in a session; `reloaded`:
+    /// it was loaded again from scratch, or the new entries changed what
+    /// the entries there before show (a late parent, a repeated id) —
+    /// every node of the session the kernel holds may be stale.
     Session {
         key: SessionKey,
         new_entries: Vec<(Arc<str>, Option<Arc<str>>)>,
@@ -330,12 +332,16 @@ impl Tree {
                     return Err(not_found(path.display()));
                 }
                 Ok(Refresh::Grew(_)) => {
+                    let topology = s.topology_changes();
+                    let new_entries = new_entries(s, before);
                     st.context = None;
-                    self.report_new(key, s, before);
+                    let stale = st.note_topology(topology);
+                    self.report_new(key, new_entries, stale);
                     return Ok(Status::Ready);
                 }
                 Ok(Refresh::Reloaded) => {
                     s.prepare_reads();
+                    st.topology = s.topology_changes();
                     st.generation += 1;
                     st.entry_sizes.clear();
                     st.context = None;
@@ -406,6 +412,7 @@ impl Tree {
                 }
                 s.prepare_reads();
                 st.broken = None;
+                st.topology = s.topology_changes();
                 st.generation += 1;
                 st.entry_sizes.clear();
                 st.context = None;
@@ -428,23 +435,19 @@ impl Tree {
         }
     }
 
-    fn report_new(&self, key: &SessionKey, s: &Session, before: usize) {
-        let index = s.index();
-        let new_entries: Vec<(Arc<str>, Option<Arc<str>>)> = (before..index.len())
-            .filter_map(|i| {
-                let meta = index.get(i as u32)?;
-                let parent = index
-                    .tree_parent(i as u32)
-                    .and_then(|p| index.get(p))
-                    .map(|m| Arc::from(m.id()));
-                Some((Arc::from(meta.id()), parent))
-            })
-            .collect();
-        if !new_entries.is_empty() {
+    /// Reports new entries; `stale`: they changed the entries there before
+    /// (see [`SlotState::note_topology`]).
+    fn report_new(
+        &self,
+        key: &SessionKey,
+        new_entries: Vec<(Arc<str>, Option<Arc<str>>)>,
+        stale: bool,
+    ) {
+        if !new_entries.is_empty() || stale {
             self.report(Change::Session {
                 key: key.clone(),
                 new_entries,
-                reloaded: false,
+                reloaded: stale,
             });
         }
     }
@@ -1000,9 +1003,12 @@ impl Tree {
                     other.name()
                 ))),
             };
-            if s.entries().len() != before {
+            // The command may have indexed lines that others appended
+            // (`Session::append` picks them up first).
+            let stale = st.note_topology(s.topology_changes());
+            if s.entries().len() != before || stale {
                 st.context = None;
-                self.report_new(key, s, before);
+                self.report_new(key, new_entries(s, before), stale);
             }
             if let Err(e) = &result {
                 record_error(st, key, file.name(), &e.to_string());
@@ -1037,6 +1043,21 @@ impl Tree {
             result
         })
     }
+}
+
+/// The entries from position `before` on: (id, tree parent id).
+fn new_entries(s: &Session, before: usize) -> Vec<(Arc<str>, Option<Arc<str>>)> {
+    let index = s.index();
+    (before..index.len())
+        .filter_map(|i| {
+            let meta = index.get(i as u32)?;
+            let parent = index
+                .tree_parent(i as u32)
+                .and_then(|p| index.get(p))
+                .map(|m| Arc::from(m.id()));
+            Some((Arc::from(meta.id()), parent))
+        })
+        .collect()
 }
 
 fn fingerprint(m: &fs::Metadata) -> Fingerprint {
@@ -1324,5 +1345,43 @@ mod tests {
             .read(&Node::File(a.clone(), SessionFile::LastError))
             .unwrap();
         assert!(String::from_utf8_lossy(&last).contains("zz"));
+    }
+
+    #[test]
+    fn appends_that_change_older_paths_mark_entry_files_stale() {
+        let (_tmp, tree) = setup(64 << 20);
+        let (tx, rx) = std::sync::mpsc::channel();
+        tree.set_change_sender(tx);
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let path = tree.session_path(&a);
+        let append = |line: &str| {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            writeln!(f, "{line}").unwrap();
+        };
+        let line = |id: &str, parent: &str| {
+            format!("{{\"type\":\"custom\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}}")
+        };
+        let ctx = Node::EntryFile(a.clone(), "o".into(), View::Flat, EntryFile::Context);
+        let stale_flags = || -> Vec<bool> {
+            rx.try_iter()
+                .map(|Change::Session { reloaded, .. }| reloaded)
+                .collect()
+        };
+        // Loaded with `o` waiting for its parent.
+        append(&line("o", "\"late\""));
+        let size = tree.attr(&ctx).unwrap().size;
+        assert_eq!(size, tree.read(&ctx).unwrap().len() as u64);
+        // A plain append: nothing older changes.
+        append(&line("e5", "\"e4\""));
+        leaf(&tree, &a);
+        assert_eq!(stale_flags(), vec![false]);
+        // The parent of `o` arrives: its context grows.
+        append("{\"type\":\"message\",\"id\":\"late\",\"parentId\":\"e5\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{\"role\":\"user\",\"content\":\"late\"}}");
+        let attr = tree.attr(&ctx).unwrap();
+        let data = tree.read(&ctx).unwrap();
+        assert!(attr.size > size);
+        assert_eq!(attr.size, data.len() as u64);
+        assert_eq!(stale_flags(), vec![true]);
     }
 }

@@ -10,8 +10,10 @@
 //!   root, its project and `by-id` (a cached negative lookup would hide it);
 //! * new entries (appended through the mount or by another process): their
 //!   names in `entries/` and in their nested parent directory;
-//! * a session file replaced or rewritten: every node of that session the
-//!   kernel holds (attributes and cached pages).
+//! * a session file replaced or rewritten, or new lines that change what
+//!   older entries show (a parent that arrived after its children, a
+//!   repeated id: their paths, so their `context.json`, changed): every
+//!   node of that session the kernel holds (attributes and cached pages).
 //!
 //! Without inotify (or when a watch cannot be added) the mount still shows
 //! changes on the next access — every access refreshes the session — and

@@ -201,6 +201,9 @@ pub struct TreeIndex {
     labels: HashMap<Box<str>, Box<str>>,
     assistant_count: usize,
     message_count: usize,
+    /// Bumped whenever a new entry changes the path of entries indexed
+    /// before it (see [`TreeIndex::topology_changes`]).
+    topology_changes: u64,
 }
 
 impl TreeIndex {
@@ -297,6 +300,17 @@ impl TreeIndex {
         self.assistant_count > 0
     }
 
+    /// How many times an added entry changed the root-to-entry path of
+    /// entries added before it: when it adopted entries that were waiting
+    /// for its id as their missing parent, or when it repeated an id (ids
+    /// resolve to the last entry). Unchanged by entries that only extend
+    /// the tree, so a caller comparing it before and after new entries
+    /// knows whether what it derived from older entries' paths (their
+    /// contexts, the entry an id names) may have changed.
+    pub fn topology_changes(&self) -> u64 {
+        self.topology_changes
+    }
+
     /// Moves the in-memory locations of entries to the file, after the
     /// in-memory buffer was written at `base` of the file.
     pub fn relocate_memory(&mut self, base: u64) {
@@ -383,11 +397,15 @@ impl TreeIndex {
             None => self.roots.push(idx),
         }
         if self.by_id.insert(idx, &self.entries).is_some() {
+            // The id now names this entry: paths through it change.
             self.repeated_ids = true;
+            self.topology_changes += 1;
         }
         if !self.waiting.is_empty() {
             let id = &*self.entries[idx as usize].entry.id;
             if let Some(orphans) = self.waiting.remove(id) {
+                // Entries that had no parent have one now.
+                self.topology_changes += 1;
                 for orphan in orphans {
                     self.parent[orphan as usize] = idx;
                     if orphan != idx && !self.is_tree_ancestor(orphan, idx) {
@@ -669,6 +687,44 @@ mod tests {
         assert_eq!(t.position("nope"), None);
         assert_eq!(t.path_to(19_999).len(), 20_000);
         assert_eq!(t.roots(), vec![0]);
+    }
+
+    #[test]
+    fn topology_changes_count_late_parents_and_repeated_ids_only() {
+        let mut t = build(&[("a", None), ("b", Some("a"))]);
+        assert_eq!(t.topology_changes(), 0);
+        // Plain appends, a new root, a self-parent, a new orphan: no
+        // existing path changes.
+        t.push(e("c", Some("b")), loc());
+        t.push(e("r", None), loc());
+        t.push(e("s", Some("s")), loc());
+        t.push(e("o", Some("late")), loc());
+        t.push(e("o2", Some("late")), loc());
+        assert_eq!(t.topology_changes(), 0);
+        assert_eq!(t.path_to(5), vec![5]);
+        // The missing parent arrives: o and o2 have a longer path now.
+        t.push(e("late", Some("a")), loc());
+        assert_eq!(t.topology_changes(), 1);
+        assert_eq!(t.path_to(5), vec![0, 7, 5]);
+        t.push(e("d", Some("late")), loc());
+        assert_eq!(t.topology_changes(), 1);
+        // A repeated id: paths through "b" go through the new one.
+        t.push(e("b", None), loc());
+        assert_eq!(t.topology_changes(), 2);
+        assert_eq!(t.path_to(2), vec![9, 2]);
+        // Loading the same lines at once counts the same way.
+        let loaded = TreeIndex::from_loaded(
+            t.entries()
+                .iter()
+                .map(|m| LoadedEntry {
+                    entry: m.entry.clone(),
+                    offset: 0,
+                    len: 0,
+                })
+                .collect(),
+            false,
+        );
+        assert_eq!(loaded.topology_changes(), 2);
     }
 
     #[test]

@@ -464,6 +464,11 @@ impl Session {
     pub fn index(&self) -> &TreeIndex {
         &self.index
     }
+    /// See [`TreeIndex::topology_changes`]: when it moved, new lines changed
+    /// the paths (contexts) of entries that were there before.
+    pub fn topology_changes(&self) -> u64 {
+        self.index.topology_changes()
+    }
     /// True when the session is written to a file.
     pub fn is_persistent(&self) -> bool {
         self.persist
