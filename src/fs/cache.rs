@@ -92,11 +92,19 @@ impl SlotState {
         if topology == self.topology {
             return false;
         }
+        self.forget_derived(topology);
+        true
+    }
+
+    /// Forgets everything derived from the entries as they were (rendered
+    /// sizes, the cached context) and starts a new generation; `topology`
+    /// is the session's `topology_changes` now. For a session (re)loaded
+    /// from scratch, and for new lines that changed older entries.
+    pub fn forget_derived(&mut self, topology: u64) {
         self.topology = topology;
         self.generation += 1;
         self.entry_sizes.clear();
         self.context = None;
-        true
     }
 
     fn estimate(&self) -> usize {

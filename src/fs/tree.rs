@@ -341,10 +341,8 @@ impl Tree {
                 }
                 Ok(Refresh::Reloaded) => {
                     s.prepare_reads();
-                    st.topology = s.topology_changes();
-                    st.generation += 1;
-                    st.entry_sizes.clear();
-                    st.context = None;
+                    let topology = s.topology_changes();
+                    st.forget_derived(topology);
                     self.report_reloaded(key);
                     return Ok(Status::Ready);
                 }
@@ -412,10 +410,7 @@ impl Tree {
                 }
                 s.prepare_reads();
                 st.broken = None;
-                st.topology = s.topology_changes();
-                st.generation += 1;
-                st.entry_sizes.clear();
-                st.context = None;
+                st.forget_derived(s.topology_changes());
                 st.session = Some(s);
                 Ok(Status::Ready)
             }

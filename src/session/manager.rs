@@ -771,20 +771,26 @@ impl Session {
     /// Appends an entry as a child of the leaf and makes it the leaf.
     /// Returns the new entry's id. On error nothing changes.
     pub fn append(&mut self, entry: NewEntry) -> Result<String> {
+        self.prepare_append()?;
+        self.append_at_leaf(entry)
+    }
+
+    /// What every append does first: refuse when latched or read-only, and
+    /// pick up what other writers appended (or created), so the parent is
+    /// decided on the file as it is now.
+    fn prepare_append(&mut self) -> Result<()> {
         self.check_latched()?;
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        // Pick up what other writers appended (or created) before deciding
-        // the parent.
         if self.persist {
             self.refresh()?;
         }
-        self.append_at_leaf(entry)
+        Ok(())
     }
 
-    /// [`Session::append`] without the refresh: the entry hangs under the
-    /// leaf as it is now.
+    /// The rest of [`Session::append`], after [`Session::prepare_append`]:
+    /// the entry hangs under the leaf as it is now.
     fn append_at_leaf(&mut self, mut entry: NewEntry) -> Result<String> {
         self.check_against_session(&mut entry)?;
         let id = self.fresh_entry_id();
@@ -1236,15 +1242,9 @@ impl Session {
         details: Option<Value>,
         from_extension: Option<bool>,
     ) -> Result<String> {
-        self.check_latched()?;
-        if self.read_only {
-            return Err(Error::ReadOnly);
-        }
-        // Pick up other writers' lines first; the summary then hangs under
+        // Other writers' lines are read first; the summary then hangs under
         // `id` even if they moved the leaf.
-        if self.persist {
-            self.refresh()?;
-        }
+        self.prepare_append()?;
         let target = match id {
             Some(id) => Some(self.position(id)?),
             None => None,

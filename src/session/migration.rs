@@ -136,11 +136,12 @@ pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
     let mut entry_at_index: Vec<Option<usize>> = vec![None];
     let mut next_entry = 0;
     for (i, p) in parsed.iter().enumerate().skip(header_pos + 1) {
+        // Entries are parsed objects, so every entry takes an index.
+        let is_entry = entry_positions.get(next_entry) == Some(&i);
         if p.is_some() {
-            let is_entry = entry_positions.get(next_entry) == Some(&i);
             entry_at_index.push(is_entry.then_some(next_entry));
         }
-        if entry_positions.get(next_entry) == Some(&i) {
+        if is_entry {
             next_entry += 1;
         }
     }
