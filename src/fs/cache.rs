@@ -129,8 +129,8 @@ impl SlotState {
         if let Some(s) = self.session.take() {
             let file_size = s
                 .path()
-                .and_then(|p| std::fs::metadata(p).ok())
-                .map_or(u64::MAX, |m| m.len());
+                .and_then(|p| s.storage().stat(p).ok())
+                .map_or(u64::MAX, |m| m.size);
             self.saved_leaf = Some(SavedLeaf {
                 leaf: s.leaf_id().map(str::to_string),
                 file_size,

@@ -8,9 +8,7 @@
 //! appended by others show up and the leaf follows the file.
 
 use std::collections::HashMap;
-use std::fs;
 use std::hash::{Hash, Hasher};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
@@ -30,7 +28,7 @@ use crate::session::error::{Error, Result};
 use crate::session::json::pretty;
 use crate::session::paths::{session_id_from_file_name, AgentDir};
 use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
-use crate::session::storage::{FileStorage, Storage};
+use crate::session::storage::{FileStat, FileStorage, Storage};
 use crate::session::time::now_iso;
 use crate::session::{LeafSel, OpenOptions, Refresh, Session};
 
@@ -138,7 +136,12 @@ fn hash_of(value: &impl Hash) -> u64 {
 
 impl Tree {
     pub fn new(config: TreeConfig) -> Self {
-        let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+        Tree::with_storage(config, Arc::new(FileStorage::new()))
+    }
+
+    /// A tree over another storage (a database: `docs/team.md`); the
+    /// agent directory's paths are the storage's.
+    pub fn with_storage(config: TreeConfig, storage: Arc<dyn Storage>) -> Self {
         let blobs = BlobStore::new(storage.clone(), config.agent.blobs_dir());
         Tree {
             sessions_dir: config.agent.sessions_dir(),
@@ -208,19 +211,16 @@ impl Tree {
     /// rewrites are cleaned up unless the mount is read-only.
     pub fn sessions(&self, project: &str) -> Result<Vec<String>> {
         let dir = self.sessions_dir.join(project);
-        let rd = fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+        let items = self.storage.list(&dir).map_err(|e| Error::io(&dir, e))?;
         let mut out = Vec::new();
         let mut temps = false;
-        for entry in rd.flatten() {
-            let Ok(name) = entry.file_name().into_string() else {
-                continue; // names that are not UTF-8 are not ours
-            };
+        for item in items {
+            let name = item.name;
             temps |= is_our_temp_name(&name);
             // The type from the directory entry (no stat): regular files,
             // and symlinks that stay inside the agent directory.
-            let Ok(ft) = entry.file_type() else { continue };
-            if !(ft.is_file() || ft.is_symlink())
-                || !self.is_session_item(&dir, &name, false, ft.is_symlink())
+            if !(item.is_file || item.is_symlink)
+                || !self.is_session_item(&dir, &name, false, item.is_symlink)
             {
                 continue;
             }
@@ -252,10 +252,10 @@ impl Tree {
             return false;
         }
         let path = self.sessions_dir.join(project);
-        match fs::symlink_metadata(&path) {
-            Ok(m) if m.is_dir() => true,
-            Ok(m) if m.file_type().is_symlink() => {
-                fs::metadata(&path).is_ok_and(|t| t.is_dir())
+        match self.storage.lstat(&path) {
+            Ok(m) if m.is_dir => true,
+            Ok(m) if m.is_symlink => {
+                self.storage.stat(&path).is_ok_and(|t| t.is_dir)
                     && link_stays_inside(&*self.storage, &path, self.agent_root())
             }
             _ => false,
@@ -264,24 +264,24 @@ impl Tree {
 
     /// The metadata of a session file (following an allowed symlink); `None`
     /// when it is not a session file of the mount.
-    fn session_file_meta(&self, key: &SessionKey) -> Option<fs::Metadata> {
+    fn session_file_meta(&self, key: &SessionKey) -> Option<FileStat> {
         if key.session.contains('/') || !self.project_exists(&key.project) {
             return None;
         }
         let dir = self.sessions_dir.join(&*key.project);
         let name = key.file_name();
         let path = dir.join(&name);
-        let lmeta = fs::symlink_metadata(&path).ok()?;
-        let is_symlink = lmeta.file_type().is_symlink();
-        if !self.is_session_item(&dir, &name, lmeta.is_dir(), is_symlink) {
+        let lmeta = self.storage.lstat(&path).ok()?;
+        let is_symlink = lmeta.is_symlink;
+        if !self.is_session_item(&dir, &name, lmeta.is_dir, is_symlink) {
             return None;
         }
         let meta = if is_symlink {
-            fs::metadata(&path).ok()?
+            self.storage.stat(&path).ok()?
         } else {
             lmeta
         };
-        meta.is_file().then_some(meta)
+        meta.is_file.then_some(meta)
     }
 
     /// `by-id` links: (session id, session), the first session in sorted
@@ -399,7 +399,7 @@ impl Tree {
                     return Err(not_found(path.display()));
                 }
                 if let Some(saved) = st.saved_leaf.take() {
-                    if self.session_file_meta(key).map(|m| m.len()) == Some(saved.file_size) {
+                    if self.session_file_meta(key).map(|m| m.size) == Some(saved.file_size) {
                         match saved.leaf {
                             Some(id) => {
                                 let _ = s.branch(&id);
@@ -798,7 +798,7 @@ impl Tree {
                 let mtime = node
                     .session_key()
                     .and_then(|k| self.session_file_meta(k))
-                    .and_then(|m| m.modified().ok())
+                    .map(|m| m.mtime)
                     .unwrap_or(self.started);
                 Ok(Attr {
                     node_type: NodeType::Symlink,
@@ -868,8 +868,9 @@ impl Tree {
     }
 
     fn dir_mtime(&self, dir: &Path) -> SystemTime {
-        fs::metadata(dir)
-            .and_then(|m| m.modified())
+        self.storage
+            .stat(dir)
+            .map(|m| m.mtime)
             .unwrap_or(self.started)
     }
 
@@ -925,9 +926,8 @@ impl Tree {
         let meta = self
             .session_file_meta(key)
             .ok_or_else(|| not_found(&key.session))?;
-        let real = meta.modified().unwrap_or(self.started);
-        self.stamp(StampKey::Session(key.clone()), real, || {
-            Ok(hash_of(&(meta.dev(), meta.ino(), meta.len())))
+        self.stamp(StampKey::Session(key.clone()), meta.mtime, || {
+            Ok(hash_of(&(meta.identity, meta.size)))
         })
     }
 
@@ -938,7 +938,7 @@ impl Tree {
 
     fn file_mtime(&self, key: &SessionKey) -> SystemTime {
         self.session_file_meta(key)
-            .and_then(|m| m.modified().ok())
+            .map(|m| m.mtime)
             .unwrap_or(self.started)
     }
 
@@ -1055,12 +1055,11 @@ fn new_entries(s: &Session, before: usize) -> Vec<(Arc<str>, Option<Arc<str>>)> 
         .collect()
 }
 
-fn fingerprint(m: &fs::Metadata) -> Fingerprint {
-    use std::os::unix::fs::MetadataExt;
+fn fingerprint(m: &FileStat) -> Fingerprint {
     Fingerprint {
-        size: m.len(),
-        mtime: m.modified().ok(),
-        ino: m.ino(),
+        size: m.size,
+        mtime: Some(m.mtime),
+        ino: m.identity.1,
     }
 }
 
@@ -1241,6 +1240,7 @@ fn render_entry_file(s: &Session, id: &str, f: EntryFile) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn session_text(id: &str, n: usize) -> String {
         let mut t = format!(

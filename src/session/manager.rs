@@ -451,6 +451,10 @@ impl Session {
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
+    /// The storage the session file lives in.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
     pub fn header(&self) -> &HeaderInfo {
         &self.header
     }

@@ -21,6 +21,10 @@ pub struct FileStat {
     /// filesystem): changes when the file is replaced by a rename.
     pub identity: (u64, u64),
     pub is_dir: bool,
+    /// A regular file (after following a symlink for `stat`).
+    pub is_file: bool,
+    /// A symbolic link (only `lstat` reports one).
+    pub is_symlink: bool,
 }
 
 /// One name in a directory listing.
@@ -31,6 +35,8 @@ pub struct DirItem {
     pub is_dir: bool,
     /// A symbolic link (never followed by listings).
     pub is_symlink: bool,
+    /// A regular file (not a directory, link, pipe, socket or device).
+    pub is_file: bool,
 }
 
 /// An open append-only writer on one file (SPEC §9 `SessionStorageWriter`).
@@ -117,6 +123,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Names in a directory, sorted by name.
     fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>>;
     fn stat(&self, path: &Path) -> io::Result<FileStat>;
+    /// Like `stat`, but a symlink is reported as itself (not followed).
+    /// Storages without symlinks answer as `stat` does.
+    fn lstat(&self, path: &Path) -> io::Result<FileStat> {
+        self.stat(path)
+    }
     /// Makes a directory's entries (renames, creations) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Opens (creating with mode 0600 if needed) an append-only writer.
@@ -194,6 +205,17 @@ fn lock_file(file: File) -> io::Result<LockGuard> {
     }))
 }
 
+fn file_stat(md: &fs::Metadata) -> FileStat {
+    FileStat {
+        size: md.len(),
+        mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        identity: (md.dev(), md.ino()),
+        is_dir: md.is_dir(),
+        is_file: md.is_file(),
+        is_symlink: md.file_type().is_symlink(),
+    }
+}
+
 struct FileAppendWriter {
     file: File,
 }
@@ -267,19 +289,17 @@ impl Storage for FileStorage {
                 name,
                 is_dir: ft.is_some_and(|t| t.is_dir()),
                 is_symlink: ft.is_some_and(|t| t.is_symlink()),
+                is_file: ft.is_some_and(|t| t.is_file()),
             });
         }
         items.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(items)
     }
     fn stat(&self, path: &Path) -> io::Result<FileStat> {
-        let md = fs::metadata(path)?;
-        Ok(FileStat {
-            size: md.len(),
-            mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-            identity: (md.dev(), md.ino()),
-            is_dir: md.is_dir(),
-        })
+        Ok(file_stat(&fs::metadata(path)?))
+    }
+    fn lstat(&self, path: &Path) -> io::Result<FileStat> {
+        Ok(file_stat(&fs::symlink_metadata(path)?))
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
@@ -551,6 +571,7 @@ impl Storage for MemoryStorage {
                         name: name.to_string(),
                         is_dir,
                         is_symlink: false,
+                        is_file: !is_dir,
                     });
                 }
             }
@@ -566,6 +587,8 @@ impl Storage for MemoryStorage {
                 mtime: file.mtime,
                 identity: (0, file.identity),
                 is_dir: false,
+                is_file: true,
+                is_symlink: false,
             });
         }
         if state.dirs.contains(path) {
@@ -574,6 +597,8 @@ impl Storage for MemoryStorage {
                 mtime: SystemTime::UNIX_EPOCH,
                 identity: (0, 0),
                 is_dir: true,
+                is_file: false,
+                is_symlink: false,
             });
         }
         Err(not_found(path))
