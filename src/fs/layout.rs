@@ -247,6 +247,15 @@ impl EntryFile {
             .into_iter()
             .find(|f| f.name().as_bytes() == name)
     }
+
+    /// Files shown in the listing of an entry directory. Views whose size
+    /// grows with the entry's path (`context.json`) are reachable by name
+    /// but not listed, so that recursive tools read each entry's bytes a
+    /// constant number of times (see docs/filesystem.md, "Recursive
+    /// tools").
+    pub fn listed(self) -> bool {
+        !matches!(self, EntryFile::Context)
+    }
 }
 
 /// Which of the two views of an entry a node belongs to.
@@ -358,11 +367,12 @@ impl Node {
     pub fn perm(&self, read_only: bool) -> u16 {
         match self {
             Node::Link { .. } => 0o777,
+            // `append` reads as empty (so that `grep -r`, `cp -r` and `tar`
+            // copy it without an error); only writes are commands.
             Node::File(_, f) if f.is_control() && !read_only => match f {
-                SessionFile::Append => 0o200,
+                SessionFile::Append => 0o600,
                 _ => 0o644,
             },
-            Node::File(_, SessionFile::Append) => 0o000,
             Node::File(..) | Node::EntryFile(..) => 0o444,
             _ => 0o555,
         }

@@ -396,14 +396,10 @@ impl Filesystem for SessionFs {
         };
         let acc = flags.acc_mode();
         let writes = acc != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        let reads = acc != OpenAccMode::O_WRONLY;
         let (handle, fopen) = match &node {
             Node::File(_, f) if f.is_control() => {
                 if writes && self.tree.read_only() {
                     return reply.error(Errno::EROFS);
-                }
-                if *f == SessionFile::Append && reads {
-                    return reply.error(Errno::EACCES);
                 }
                 (
                     Handle::Control {

@@ -648,6 +648,7 @@ impl Tree {
             // `find` over `entries/` would otherwise do once per entry.
             Node::EntryDir(key, id, View::Flat) => Ok(EntryFile::ALL
                 .iter()
+                .filter(|f| f.listed())
                 .map(|f| {
                     (
                         f.name().to_string(),
@@ -660,6 +661,7 @@ impl Tree {
                 let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
                 let mut out: Vec<(String, Node)> = EntryFile::ALL
                     .iter()
+                    .filter(|f| f.listed())
                     .map(|f| {
                         (
                             f.name().to_string(),
