@@ -135,7 +135,7 @@ fi
 MNT=$(mktemp -d /tmp/sessionfs-mnt.XXXXXX)
 is_mounted() { grep -q " $MNT " /proc/self/mountinfo; }
 mount_fs() {
-    "$BIN" mount --agent-dir "$DATA" "$MNT" >"$OUT/mount.log" 2>&1 &
+    "$BIN" mount -f --agent-dir "$DATA" "$MNT" >"$OUT/mount.log" 2>&1 &
     MOUNT_PID=$!
     for _ in $(seq 1 200); do
         # mounted, and answering (the kernel's INIT is done)
@@ -150,7 +150,7 @@ unmount_fs() {
     [ -n "$MOUNT_PID" ] && wait "$MOUNT_PID" 2>/dev/null || true
     # also mount processes the remount helper started
     for _ in $(seq 1 500); do
-        pgrep -f "mount --agent-dir $DATA $MNT" >/dev/null || break
+        pgrep -f "mount -f --agent-dir $DATA $MNT" >/dev/null || break
         sleep 0.02
     done
     MOUNT_PID=
@@ -168,10 +168,10 @@ for _ in \$(seq 1 100); do
 done
 # Wait for the previous mount process to be gone before mounting again.
 for _ in \$(seq 1 500); do
-    pgrep -f "mount --agent-dir $DATA $MNT" >/dev/null || break
+    pgrep -f "mount -f --agent-dir $DATA $MNT" >/dev/null || break
     sleep 0.02
 done
-setsid "$BIN" mount --agent-dir "$DATA" "$MNT" >>"$OUT/mount.log" 2>&1 </dev/null &
+setsid "$BIN" mount -f --agent-dir "$DATA" "$MNT" >>"$OUT/mount.log" 2>&1 </dev/null &
 for _ in \$(seq 1 1000); do
     # mounted, and answering (the kernel's INIT is done)
     grep -q " $MNT " /proc/self/mountinfo && stat "$MNT" >/dev/null 2>&1 && exit 0

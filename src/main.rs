@@ -1,10 +1,14 @@
 use clap::Parser;
 
 fn main() {
-    env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("warn,fuser::mnt=error"),
-    )
-    .init();
-    let cli = sessionfs::cli::Cli::parse();
+    let cli = sessionfs::cli::Cli::parse_from(sessionfs::cli::Cli::argv());
+    let mut filter =
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,fuser::mnt=error".to_string());
+    if cli.logs_requests() {
+        filter.push(',');
+        filter.push_str(sessionfs::fs::requestlog::TARGET);
+        filter.push_str("=debug");
+    }
+    env_logger::Builder::new().parse_filters(&filter).init();
     std::process::exit(sessionfs::cli::run(cli));
 }

@@ -1,11 +1,14 @@
 //! The command line: a thin adapter over the engine (and the mount).
 
 pub mod common;
+pub mod daemon;
+pub mod docs;
 pub mod edit;
 pub mod history;
 pub mod inspect;
 pub mod ls;
 pub mod mount;
+pub mod mountopts;
 pub mod sessions;
 
 use clap::{Parser, Subcommand};
@@ -49,10 +52,38 @@ pub enum Command {
     /// Prompt history (SQLite with FTS5).
     #[command(subcommand)]
     History(history::HistoryCommand),
-    /// Mount the sessions as a FUSE filesystem (foreground).
+    /// Mount the sessions as a FUSE filesystem; returns once the mount is
+    /// live and serves it in the background (-f: in the foreground).
     Mount(mount::MountArgs),
+    /// Unmount a sessionfs mount and wait for its process to exit (also
+    /// clears a stale mount left by a process that died).
+    Umount(mount::UmountArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// Print the man page (roff), or write one page per command to a
+    /// directory.
+    Man(docs::ManArgs),
     /// List what the mount would show at a path (no FUSE needed).
     Ls(ls::LsArgs),
+}
+
+impl Cli {
+    /// The process's argv, with the `mount.fuse3` form (`sessionfs SOURCE
+    /// MOUNTPOINT -o OPTIONS`) turned into a `mount` command line.
+    pub fn argv() -> Vec<std::ffi::OsString> {
+        use clap::CommandFactory;
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .chain(["help".to_string()])
+            .collect();
+        mountopts::helper_argv(std::env::args_os().collect(), &names)
+    }
+
+    /// Whether the command logs filesystem requests (`mount --debug`).
+    pub fn logs_requests(&self) -> bool {
+        matches!(&self.command, Command::Mount(a) if a.debug())
+    }
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -72,6 +103,9 @@ pub fn run(cli: Cli) -> i32 {
         Command::Fork(args) => sessions::fork(&args),
         Command::History(cmd) => history::run(cmd),
         Command::Mount(args) => mount::run(args),
+        Command::Umount(args) => mount::umount(args),
+        Command::Completions(args) => docs::completions(&args),
+        Command::Man(args) => docs::man(&args),
         Command::Ls(args) => ls::run(args),
     };
     match result {

@@ -1,13 +1,17 @@
-//! `sessionfs mount`: serve the sessions of an agent directory as a FUSE
-//! filesystem (SPEC §12, `docs/filesystem.md`).
+//! `sessionfs mount` and `sessionfs umount`: serve the sessions of an agent
+//! directory as a FUSE filesystem, in the background by default
+//! (`docs/filesystem.md`, "Mounting").
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
+use crate::cli::daemon::{self, MountLock, PidFile};
+use crate::cli::mountopts::Parsed;
 use crate::fs::demo::DemoDir;
-use crate::fs::mount::{serve, Ended, MountConfig};
+use crate::fs::mount::{self as fsmount, serve, Ended, MountConfig};
 use crate::session::paths::AgentDir;
 
 /// Arguments of `sessionfs mount`.
@@ -23,19 +27,102 @@ pub struct MountArgs {
     #[arg(long, conflicts_with = "agent_dir")]
     pub demo: bool,
     /// Memory budget for loaded sessions, in MiB.
-    #[arg(long, default_value_t = 256, value_name = "N")]
-    pub cache_mb: u64,
+    #[arg(long, value_name = "N")]
+    pub cache_mb: Option<u64>,
     /// Let other users access the mount (needs user_allow_other in
     /// /etc/fuse.conf for non-root users).
     #[arg(long)]
     pub allow_other: bool,
+    /// Let the kernel check the permission bits (always on with
+    /// --allow-other).
+    #[arg(long)]
+    pub default_permissions: bool,
+    /// Stay in the foreground (default: return once the mount is live and
+    /// serve it from a background process).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Write the serving process's pid to FILE (removed on exit).
+    #[arg(long, value_name = "FILE")]
+    pub pid_file: Option<PathBuf>,
+    /// In the background, append log lines to FILE (default: discarded).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Log one line per filesystem request (target sessionfs::request).
+    #[arg(long)]
+    pub debug: bool,
+    /// Detach a stale mount left at MOUNTPOINT by a sessionfs that died,
+    /// then mount.
+    #[arg(long)]
+    pub recover: bool,
+    /// Mount options, comma-separated: ro, rw, allow_other, allow_root,
+    /// default_permissions, cache_mb=N, debug, foreground, recover,
+    /// pid_file=F, log_file=F, and the kernel's nodev, nosuid, noexec,
+    /// sync, … (as `mount -t fuse.sessionfs` and fstab pass them).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
     /// Where to mount.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: PathBuf,
+}
+
+impl MountArgs {
+    /// Whether requests are logged (`--debug` or `-o debug`).
+    pub fn debug(&self) -> bool {
+        self.debug
+            || self
+                .options
+                .iter()
+                .any(|o| o.split(',').any(|x| x.trim() == "debug"))
+    }
+}
+
+/// Arguments of `sessionfs umount`.
+#[derive(Debug, Args)]
+pub struct UmountArgs {
+    /// Detach the mount now even if it is busy; it goes away once unused.
+    #[arg(short = 'z', long)]
+    pub lazy: bool,
+    /// How long to wait for the serving process to exit, in seconds.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub timeout: u64,
+    /// The mount point.
     #[arg(value_name = "MOUNTPOINT")]
     pub mountpoint: PathBuf,
 }
 
 /// Runs `sessionfs mount`; returns the exit code.
 pub fn run(args: MountArgs) -> crate::Result<i32> {
+    let mut opts = Parsed::default();
+    for o in &args.options {
+        opts.add(o).map_err(crate::Error::Invalid)?;
+    }
+    let mountpoint =
+        daemon::mount_key(&args.mountpoint).map_err(|e| crate::Error::io(&args.mountpoint, e))?;
+    let absolute = |p: &PathBuf| std::path::absolute(p).map_err(|e| crate::Error::io(p, e));
+    let pid_file = match args.pid_file.as_ref().or(opts.pid_file.as_ref()) {
+        Some(p) => Some(absolute(p)?),
+        None => None,
+    };
+    let log_file = match args.log_file.as_ref().or(opts.log_file.as_ref()) {
+        Some(p) => Some(absolute(p)?),
+        None => None,
+    };
+    let agent_dir = match &args.agent_dir {
+        Some(d) => Some(absolute(d)?),
+        None => None,
+    };
+    let read_only = opts.read_only.unwrap_or(args.read_only);
+    let recover = args.recover || opts.recover;
+    // A mount point that cannot be mounted on is reported before forking.
+    fsmount::probe_mountpoint(&mountpoint, recover)
+        .map_err(|e| crate::Error::io(&args.mountpoint, e))?;
+
+    let ready_signal = if args.foreground || opts.foreground {
+        None
+    } else {
+        Some(daemon::detach().map_err(|e| crate::Error::io(&mountpoint, e))?)
+    };
+
     let demo = if args.demo {
         Some(DemoDir::create().map_err(|e| crate::Error::io(std::env::temp_dir(), e))?)
     } else {
@@ -43,31 +130,85 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
     };
     let agent = match &demo {
         Some(d) => AgentDir::new(d.path()),
-        None => AgentDir::resolve(args.agent_dir.as_deref()),
+        None => AgentDir::resolve(agent_dir.as_deref()),
     };
-    let mut config = MountConfig::new(agent.clone(), args.mountpoint.clone());
-    config.read_only = args.read_only;
-    config.cache_mb = args.cache_mb.max(1);
-    config.allow_other = args.allow_other;
-    let mountpoint = args.mountpoint.clone();
+    let mut config = MountConfig::new(agent.clone(), mountpoint.clone());
+    config.read_only = read_only;
+    config.cache_mb = opts.cache_mb.or(args.cache_mb).unwrap_or(256).max(1);
+    config.allow_other = args.allow_other || opts.allow_other;
+    config.allow_root = opts.allow_root;
+    config.default_permissions = args.default_permissions || opts.default_permissions;
+    config.debug = args.debug();
+    config.recover = recover;
+    config.kernel_options = opts.kernel.clone();
+
+    let lock = MountLock::acquire(&mountpoint).map_err(|e| crate::Error::io(&mountpoint, e))?;
+    let mut pid_guard = None;
+    let mut ready_error = None;
     let ended = serve(&config, || {
+        if let Some(p) = &pid_file {
+            match PidFile::create(p) {
+                Ok(g) => pid_guard = Some(g),
+                Err(e) => log::warn!("{}: {e}", p.display()),
+            }
+        }
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "sessionfs: agent directory {}", agent.root().display());
         let _ = writeln!(
             out,
-            "sessionfs: mounted {} at {}{} (Ctrl-C or `umount {}` to stop)",
+            "sessionfs: mounted {} at {}{}{}",
             agent.sessions_dir().display(),
             mountpoint.display(),
-            if args.read_only { " read-only" } else { "" },
-            mountpoint.display()
+            if read_only { " read-only" } else { "" },
+            if ready_signal.is_some() {
+                format!(
+                    " (pid {}; `sessionfs umount {}` to stop)",
+                    std::process::id(),
+                    mountpoint.display()
+                )
+            } else {
+                format!(
+                    " (Ctrl-C or `sessionfs umount {}` to stop)",
+                    mountpoint.display()
+                )
+            }
         );
         let _ = out.flush();
+        drop(out);
+        if let Some(signal) = ready_signal {
+            if let Err(e) = signal.ready(log_file.as_deref()) {
+                ready_error = Some(e);
+            }
+        }
     })
     .map_err(|e| crate::Error::io(&args.mountpoint, e))?;
+    if let Some(e) = ready_error {
+        log::warn!("could not hand the mount to the background: {e}");
+    }
     match ended {
         Ended::Signal(_) => eprintln!("sessionfs: unmounted {}", mountpoint.display()),
         Ended::Unmounted => eprintln!("sessionfs: {} was unmounted", mountpoint.display()),
     }
+    drop(pid_guard);
+    drop(lock);
     drop(demo);
+    Ok(0)
+}
+
+/// Runs `sessionfs umount`: unmounts, then waits for the serving process
+/// to exit.
+pub fn umount(args: UmountArgs) -> crate::Result<i32> {
+    let key =
+        daemon::mount_key(&args.mountpoint).map_err(|e| crate::Error::io(&args.mountpoint, e))?;
+    let stale = std::fs::metadata(&key).is_err_and(|e| fsmount::is_stale_error(&e));
+    fsmount::unmount(&key, args.lazy || stale).map_err(|e| crate::Error::io(&key, e))?;
+    if stale {
+        eprintln!(
+            "sessionfs: {} was a stale mount (its process had gone); detached",
+            key.display()
+        );
+    }
+    daemon::wait_for_server(&key, Duration::from_secs(args.timeout))
+        .map_err(|e| crate::Error::io(&key, e))?;
     Ok(0)
 }

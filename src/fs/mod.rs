@@ -21,6 +21,7 @@ pub mod inode;
 pub mod layout;
 pub mod listing;
 pub mod mount;
+pub mod requestlog;
 pub mod tree;
 pub mod watch;
 

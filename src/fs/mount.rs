@@ -9,15 +9,22 @@
 //!   `fusermount3` (package `fuse3`).
 //! * SIGINT, SIGTERM and SIGHUP unmount and return; an unmount from outside
 //!   (`umount`, `fusermount3 -u`) ends the session and returns too.
+//! * A mount point left behind by a process that died ("Transport endpoint
+//!   is not connected") is refused with a hint, or detached first when
+//!   [`MountConfig::recover`] is set ([`probe_mountpoint`]).
+//! * [`unmount`] is what `sessionfs umount` calls.
+//!
+//! `docs/filesystem.md` ("Mounting") describes all of it for users.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Config, MountOption, SessionACL};
+use fuser::{BackgroundSession, Config, Filesystem, MountOption, Notifier, SessionACL};
 
 use crate::fs::inode::InodeTable;
+use crate::fs::requestlog::Logged;
 use crate::fs::tree::{Tree, TreeConfig};
 use crate::fs::{watch, SessionFs};
 use crate::session::paths::AgentDir;
@@ -31,6 +38,17 @@ pub struct MountConfig {
     /// Budget of the session cache in MiB.
     pub cache_mb: u64,
     pub allow_other: bool,
+    /// Let root access the mount too (`allow_root`).
+    pub allow_root: bool,
+    /// Let the kernel check the permission bits (`default_permissions`);
+    /// always on with `allow_other`.
+    pub default_permissions: bool,
+    /// Log one line per request (target [`crate::fs::requestlog::TARGET`]).
+    pub debug: bool,
+    /// Detach a stale mount at the mount point before mounting.
+    pub recover: bool,
+    /// Kernel mount flags given with `-o` (`nodev`, `noexec`, …).
+    pub kernel_options: Vec<MountOption>,
     /// FUSE worker threads.
     pub threads: usize,
 }
@@ -43,6 +61,11 @@ impl MountConfig {
             read_only: false,
             cache_mb: 256,
             allow_other: false,
+            allow_root: false,
+            default_permissions: false,
+            debug: false,
+            recover: false,
+            kernel_options: Vec::new(),
             threads: 4,
         }
     }
@@ -129,24 +152,62 @@ fn explain_mount_error(e: io::Error) -> io::Error {
     }
 }
 
-/// Mounts and serves until a signal or an unmount from outside. `ready`
-/// is called once the mount is in place.
-pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
-    let meta = std::fs::metadata(&config.mountpoint).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("mountpoint {}: {e}", config.mountpoint.display()),
-        )
-    })?;
+/// True when `e` is the error of a FUSE mount whose process has gone.
+pub fn is_stale_error(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOTCONN)
+}
+
+/// The hint for a stale mount point.
+pub fn stale_hint(path: &Path) -> String {
+    format!(
+        "{p} is a stale mount: the sessionfs process that served it has gone \
+         (\"Transport endpoint is not connected\"); run `sessionfs umount {p}` \
+         (or `fusermount3 -uz {p}`), or mount again with --recover",
+        p = path.display()
+    )
+}
+
+/// Checks that `path` can be mounted on: an existing directory. A stale
+/// FUSE mount there is detached when `recover` is set, else refused with
+/// [`stale_hint`].
+pub fn probe_mountpoint(path: &Path, recover: bool) -> io::Result<()> {
+    let meta = match std::fs::metadata(path) {
+        Err(e) if is_stale_error(&e) && recover => {
+            log::warn!("detaching the stale mount at {}", path.display());
+            detach(path)?;
+            std::fs::metadata(path)
+        }
+        Err(e) if is_stale_error(&e) => {
+            return Err(io::Error::new(e.kind(), stale_hint(path)));
+        }
+        other => other,
+    }
+    .map_err(|e| io::Error::new(e.kind(), format!("mountpoint {}: {e}", path.display())))?;
     if !meta.is_dir() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!(
-                "mountpoint {} is not a directory",
-                config.mountpoint.display()
-            ),
+            format!("mountpoint {} is not a directory", path.display()),
         ));
     }
+    Ok(())
+}
+
+/// Mounts `fs` and starts its worker threads.
+fn start<F: Filesystem + Send + Sync + 'static>(
+    fs: F,
+    config: &MountConfig,
+    fuse_config: &Config,
+) -> io::Result<(BackgroundSession, Notifier)> {
+    let session =
+        fuser::Session::new(fs, &config.mountpoint, fuse_config).map_err(explain_mount_error)?;
+    let notifier = session.notifier();
+    Ok((session.spawn()?, notifier))
+}
+
+/// Mounts and serves until a signal or an unmount from outside. `ready`
+/// is called once the mount is in place.
+pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
+    probe_mountpoint(&config.mountpoint, config.recover)?;
     block_signals();
     limit_malloc_arenas();
 
@@ -160,6 +221,7 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
 
     let mut options = vec![
         MountOption::FSName("sessionfs".into()),
+        MountOption::Subtype("sessionfs".into()),
         MountOption::NoAtime,
     ];
     // Only the mounting user can reach the mount without `--allow-other`,
@@ -168,27 +230,32 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     // Checking them would cost a `getattr` for every directory a path
     // walks through, as directories whose listing changes have their
     // attributes uncached. With `--allow-other` the kernel checks them.
-    if config.allow_other {
+    if config.allow_other || config.allow_root || config.default_permissions {
         options.push(MountOption::DefaultPermissions);
     }
     if config.read_only {
         options.push(MountOption::RO);
     }
+    options.extend(config.kernel_options.iter().cloned());
     let mut fuse_config = Config::default();
     fuse_config.mount_options = options;
     fuse_config.acl = if config.allow_other {
         SessionACL::All
+    } else if config.allow_root {
+        SessionACL::RootAndOwner
     } else {
         SessionACL::Owner
     };
     fuse_config.n_threads = Some(config.threads.max(1));
 
-    let session =
-        fuser::Session::new(fs, &config.mountpoint, &fuse_config).map_err(explain_mount_error)?;
-    let watcher = watch::start(tree.clone(), inodes, Some(session.notifier()))?;
+    let (bg, notifier) = if config.debug {
+        start(Logged(fs), config, &fuse_config)?
+    } else {
+        start(fs, config, &fuse_config)?
+    };
+    let watcher = watch::start(tree.clone(), inodes, Some(notifier))?;
     let sender = watcher.sender();
     tree.set_change_sink(move |c| sender.send(c));
-    let bg = session.spawn()?;
     ready();
 
     let ended = loop {
@@ -220,9 +287,63 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     Ok(ended)
 }
 
-fn lazy_unmount(path: &std::path::Path) {
+fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+}
+
+/// Unmounts `path`: `umount2(2)` as root, else `fusermount3 -u` (`-uz`
+/// when `lazy`: detached now, gone once no longer busy).
+pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let c = c_path(path)?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
+        // SAFETY: a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EINVAL) => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a mount point", path.display()),
+            ),
+            Some(libc::EBUSY) => io::Error::new(
+                e.kind(),
+                format!(
+                    "{} is busy (a process has a file or its working directory in it); \
+                     close it, or unmount with --lazy",
+                    path.display()
+                ),
+            ),
+            _ => io::Error::new(e.kind(), format!("umount {}: {e}", path.display())),
+        });
+    }
+    let out = std::process::Command::new("fusermount3")
+        .arg(if lazy { "-uz" } else { "-u" })
+        .arg(path)
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("fusermount3: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "fusermount3 -u {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Detaches the (stale) mount at `path`.
+fn detach(path: &Path) -> io::Result<()> {
+    unmount(path, true)
+}
+
+fn lazy_unmount(path: &Path) {
+    let Ok(c) = c_path(path) else {
         return;
     };
     // SAFETY: a valid NUL-terminated path.

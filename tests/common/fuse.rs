@@ -137,6 +137,8 @@ impl Mount {
         let err = out.try_clone().expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
             .arg("mount")
+            // In the foreground: the test holds the serving process.
+            .arg("--foreground")
             .args(args)
             .arg(&mountpoint)
             .env(

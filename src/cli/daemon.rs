@@ -1,0 +1,290 @@
+//! Running `sessionfs mount` in the background, as sshfs does
+//! (`docs/filesystem.md`, "Mounting"):
+//!
+//! * [`detach`] forks before anything else happens. The parent waits on a
+//!   pipe and exits 0 only when the child says the mount is live, else with
+//!   the child's status (the child printed its error on the inherited
+//!   stderr). The child starts a new session, leaves the working directory
+//!   and, once ready, points stdout and stderr at `/dev/null` or the log
+//!   file, so that a caller reading the parent's output sees it end.
+//! * [`PidFile`]: `--pid-file`, written once mounted, removed on exit.
+//! * [`MountLock`]: a file per mount point in a runtime directory, holding
+//!   the server's pid and an exclusive `flock` for as long as the server
+//!   runs; `sessionfs umount` waits on it ([`wait_for_server`]).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// The byte the server writes once the mount is live.
+const READY: u8 = b'R';
+
+/// The child's end of the ready pipe.
+pub struct ReadySignal {
+    pipe: File,
+}
+
+fn errno_result(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Forks. In the parent this waits for the child's ready signal and never
+/// returns (the process exits with 0 once the mount is live, else with the
+/// child's status); in the child it returns the signal to give.
+///
+/// Call it before any thread is started.
+pub fn detach() -> io::Result<ReadySignal> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid array of two ints.
+    errno_result(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both descriptors were just created and are owned here.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let _ = io::stdout().flush();
+    let _ = io::stderr().flush();
+    // SAFETY: the process is single-threaded here (documented precondition),
+    // so the child may run arbitrary code.
+    let pid = errno_result(unsafe { libc::fork() })?;
+    if pid > 0 {
+        drop(write_end);
+        let code = wait_ready(File::from(read_end), pid);
+        std::process::exit(code);
+    }
+    drop(read_end);
+    // SAFETY: setsid has no preconditions; it fails only for a group leader,
+    // which a fresh child is not.
+    unsafe {
+        libc::setsid();
+    }
+    redirect(libc::STDIN_FILENO, &File::open("/dev/null")?)?;
+    std::env::set_current_dir("/")?;
+    Ok(ReadySignal {
+        pipe: File::from(write_end),
+    })
+}
+
+/// The parent's side: the exit code for the process.
+fn wait_ready(mut pipe: File, child: libc::pid_t) -> i32 {
+    let mut byte = [0u8; 1];
+    loop {
+        match pipe.read(&mut byte) {
+            Ok(1) if byte[0] == READY => return 0,
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child; status is a valid int.
+    let rc = unsafe { libc::waitpid(child, &mut status, 0) };
+    if rc < 0 {
+        eprintln!("sessionfs: the mount process ended before the mount was ready");
+        return 1;
+    }
+    if libc::WIFEXITED(status) {
+        let code = libc::WEXITSTATUS(status);
+        if code == 0 {
+            eprintln!("sessionfs: the mount process exited before the mount was ready");
+            1
+        } else {
+            code
+        }
+    } else {
+        eprintln!(
+            "sessionfs: the mount process was killed by signal {} before the mount was ready",
+            libc::WTERMSIG(status)
+        );
+        1
+    }
+}
+
+fn redirect(target: libc::c_int, to: &File) -> io::Result<()> {
+    // SAFETY: both descriptors are valid; dup2 replaces target atomically.
+    errno_result(unsafe { libc::dup2(to.as_raw_fd(), target) }).map(|_| ())
+}
+
+impl ReadySignal {
+    /// Tells the waiting parent that the mount is live, then points stdout
+    /// and stderr at `log` (appended to) or `/dev/null`.
+    pub fn ready(mut self, log: Option<&Path>) -> io::Result<()> {
+        let _ = io::stdout().flush();
+        let _ = io::stderr().flush();
+        let sink = match log {
+            Some(path) => OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?,
+            None => OpenOptions::new().write(true).open("/dev/null")?,
+        };
+        redirect(libc::STDOUT_FILENO, &sink)?;
+        redirect(libc::STDERR_FILENO, &sink)?;
+        self.pipe.write_all(&[READY])
+    }
+}
+
+/// `--pid-file FILE`: the server's pid and a newline, removed on drop.
+pub struct PidFile {
+    path: PathBuf,
+}
+
+impl PidFile {
+    pub fn create(path: &Path) -> io::Result<PidFile> {
+        let path = std::path::absolute(path)?;
+        crate::session::persistence::atomic_write(
+            &crate::session::storage::FileStorage::new(),
+            &path,
+            format!("{}\n", std::process::id()).as_bytes(),
+        )
+        .map_err(|e| io::Error::other(format!("pid file: {e}")))?;
+        Ok(PidFile { path })
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        // Only our own pid file: another server may have replaced it.
+        let ours = std::fs::read_to_string(&self.path)
+            .is_ok_and(|s| s.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The directory of the per-mount lock files: `/run/sessionfs` for root,
+/// else `$XDG_RUNTIME_DIR/sessionfs`, else `/tmp/sessionfs-<uid>`.
+fn runtime_dir() -> PathBuf {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/sessionfs");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("sessionfs"),
+        None => std::env::temp_dir().join(format!("sessionfs-{uid}")),
+    }
+}
+
+/// The lock file of a mount point (absolute, as the mount's key).
+pub fn lock_path(mountpoint: &Path) -> PathBuf {
+    let digest = Sha256::digest(mountpoint.as_os_str().as_encoded_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    runtime_dir().join(format!("mount-{hex}.pid"))
+}
+
+/// The mount point as the key of its lock file: its directory resolved,
+/// its own name kept (a stale mount point cannot be resolved itself).
+pub fn mount_key(mountpoint: &Path) -> io::Result<PathBuf> {
+    let abs = std::path::absolute(mountpoint)?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
+        _ => Ok(abs),
+    }
+}
+
+/// Held by a running server for its mount point.
+pub struct MountLock {
+    file: File,
+    path: PathBuf,
+}
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid open descriptor.
+    errno_result(unsafe { libc::flock(file.as_raw_fd(), op) }).map(|_| ())
+}
+
+impl MountLock {
+    /// Takes the lock of `key` (see [`mount_key`]) and records our pid.
+    pub fn acquire(key: &Path) -> io::Result<MountLock> {
+        let dir = runtime_dir();
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let meta = std::fs::symlink_metadata(&dir)?;
+        // SAFETY: geteuid cannot fail.
+        if !meta.is_dir() || meta.uid() != unsafe { libc::geteuid() } {
+            return Err(io::Error::other(format!(
+                "{} is not a directory of ours",
+                dir.display()
+            )));
+        }
+        let path = lock_path(key);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)?;
+        flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|_| {
+            io::Error::other(format!(
+                "another sessionfs serves {} (pid {})",
+                key.display(),
+                read_pid(&path).map_or("?".into(), |p| p.to_string())
+            ))
+        })?;
+        file.set_len(0)?;
+        file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+        Ok(MountLock { file, path })
+    }
+}
+
+impl Drop for MountLock {
+    fn drop(&mut self) {
+        // Removed while still locked: a waiter then sees the file gone or
+        // gets the lock of an unlinked file, both meaning "exited".
+        let _ = std::fs::remove_file(&self.path);
+        let _ = flock(&self.file, libc::LOCK_UN);
+    }
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Waits until the server of `key` (if any) has exited; `Ok(None)` when
+/// there was none, `Ok(Some(pid))` once it has gone, an error on timeout.
+pub fn wait_for_server(key: &Path, timeout: Duration) -> io::Result<Option<u32>> {
+    let path = lock_path(key);
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let pid = read_pid(&path);
+    let deadline = Instant::now() + timeout;
+    loop {
+        if flock(&file, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
+            return Ok(pid);
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the sessionfs process (pid {}) still runs after {}s",
+                    pid.map_or("?".into(), |p| p.to_string()),
+                    timeout.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
