@@ -34,10 +34,9 @@ pub enum LeafSel<'a> {
 pub trait LineSource {
     /// The line (without `\n`) of the entry at `idx`.
     fn line(&self, idx: u32) -> Result<Cow<'_, [u8]>>;
-    /// Resolves image blob refs in a message (`message` entries) or in a
-    /// custom message's content (`custom_message`) given as JSON text.
-    /// `None` when nothing changed.
-    fn resolve_blobs(&self, kind: EntryKind, json: &str) -> Option<String>;
+    /// Resolves image blob refs in `json`, the value of the entry member
+    /// `key` (see [`crate::session::blobrefs`]). `None` when nothing changed.
+    fn resolve_blobs(&self, key: &str, json: &str) -> Option<String>;
     /// Calls `f` with the line of each entry of `idxs`, in that order.
     /// The default reads them one by one; sources backed by a file read
     /// neighbouring lines together (see [`for_each_line_coalesced`]).
@@ -284,6 +283,7 @@ pub fn build_session_context(
     let mut mode: Option<Box<str>> = Some("\"none\"".into());
     let mut mode_data: Option<Box<str>> = None;
     let mut compaction_at: Option<usize> = None;
+    let mut reset_at: Option<usize> = None;
     let set_model =
         |models: &mut Vec<(Box<str>, Option<Box<str>>)>, key: &str, v: Option<Box<str>>| {
             match models.iter_mut().find(|(k, _)| &**k == key) {
@@ -294,8 +294,17 @@ pub fn build_session_context(
     for (pos, &i) in path.iter().enumerate() {
         let meta = &index.entries()[i as usize];
         match &meta.entry.facts {
-            Facts::ThinkingLevel(level) => thinking = level.clone(),
-            Facts::ModelChange { model, role } => {
+            // `thinkingLevel ?? "off"`: absent or null is "off"
+            // (docs/engine.md, "Context details taken from the reference").
+            Facts::ThinkingLevel(level) => {
+                thinking = match level.as_deref() {
+                    None | Some("null") => Some("\"off\"".into()),
+                    Some(_) => level.clone(),
+                }
+            }
+            // Only a truthy `model` counts: the older `{provider, modelId}`
+            // shape, `""` and `null` change nothing.
+            Facts::ModelChange { model, role } if truthy(model.as_deref()) => {
                 let key = role.as_deref().unwrap_or("default");
                 if key == "default" {
                     default_from_change = true;
@@ -325,31 +334,38 @@ pub fn build_session_context(
         if meta.entry.kind == EntryKind::Compaction {
             compaction_at = Some(pos);
         }
+        if matches!(&meta.entry.facts, Facts::Unknown(name) if &**name == RESET_BOUNDARY) {
+            reset_at = Some(pos);
+        }
     }
 
     // Messages, in output order: the latest compaction's summary, the kept
     // entries before it, then everything after it.
     let mut reads: Vec<u32> = Vec::new();
     let wanted = |i: &u32| emits_message(index.entries()[*i as usize].entry.kind);
-    match compaction_at {
-        Some(c) => {
-            let ci = path[c];
-            let first_kept = match &index.entries()[ci as usize].entry.facts {
-                Facts::Compaction { first_kept } => first_kept.as_deref(),
-                _ => None,
-            };
-            reads.push(ci);
-            if let Some(first_kept) = first_kept {
-                if let Some(start) = path[..c]
-                    .iter()
-                    .position(|&i| index.entries()[i as usize].id() == first_kept)
-                {
-                    reads.extend(path[start..c].iter().filter(|i| wanted(i)));
-                }
+    // A reset boundary after the latest compaction (or without one) starts
+    // the context after it; a later compaction wins over an earlier boundary.
+    if let Some(r) = reset_at.filter(|&r| compaction_at.is_none_or(|c| r > c)) {
+        compaction_at = None;
+        reads.extend(path[r + 1..].iter().filter(|i| wanted(i)));
+    } else if let Some(c) = compaction_at {
+        let ci = path[c];
+        let first_kept = match &index.entries()[ci as usize].entry.facts {
+            Facts::Compaction { first_kept } => first_kept.as_deref(),
+            _ => None,
+        };
+        reads.push(ci);
+        if let Some(first_kept) = first_kept {
+            if let Some(start) = path[..c]
+                .iter()
+                .position(|&i| index.entries()[i as usize].id() == first_kept)
+            {
+                reads.extend(path[start..c].iter().filter(|i| wanted(i)));
             }
-            reads.extend(path[c + 1..].iter().filter(|i| wanted(i)));
         }
-        None => reads.extend(path.iter().filter(|i| wanted(i))),
+        reads.extend(path[c + 1..].iter().filter(|i| wanted(i)));
+    } else {
+        reads.extend(path.iter().filter(|i| wanted(i)));
     }
     drop(path);
 
@@ -376,6 +392,9 @@ pub fn build_session_context(
             push_member(&mut json, "summary", line.get("summary"));
             push_member(&mut json, "shortSummary", line.get("shortSummary"));
             push_member(&mut json, "tokensBefore", line.get("tokensBefore"));
+            push_member(&mut json, "tokensAfter", line.get("tokensAfter"));
+            push_member(&mut json, "method", line.get("method"));
+            push_member(&mut json, "warning", line.get("warning"));
             push_timestamp(&mut json, &line);
             json.push('}');
             true
@@ -418,6 +437,24 @@ pub fn build_session_context(
     })
 }
 
+/// The type of the agent's `/clear` entries: the context starts after the
+/// latest one (unless a later compaction wins).
+pub const RESET_BOUNDARY: &str = "reset_boundary";
+
+/// Custom message types the agent keeps out of the model's context.
+pub const HIDDEN_CUSTOM_TYPES: [&str; 2] = ["prewalk-plan", "vibe-mode-context"];
+
+/// `text` (the JSON value of member `key` of an entry) with its blob refs
+/// resolved.
+fn resolved<'t>(src: &dyn LineSource, key: &str, text: &'t str) -> Cow<'t, str> {
+    if crate::session::blobrefs::may_hold_ref(text) {
+        src.resolve_blobs(key, text)
+            .map_or(Cow::Borrowed(text), Cow::Owned)
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
 /// Appends the message an entry contributes to the context; false when it
 /// contributes none.
 fn push_message(
@@ -428,33 +465,46 @@ fn push_message(
 ) -> bool {
     match kind {
         EntryKind::Message => match line.get("message") {
-            Some(text) => {
-                if text.contains(crate::session::blobs::BLOB_REF_PREFIX) {
-                    match src.resolve_blobs(kind, text) {
-                        Some(resolved) => out.push_str(&resolved),
-                        None => out.push_str(text),
-                    }
-                } else {
-                    out.push_str(text);
-                }
-            }
+            Some(text) => out.push_str(&resolved(src, "message", text)),
             None => out.push_str("null"),
         },
         EntryKind::CustomMessage => {
+            // Normalised as the agent replays it (docs/engine.md, "Context
+            // details taken from the reference").
+            let content = line.get("content");
+            if !content.is_some_and(|c| c.starts_with('"') || c.starts_with('[')) {
+                return false;
+            }
+            let custom_type = line.get("customType");
+            let type_name = line.get_str("customType");
+            if type_name
+                .as_deref()
+                .is_some_and(|t| HIDDEN_CUSTOM_TYPES.contains(&t))
+            {
+                return false;
+            }
             out.push_str("{\"role\":\"custom\"");
-            push_member(out, "customType", line.get("customType"));
-            let content = line.get("content").map(|text| {
-                if text.contains(crate::session::blobs::BLOB_REF_PREFIX) {
-                    src.resolve_blobs(kind, text)
-                        .map_or(Cow::Borrowed(text), Cow::Owned)
-                } else {
-                    Cow::Borrowed(text)
-                }
-            });
+            let custom_type = match custom_type {
+                Some(raw) if raw.starts_with('"') && raw != "\"\"" => raw,
+                _ => "\"custom-message\"",
+            };
+            push_member(out, "customType", Some(custom_type));
+            let content = content.map(|text| resolved(src, "content", text));
             push_member(out, "content", content.as_deref());
-            push_member(out, "display", line.get("display"));
-            push_member(out, "details", line.get("details"));
-            push_member(out, "attribution", line.get("attribution"));
+            let display = line
+                .get("display")
+                .filter(|raw| matches!(*raw, "true" | "false"))
+                .unwrap_or("false");
+            push_member(out, "display", Some(display));
+            let details = line
+                .get("details")
+                .map(|text| resolved(src, "details", text));
+            push_member(out, "details", details.as_deref());
+            if line.get("attribution").is_some() {
+                let user = line.get_str("attribution").as_deref() == Some("user");
+                let attribution = if user { "\"user\"" } else { "\"agent\"" };
+                push_member(out, "attribution", Some(attribution));
+            }
             push_timestamp(out, line);
             out.push('}');
         }

@@ -622,23 +622,35 @@ impl Session {
         Ok(Cow::Owned(bytes))
     }
 
+    /// `json` (the value of member `key`, or an entry) with its blob refs
+    /// resolved from this session's blob store; `None` when nothing changed.
+    fn resolve_blobs_in(&self, key: Option<&str>, json: &str) -> Option<String> {
+        let blobs = self.blobs.as_ref()?;
+        crate::session::blobrefs::resolve_refs(json, key, &|hex| match blobs.get(hex) {
+            Ok(Some(bytes)) => Some(bytes),
+            Ok(None) => {
+                log::warn!(
+                    "blob {hex} is missing from {}; keeping the reference",
+                    blobs.dir().display()
+                );
+                None
+            }
+            Err(e) => {
+                log::warn!("cannot read blob {hex}: {e}; keeping the reference");
+                None
+            }
+        })
+    }
+
     /// An entry as compact JSON with image blob refs resolved.
     pub fn entry_json(&self, id: &str) -> Result<String> {
         let idx = self.position(id)?;
         let line = self.raw_line(idx)?;
         let text = std::str::from_utf8(&line)
             .map_err(|_| Error::Invalid("entry line is not UTF-8".into()))?;
-        if let (Some(blobs), true) = (
-            &self.blobs,
-            text.contains(crate::session::blobs::BLOB_REF_PREFIX),
-        ) {
-            if let Ok(mut v) = serde_json::from_str::<Value>(text) {
-                if blobs.resolve_in_entry(&mut v) {
-                    return Ok(v.to_string());
-                }
-            }
-        }
-        Ok(text.to_string())
+        Ok(self
+            .resolve_blobs_in(None, text)
+            .unwrap_or_else(|| text.to_string()))
     }
 
     /// An entry as pretty JSON (with a trailing newline) with blob refs
@@ -1569,16 +1581,7 @@ impl LineSource for Session {
         )
     }
 
-    fn resolve_blobs(&self, kind: EntryKind, json: &str) -> Option<String> {
-        let blobs = self.blobs.as_ref()?;
-        let mut value: Value = serde_json::from_str(json).ok()?;
-        let changed = match kind {
-            EntryKind::Message => value
-                .get_mut("content")
-                .is_some_and(|c| blobs.resolve_refs(c)),
-            EntryKind::CustomMessage => blobs.resolve_refs(&mut value),
-            _ => false,
-        };
-        changed.then(|| value.to_string())
+    fn resolve_blobs(&self, key: &str, json: &str) -> Option<String> {
+        self.resolve_blobs_in(Some(key), json)
     }
 }

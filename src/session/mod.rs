@@ -3,6 +3,7 @@
 //! storage, discovery and prompt history.
 
 pub mod append;
+pub mod blobrefs;
 pub mod blobs;
 pub mod context;
 pub mod discovery;
