@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `Invalid` (malformed command or entry) | `EINVAL` |
 //! | `EntryNotFound` (unknown entry id) | `ENOENT` |
+//! | `Outside` (a session file resolving outside the agent directory) | `ENOENT` |
 //! | `ReadOnly` (read-only mount) | `EROFS` |
 //! | `TooLarge` (a command over the size cap) | `EFBIG` |
 //! | `Persistence` (latched write failure) | `EIO` |
@@ -21,7 +22,7 @@ use crate::session::error::Error;
 pub fn errno_of(err: &Error) -> i32 {
     match err {
         Error::Invalid(_) => libc::EINVAL,
-        Error::EntryNotFound(_) => libc::ENOENT,
+        Error::EntryNotFound(_) | Error::Outside(_) => libc::ENOENT,
         Error::ReadOnly => libc::EROFS,
         Error::TooLarge(_) => libc::EFBIG,
         Error::Persistence(_)

@@ -362,17 +362,15 @@ impl Node {
         }
     }
 
-    /// Permission bits (the mount's owner only; write bits only where
-    /// commands are accepted).
+    /// Permission bits before the file underneath is taken into account
+    /// (`fs::owner` masks them with its mode): write bits only where
+    /// commands are accepted.
     pub fn perm(&self, read_only: bool) -> u16 {
         match self {
             Node::Link { .. } => 0o777,
             // `append` reads as empty (so that `grep -r`, `cp -r` and `tar`
             // copy it without an error); only writes are commands.
-            Node::File(_, f) if f.is_control() && !read_only => match f {
-                SessionFile::Append => 0o600,
-                _ => 0o644,
-            },
+            Node::File(_, f) if f.is_control() && !read_only => 0o666,
             Node::File(..) | Node::EntryFile(..) => 0o444,
             _ => 0o555,
         }

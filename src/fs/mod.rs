@@ -9,6 +9,7 @@
 //! * [`watch`]: the worker that keeps kernel caches fresh;
 //! * [`errno`]: engine errors → errno;
 //! * [`mount`]: mounting, signals and unmounting;
+//! * [`owner`]: owners and modes of the nodes;
 //! * [`demo`]: the bundled example sessions.
 
 pub mod cache;
@@ -21,6 +22,7 @@ pub mod inode;
 pub mod layout;
 pub mod listing;
 pub mod mount;
+pub mod owner;
 pub mod requestlog;
 pub mod tree;
 pub mod watch;
@@ -44,6 +46,7 @@ use crate::fs::control::AppendStream;
 use crate::fs::inode::InodeTable;
 use crate::fs::layout::{Caching, Node, NodeType, SessionFile};
 use crate::fs::listing::Listings;
+use crate::fs::owner::{masked_perm, owner_of, Owner};
 use crate::fs::tree::{is_not_found, Attr, Tree};
 use crate::session::error::Error;
 
@@ -124,6 +127,38 @@ impl SessionFs {
             uid,
             gid,
         }
+    }
+
+    /// The owner of the file underneath `node` (the mounting user's, with
+    /// mode 0644, when it cannot be found).
+    fn owner(&self, node: &Node) -> (Owner, bool) {
+        owner_of(&self.tree, node).unwrap_or((
+            Owner {
+                uid: self.uid,
+                gid: self.gid,
+                mode: 0o644,
+            },
+            false,
+        ))
+    }
+
+    /// The permission bits of `node` over the file underneath it.
+    fn perm_of(&self, node: &Node, owner: &(Owner, bool)) -> u16 {
+        let perm = node.perm(self.tree.read_only());
+        match node.node_type() {
+            NodeType::Symlink => perm,
+            t => masked_perm(&owner.0, perm, t == NodeType::Dir, owner.1),
+        }
+    }
+
+    /// Attributes with the owner and mode of the file underneath.
+    fn owned_attr(&self, ino: u64, node: &Node, a: &Attr) -> FileAttr {
+        let owner = self.owner(node);
+        let mut attr = self.file_attr(ino, a);
+        attr.perm = self.perm_of(node, &owner);
+        attr.uid = owner.0.uid;
+        attr.gid = owner.0.gid;
+        attr
     }
 
     fn file_attr(&self, ino: u64, a: &Attr) -> FileAttr {
@@ -247,7 +282,7 @@ impl Filesystem for SessionFs {
                 reply.entry_with_ttls(
                     &attr_ttl,
                     &entry_ttl,
-                    &self.file_attr(ino, &a),
+                    &self.owned_attr(ino, &child, &a),
                     Generation(0),
                 );
             }
@@ -265,7 +300,7 @@ impl Filesystem for SessionFs {
             Err(e) => return reply.error(e),
         };
         match self.tree.attr(&node) {
-            Ok(a) => reply.attr(&ttls(&node).0, &self.file_attr(ino.0, &a)),
+            Ok(a) => reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a)),
             Err(e) => reply.error(err_of(&e)),
         }
     }
@@ -306,7 +341,7 @@ impl Filesystem for SessionFs {
             return reply.error(Errno::EROFS);
         }
         match self.tree.attr(&node) {
-            Ok(a) => reply.attr(&ttls(&node).0, &self.file_attr(ino.0, &a)),
+            Ok(a) => reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a)),
             Err(e) => reply.error(err_of(&e)),
         }
     }
@@ -644,7 +679,9 @@ impl Filesystem for SessionFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let perm_of = |n: &Node| n.perm(self.tree.read_only());
+        // Children of a session share its file's owner; the rest get
+        // placeholders anyway (see below).
+        let owner = self.owner(&node);
         let read = self.listings.read(
             &self.tree,
             ino.0,
@@ -671,7 +708,7 @@ impl Filesystem for SessionFs {
                 let attr = Attr {
                     node_type: child.node_type(),
                     size: 0,
-                    perm: perm_of(child),
+                    perm: self.perm_of(child, &owner),
                     mtime,
                 };
                 let child_ino = match child {
@@ -681,12 +718,15 @@ impl Filesystem for SessionFs {
                     Node::EntryFile(.., f) => InodeTable::file_ino(ino.0, *f),
                     _ => self.inodes.remember(child),
                 };
+                let mut file_attr = self.file_attr(child_ino, &attr);
+                file_attr.uid = owner.0.uid;
+                file_attr.gid = owner.0.gid;
                 let full = reply.add(
                     INodeNo(child_ino),
                     cookie,
                     name,
                     &ttl,
-                    &self.file_attr(child_ino, &attr),
+                    &file_attr,
                     Generation(0),
                 );
                 if full && !dots {
@@ -786,14 +826,24 @@ impl Filesystem for SessionFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let perm = node.perm(self.tree.read_only());
+        let owner = self.owner(&node);
+        let perm = self.perm_of(&node, &owner);
         let wants = |flag: AccessFlags| mask.contains(flag);
         let allowed = if req.uid() == 0 {
             !wants(AccessFlags::X_OK) || node.is_dir() || perm & 0o111 != 0
         } else {
-            (!wants(AccessFlags::R_OK) || perm & 0o400 != 0)
-                && (!wants(AccessFlags::W_OK) || perm & 0o200 != 0)
-                && (!wants(AccessFlags::X_OK) || perm & 0o100 != 0)
+            // The class the caller belongs to: owner, group, others.
+            let shift = if req.uid() == owner.0.uid {
+                6
+            } else if req.gid() == owner.0.gid {
+                3
+            } else {
+                0
+            };
+            let bits = (perm >> shift) & 0o7;
+            (!wants(AccessFlags::R_OK) || bits & 0o4 != 0)
+                && (!wants(AccessFlags::W_OK) || bits & 0o2 != 0)
+                && (!wants(AccessFlags::X_OK) || bits & 0o1 != 0)
         };
         if !allowed {
             return reply.error(Errno::EACCES);

@@ -174,6 +174,11 @@ impl Tree {
         }
     }
 
+    /// The storage the sessions are read from.
+    pub fn storage(&self) -> &dyn Storage {
+        &*self.storage
+    }
+
     pub fn sessions_dir(&self) -> &Path {
         &self.sessions_dir
     }
@@ -264,7 +269,7 @@ impl Tree {
 
     /// The metadata of a session file (following an allowed symlink); `None`
     /// when it is not a session file of the mount.
-    fn session_file_meta(&self, key: &SessionKey) -> Option<FileStat> {
+    pub(crate) fn session_file_meta(&self, key: &SessionKey) -> Option<FileStat> {
         if key.session.contains('/') || !self.project_exists(&key.project) {
             return None;
         }
@@ -385,6 +390,7 @@ impl Tree {
         }
         let options = OpenOptions {
             read_only: self.read_only,
+            confine: Some(self.agent_root().to_path_buf()),
             ..OpenOptions::default()
         };
         match Session::open(

@@ -146,21 +146,26 @@ impl BlobStore {
     }
 
     /// Stores `bytes` under their SHA-256 and returns the lowercase hex
-    /// digest. A blob that already exists with the right size is not
-    /// rewritten; otherwise the directory is created (mode 0700) and the blob
-    /// written atomically (temp file, fsync, rename, directory fsync).
+    /// digest. A blob that already exists and passes [`get`](Self::get)'s
+    /// checks is not rewritten; otherwise (missing, a symlink, wrong
+    /// content) the directory is created (mode 0700) and the blob written
+    /// atomically (temp file, fsync, rename over whatever was there,
+    /// directory fsync).
     pub fn put(&self, bytes: &[u8]) -> Result<String> {
         let hex = sha256_hex(bytes);
         let path = self.dir.join(&hex);
-        if self.storage.exists(&path) {
-            match self.storage.stat(&path) {
-                Ok(stat) if !stat.is_dir && stat.size == bytes.len() as u64 => return Ok(hex),
-                Ok(stat) => log::warn!(
-                    "blob {hex} has {} bytes on disk, expected {}; rewriting it",
-                    stat.size,
-                    bytes.len()
-                ),
-                Err(e) => log::warn!("cannot stat blob {hex} ({e}); rewriting it"),
+        match self.get(&hex) {
+            Ok(Some(_)) => return Ok(hex),
+            Ok(None) => {}
+            Err(e) => {
+                // Remove what is there first: the atomic rewrite keeps a
+                // symlink and would write through it.
+                log::warn!("{e}; replacing it");
+                if let Err(e) = self.storage.unlink(&path) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        return Err(Error::io(path, e));
+                    }
+                }
             }
         }
         self.storage.ensure_dir(&self.dir).at(&self.dir)?;
@@ -172,16 +177,30 @@ impl BlobStore {
     /// The bytes of blob `hex`, or `None` when it does not exist. A `hex` that
     /// is not exactly 64 lowercase hex digits is never used as a path: it is
     /// logged and reported as missing.
+    ///
+    /// The blob is opened only directly inside the blob directory and
+    /// without following symlinks (neither the directory nor the file may be
+    /// one: `Storage::read_in_dir`), and served only when the SHA-256 of its
+    /// bytes is its name; a symlink, a special file or content that does not
+    /// match is an error (see "Security" in `docs/reliability.md`).
     pub fn get(&self, hex: &str) -> Result<Option<Vec<u8>>> {
-        let Some(path) = self.path_for(hex) else {
+        if self.path_for(hex).is_none() {
             log::warn!("refusing malformed blob name {:?}", preview(hex));
             return Ok(None);
-        };
-        match self.storage.read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(path, e)),
         }
+        let bytes = match self.storage.read_in_dir(&self.dir, hex) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(self.dir.join(hex), e)),
+        };
+        let actual = sha256_hex(&bytes);
+        if actual != hex {
+            return Err(Error::Invalid(format!(
+                "blob {hex} in {} does not match its name (its SHA-256 is {actual})",
+                self.dir.display()
+            )));
+        }
+        Ok(Some(bytes))
     }
 
     /// Moves large inline images into the blob store (SPEC §8). In every
@@ -234,9 +253,11 @@ impl BlobStore {
 
     /// Resolves image refs in an array of content blocks (the `content` of a
     /// message or custom message): each image block whose `data` is a valid
-    /// ref gets `data` = standard base64 (with padding) of the blob. A missing
-    /// or unreadable blob leaves the ref in place and logs a warning; a
-    /// malformed ref is left as is and never read. Returns whether anything
+    /// ref gets `data` = standard base64 (with padding) of the blob. A blob
+    /// that is missing, unreadable or refused by [`get`](Self::get) (a
+    /// symlink, a special file, content that does not match its SHA-256)
+    /// leaves the ref in place (`"data": "blob:sha256:<hex>"`) and logs a
+    /// warning; a malformed ref is left as is and never read. Returns whether anything
     /// changed.
     pub fn resolve_refs(&self, content: &mut Value) -> bool {
         let Value::Array(blocks) = content else {
@@ -758,5 +779,68 @@ mod tests {
             // Temp files (`.<name>.<random>.tmp`) would not be 64 hex.
             assert!(names.iter().all(|n| is_lower_hex(n, 64)), "{names:?}");
         });
+    }
+    #[cfg(unix)]
+    #[test]
+    fn blobs_are_not_read_through_symlinks() {
+        let fx = Fixture::file();
+        let secret = fx.root.join("secret");
+        fx.storage.ensure_dir(&fx.root).unwrap();
+        std::fs::write(&secret, b"outside").unwrap();
+        // A link named after the content's own hash: matching content is
+        // not enough, the link itself is refused.
+        let hex = sha256_hex(b"outside");
+        fx.storage.ensure_dir(fx.store.dir()).unwrap();
+        std::os::unix::fs::symlink(&secret, fx.store.dir().join(&hex)).unwrap();
+        assert!(fx.store.get(&hex).is_err());
+        let mut content = json!([image(&blob_ref(&hex))]);
+        assert!(!fx.store.resolve_refs(&mut content));
+        assert_eq!(content[0]["data"], blob_ref(&hex));
+        // Storing the same bytes replaces the link with a real file.
+        assert_eq!(fx.store.put(b"outside").unwrap(), hex);
+        let meta = std::fs::symlink_metadata(fx.store.dir().join(&hex)).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(std::fs::read(&secret).unwrap(), b"outside");
+        assert_eq!(fx.store.get(&hex).unwrap().unwrap(), b"outside");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlinked_blob_dir_is_not_followed() {
+        let fx = Fixture::file();
+        let elsewhere = fx.root.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let hex = sha256_hex(b"img");
+        std::fs::write(elsewhere.join(&hex), b"img").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, fx.store.dir()).unwrap();
+        assert!(fx.store.get(&hex).is_err());
+    }
+
+    #[test]
+    fn blobs_whose_content_does_not_match_their_name_are_not_served() {
+        with_each_storage(|fx| {
+            let hex = sha256_hex(b"the real image");
+            fx.storage.ensure_dir(fx.store.dir()).unwrap();
+            fx.storage
+                .write(&fx.store.dir().join(&hex), b"something else")
+                .unwrap();
+            let err = fx.store.get(&hex).unwrap_err();
+            assert!(err.to_string().contains("does not match"), "{err}");
+            let mut content = json!([image(&blob_ref(&hex))]);
+            let before = content.clone();
+            assert!(!fx.store.resolve_refs(&mut content));
+            assert_eq!(content, before);
+        });
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn special_files_are_refused_without_blocking() {
+        let fx = Fixture::file();
+        let hex = sha256_hex(b"x");
+        fx.storage.ensure_dir(fx.store.dir()).unwrap();
+        let fifo = fx.store.dir().join(&hex);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(fx.store.get(&hex).is_err());
     }
 }

@@ -64,6 +64,37 @@ fn iso_of(t: SystemTime) -> String {
     format_iso_ms(ms)
 }
 
+/// Refuses a session file that resolves (through symlinks, of the file or
+/// of a directory above it) to somewhere outside `root`, the agent
+/// directory: [`Error::Outside`]. A file that does not exist yet is judged
+/// by its directory. Sessions opened by the mount check this on every open
+/// and reload (see "Security" in `docs/reliability.md`).
+pub fn check_confined(storage: &dyn Storage, path: &Path, root: &Path) -> Result<()> {
+    let real = match storage.canonicalize(path) {
+        Ok(real) => real,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+                return Err(Error::io(path, e));
+            };
+            if storage.lstat(path).is_ok_and(|m| m.is_symlink) {
+                // A dangling link: wherever it points, it is not ours.
+                return Err(Error::Outside(path.to_path_buf()));
+            }
+            match storage.canonicalize(dir) {
+                Ok(dir) => dir.join(name),
+                Err(e) => return Err(Error::io(dir, e)),
+            }
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let root = storage.canonicalize(root).map_err(|e| Error::io(root, e))?;
+    if real.starts_with(&root) {
+        Ok(())
+    } else {
+        Err(Error::Outside(path.to_path_buf()))
+    }
+}
+
 /// True when `path` (a symlink) resolves to somewhere inside `root`.
 /// Symlinks are never followed out of the agent directory.
 pub fn link_stays_inside(storage: &dyn Storage, path: &Path, root: &Path) -> bool {

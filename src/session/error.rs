@@ -26,6 +26,11 @@ pub enum Error {
     /// file again.
     #[error("{}: {reason}", path.display())]
     Conflict { path: PathBuf, reason: String },
+    /// A session file that resolves (through a symlink) to somewhere
+    /// outside the agent directory: treated as missing, never read or
+    /// written.
+    #[error("{}: resolves outside the agent directory; not used", .0.display())]
+    Outside(PathBuf),
     /// An entry id that does not exist in the session.
     #[error("Entry {0} not found")]
     EntryNotFound(String),
@@ -59,9 +64,11 @@ impl Error {
         }
     }
 
-    /// True when the error is "no such file or directory".
+    /// True when the error is "no such file or directory" (a file outside
+    /// the agent directory counts as missing).
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+            || matches!(self, Error::Outside(_))
     }
 }
 

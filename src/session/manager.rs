@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 use crate::session::append::{assemble, NewEntry};
 use crate::session::blobs::BlobStore;
 use crate::session::context::{build_session_context, Context, LeafSel, LineSource};
+use crate::session::discovery::check_confined;
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::{scan_line, EntryKind, HeaderInfo, LineKind, CURRENT_VERSION};
 use crate::session::ids::{new_entry_id, new_session_id};
@@ -41,6 +42,12 @@ pub struct OpenOptions {
     pub read_only: bool,
     /// Lines longer than this are skipped.
     pub max_line: usize,
+    /// The agent directory the file must stay inside: checked on every
+    /// open, reload and first write; a file that resolves elsewhere (a
+    /// symlink swapped in) is [`Error::Outside`] (see "Security" in
+    /// `docs/reliability.md`). `None`: any path (the command line, which
+    /// works on the files it is given).
+    pub confine: Option<PathBuf>,
 }
 
 impl Default for OpenOptions {
@@ -48,6 +55,7 @@ impl Default for OpenOptions {
         OpenOptions {
             read_only: false,
             max_line: DEFAULT_MAX_LINE,
+            confine: None,
         }
     }
 }
@@ -123,6 +131,8 @@ pub struct Session {
     persist: bool,
     read_only: bool,
     max_line: usize,
+    /// See [`OpenOptions::confine`].
+    confine: Option<PathBuf>,
     header: HeaderInfo,
     /// The header line as stored (without `\n`).
     header_line: String,
@@ -205,6 +215,7 @@ impl Session {
             persist,
             read_only: false,
             max_line: DEFAULT_MAX_LINE,
+            confine: None,
             header,
             header_line,
             index: TreeIndex::new(),
@@ -259,9 +270,24 @@ impl Session {
         path: &Path,
         options: &OpenOptions,
     ) -> Result<Self> {
+        if let Some(root) = &options.confine {
+            check_confined(&*storage, path, root)?;
+        }
         // Identity and time before reading (see `DiskState::observed`).
         let before = storage.stat(path).ok();
         let loaded = loader::load_file(&*storage, path, options.max_line)?;
+        if let Some(root) = &options.confine {
+            // Swapped while it was read: what was read may be anything.
+            check_confined(&*storage, path, root)?;
+            if storage.stat(path).ok().map(|s| s.identity) != before.map(|s| s.identity) {
+                return Err(Error::Conflict {
+                    path: path.to_path_buf(),
+                    reason: "the file was replaced while it was read; \
+                             it is read again on the next access"
+                        .into(),
+                });
+            }
+        }
         let header = match &loaded {
             // A missing or empty file: a new session. Its id is the one the
             // file name gives (`<timestamp>_<id>.jsonl`), and its cwd the
@@ -290,6 +316,7 @@ impl Session {
         let mut session = Self::blank(storage, blobs, Some(path.to_path_buf()), true, header);
         session.read_only = options.read_only;
         session.max_line = options.max_line;
+        session.confine = options.confine.clone();
         let Some(loaded) = loaded else {
             return Ok(session);
         };
@@ -894,6 +921,9 @@ impl Session {
     /// Writes header and buffered entries as a new file.
     fn first_write(&mut self, entries: &[u8]) -> Result<()> {
         let path = self.require_path()?.to_path_buf();
+        if let Some(root) = &self.confine {
+            check_confined(&*self.storage, &path, root)?;
+        }
         if let Some(dir) = path.parent() {
             self.storage.ensure_dir(dir).at(dir)?;
         }
@@ -1087,6 +1117,7 @@ impl Session {
         let options = OpenOptions {
             read_only: self.read_only,
             max_line: self.max_line,
+            confine: self.confine.clone(),
         };
         let fresh = Session::open(self.storage.clone(), self.blobs.clone(), &path, &options)?;
         let latched = self.latched.take();

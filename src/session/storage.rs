@@ -25,6 +25,18 @@ pub struct FileStat {
     pub is_file: bool,
     /// A symbolic link (only `lstat` reports one).
     pub is_symlink: bool,
+    /// Owner, group and permission bits, where the storage has them (the
+    /// real filesystem); `None` elsewhere.
+    pub owner: Option<Ownership>,
+}
+
+/// Who owns a file, and its permission bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ownership {
+    pub uid: u32,
+    pub gid: u32,
+    /// The permission bits (`mode & 0o777`).
+    pub mode: u32,
 }
 
 /// One name in a directory listing.
@@ -138,6 +150,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>>;
     /// True when sessions written here live on a real disk.
     fn is_persistent(&self) -> bool;
+    /// Reads the regular file `name` directly inside `dir` without
+    /// following a symlink at either (`openat` with `O_NOFOLLOW` on the real
+    /// filesystem; see "Security" in `docs/reliability.md`). A symlink is
+    /// refused (`ELOOP`), so is anything but a regular file and a `name`
+    /// holding `/`. The in-memory storage has no symlinks.
+    fn read_in_dir(&self, dir: &Path, name: &str) -> io::Result<Vec<u8>> {
+        check_plain_name(name)?;
+        self.read(&dir.join(name))
+    }
     /// The path with symlinks resolved (the in-memory storage has none).
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
         Ok(path.to_path_buf())
@@ -167,6 +188,17 @@ pub trait Storage: Send + Sync + fmt::Debug {
             offset += data.len() as u64;
         }
     }
+}
+
+/// Refuses names that are not one plain path component.
+fn check_plain_name(name: &str) -> io::Result<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a plain file name"),
+        ));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -213,6 +245,11 @@ fn file_stat(md: &fs::Metadata) -> FileStat {
         is_dir: md.is_dir(),
         is_file: md.is_file(),
         is_symlink: md.file_type().is_symlink(),
+        owner: Some(Ownership {
+            uid: md.uid(),
+            gid: md.gid(),
+            mode: md.mode() & 0o777,
+        }),
     }
 }
 
@@ -249,6 +286,36 @@ impl Storage for FileStorage {
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
+    }
+    fn read_in_dir(&self, dir: &Path, name: &str) -> io::Result<Vec<u8>> {
+        use nix::fcntl::{open, openat, OFlag};
+        use nix::sys::stat::Mode;
+        check_plain_name(name)?;
+        let no_follow = OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let dir_fd = open(
+            dir,
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY | no_follow,
+            Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        // O_NONBLOCK: a FIFO planted under the name must not hang the read.
+        let fd = openat(
+            &dir_fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | no_follow,
+            Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        let mut file = File::from(fd);
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is not a regular file"),
+            ));
+        }
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        Ok(buf)
     }
     fn read_prefix(&self, path: &Path, max: usize) -> io::Result<Vec<u8>> {
         let mut buf = Vec::with_capacity(max.min(1 << 16));
@@ -589,6 +656,7 @@ impl Storage for MemoryStorage {
                 is_dir: false,
                 is_file: true,
                 is_symlink: false,
+                owner: None,
             });
         }
         if state.dirs.contains(path) {
@@ -599,6 +667,7 @@ impl Storage for MemoryStorage {
                 is_dir: true,
                 is_file: false,
                 is_symlink: false,
+                owner: None,
             });
         }
         Err(not_found(path))
