@@ -295,7 +295,7 @@ fn allow_other_shows_real_owners_and_modes_and_the_kernel_enforces_them() {
     );
     assert_eq!(
         fs::metadata(private.join("append")).unwrap().mode() & 0o777,
-        0o200
+        0o600
     );
     assert_eq!(
         fs::metadata(private.join("entries/u1/entry.json"))
