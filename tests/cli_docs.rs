@@ -24,7 +24,15 @@ fn completions_for_every_shell_name_the_subcommands() {
         let out = run(&["completions", shell]);
         assert!(out.status.success(), "{shell}: {out:?}");
         let text = String::from_utf8(out.stdout).unwrap();
-        for sub in ["mount", "umount", "completions", "man"] {
+        for sub in [
+            "mount",
+            "umount",
+            "check",
+            "gc",
+            "move",
+            "completions",
+            "man",
+        ] {
             assert!(text.contains(sub), "{shell} completion lacks {sub}");
         }
     }
@@ -66,7 +74,13 @@ fn man_page_renders_and_covers_the_commands() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(&["man", "--dir", dir.path().to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
-    for page in ["sessionfs.1", "sessionfs-mount.1", "sessionfs-umount.1"] {
+    for page in [
+        "sessionfs.1",
+        "sessionfs-mount.1",
+        "sessionfs-umount.1",
+        "sessionfs-check.1",
+        "sessionfs-gc.1",
+    ] {
         assert!(dir.path().join(page).is_file(), "{page} missing");
     }
     let mount_page = std::fs::read_to_string(dir.path().join("sessionfs-mount.1")).unwrap();

@@ -26,7 +26,12 @@ struct Setup {
 impl Setup {
     fn new() -> Setup {
         let tmp = tempfile::tempdir().unwrap();
-        common::copy_tree(&common::fixtures(), &tmp.path().join("agent"));
+        for dir in ["sessions", "blobs"] {
+            common::copy_tree(
+                &common::fixtures().join(dir),
+                &tmp.path().join("agent").join(dir),
+            );
+        }
         let mountpoint = tmp.path().join("mnt");
         fs::create_dir(&mountpoint).unwrap();
         let mountpoint = mountpoint.canonicalize().unwrap();

@@ -125,11 +125,14 @@ fn corpus_layout_contents_and_links() {
     );
     check_inodes_agree(m.path());
 
-    // The unreadable file: a directory holding only last-error; untouched.
+    // The unreadable file: a directory holding only last-error and
+    // problems; untouched.
     let bdir = m.join(format!("--home-dev-pi--/{broken_name}"));
-    assert_eq!(names(&bdir), ["last-error"]);
+    assert_eq!(names(&bdir), ["last-error", "problems"]);
     let reason = read(&bdir.join("last-error"));
     assert!(reason.contains("unreadable"), "{reason}");
+    let problems = read(&bdir.join("problems"));
+    assert!(problems.starts_with("unreadable: "), "{problems}");
     assert_eq!(read(&broken), "this is not json\nnor is this\n");
     assert!(!bdir.join("context.json").exists());
 
@@ -186,6 +189,7 @@ fn corpus_layout_contents_and_links() {
             "labels",
             "append",
             "last-error",
+            "problems",
             "entries",
         ]
         .iter()

@@ -9,7 +9,9 @@ pub mod inspect;
 pub mod ls;
 pub mod mount;
 pub mod mountopts;
+pub mod progress;
 pub mod sessions;
+pub mod store;
 
 use clap::{Parser, Subcommand};
 
@@ -65,6 +67,14 @@ pub enum Command {
     Man(docs::ManArgs),
     /// List what the mount would show at a path (no FUSE needed).
     Ls(ls::LsArgs),
+    /// Check session files (or the whole store) for problems: torn tails,
+    /// missing parents, loops, repeated ids, missing or corrupt blobs, …
+    Check(store::CheckArgs),
+    /// Collect garbage: with --blobs, list (or --apply: delete) blobs that
+    /// no session refers to.
+    Gc(store::GcArgs),
+    /// Move a session (and its artifacts) to another working directory.
+    Move(store::MoveArgs),
 }
 
 impl Cli {
@@ -107,6 +117,9 @@ pub fn run(cli: Cli) -> i32 {
         Command::Completions(args) => docs::completions(&args),
         Command::Man(args) => docs::man(&args),
         Command::Ls(args) => ls::run(args),
+        Command::Check(args) => store::check(&args),
+        Command::Gc(args) => store::gc(&args),
+        Command::Move(args) => store::move_session(&args),
     };
     match result {
         Ok(code) => code,

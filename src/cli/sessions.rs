@@ -7,7 +7,8 @@ use clap::Args;
 
 use crate::cli::common::{file_storage, open_existing, print_out, resolve_file, AgentArgs};
 use crate::cli::inspect::one_line;
-use crate::session::discovery::{list_all, list_sessions, recent_sessions};
+use crate::cli::progress::Progress;
+use crate::session::discovery::{list_all_with_progress, list_sessions, recent_sessions};
 use crate::session::json::pretty;
 use crate::session::{Error, Result};
 
@@ -41,7 +42,9 @@ pub fn list(args: &ListArgs) -> Result<i32> {
     let agent = args.agent.agent();
     let storage = file_storage();
     let infos = if args.all {
-        list_all(&*storage, &agent)?
+        let progress = Progress::new("listing projects");
+        let tick = progress.callback();
+        list_all_with_progress(&*storage, &agent, &tick)?
     } else {
         list_sessions(&*storage, &agent.project_dir(&cwd_or_current(&args.cwd)?))?
     };

@@ -117,6 +117,7 @@ fn session_file_tag(f: SessionFile) -> u8 {
         SessionFile::Labels => 4,
         SessionFile::Append => 5,
         SessionFile::LastError => 6,
+        SessionFile::Problems => 7,
     }
 }
 

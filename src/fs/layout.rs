@@ -32,6 +32,7 @@ pub const RESERVED: &[&str] = &[
     "labels",
     "append",
     "last-error",
+    "problems",
     "entries",
     "entry.json",
     "by-id",
@@ -182,16 +183,19 @@ pub enum SessionFile {
     Labels,
     Append,
     LastError,
+    /// The `sessionfs check` report of the file.
+    Problems,
 }
 
 impl SessionFile {
-    pub const ALL: [SessionFile; 6] = [
+    pub const ALL: [SessionFile; 7] = [
         SessionFile::Header,
         SessionFile::Context,
         SessionFile::Leaf,
         SessionFile::Labels,
         SessionFile::Append,
         SessionFile::LastError,
+        SessionFile::Problems,
     ];
 
     pub fn name(self) -> &'static str {
@@ -202,6 +206,7 @@ impl SessionFile {
             SessionFile::Labels => "labels",
             SessionFile::Append => "append",
             SessionFile::LastError => "last-error",
+            SessionFile::Problems => "problems",
         }
     }
 

@@ -23,6 +23,7 @@ use crate::fs::layout::{
 };
 use crate::session::append::parse_new_entry_json;
 use crate::session::blobs::BlobStore;
+use crate::session::check::Checker;
 use crate::session::discovery::{link_stays_inside, project_dirs};
 use crate::session::error::{Error, Result};
 use crate::session::json::pretty;
@@ -94,7 +95,15 @@ pub struct Tree {
     /// Directory mtimes reported so far (see [`Tree::stamp`]): one per
     /// project and session ever listed or looked up.
     stamps: Mutex<HashMap<StampKey, Stamp>>,
+    /// Rendered `problems` files, by the session file's identity, size
+    /// and mtime.
+    problems: Mutex<HashMap<SessionKey, ProblemsEntry>>,
 }
+
+type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
+
+/// How many rendered `problems` files are kept (all are dropped when full).
+const PROBLEMS_CACHE: usize = 256;
 
 /// One directory of `entries/`, with its attributes' mtime (read with the
 /// listing: no second look at the session per name).
@@ -152,6 +161,7 @@ impl Tree {
             changes: Mutex::new(None),
             started: SystemTime::now(),
             stamps: Mutex::new(HashMap::new()),
+            problems: Mutex::new(HashMap::new()),
         }
     }
 
@@ -546,11 +556,12 @@ impl Tree {
             }
             Node::Session(key) => self.with_session(key, |st, s| {
                 let Some(s) = s else {
-                    return if name == SessionFile::LastError.name().as_bytes() {
-                        let _ = st;
-                        Ok(Node::File(key.clone(), SessionFile::LastError))
-                    } else {
-                        Err(missing())
+                    let _ = st;
+                    return match SessionFile::from_name(name) {
+                        Some(f @ (SessionFile::LastError | SessionFile::Problems)) => {
+                            Ok(Node::File(key.clone(), f))
+                        }
+                        _ => Err(missing()),
                     };
                 };
                 if let Some(f) = SessionFile::from_name(name) {
@@ -625,10 +636,10 @@ impl Tree {
             }
             Node::Session(key) => self.with_session(key, |_, s| {
                 let Some(s) = s else {
-                    return Ok(vec![(
-                        SessionFile::LastError.name().to_string(),
-                        Node::File(key.clone(), SessionFile::LastError),
-                    )]);
+                    return Ok([SessionFile::LastError, SessionFile::Problems]
+                        .into_iter()
+                        .map(|f| (f.name().to_string(), Node::File(key.clone(), f)))
+                        .collect());
                 };
                 let mut out: Vec<(String, Node)> = SessionFile::ALL
                     .iter()
@@ -823,6 +834,12 @@ impl Tree {
                     Ok(dir(mtime))
                 })
             }
+            Node::File(key, SessionFile::Problems) => Ok(Attr {
+                node_type: NodeType::File,
+                size: self.problems(key)?.len() as u64,
+                perm,
+                mtime: self.file_mtime(key),
+            }),
             Node::File(key, f) => {
                 let mtime = self.file_mtime(key);
                 self.with_session(key, |st, s| {
@@ -950,9 +967,41 @@ impl Tree {
             .unwrap_or(self.started)
     }
 
+    /// The `problems` file: the `sessionfs check` report of the session
+    /// file, one problem per line (`docs/check.md`), empty when there are
+    /// none. Cached until the file's identity, size or mtime changes.
+    fn problems(&self, key: &SessionKey) -> Result<Arc<Vec<u8>>> {
+        let path = self.session_path(key);
+        let meta = self
+            .session_file_meta(key)
+            .ok_or_else(|| not_found(&key.session))?;
+        let stamp = (meta.identity, meta.size, meta.mtime);
+        let mut cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((seen, data)) = cache.get(key) {
+            if *seen == stamp {
+                return Ok(data.clone());
+            }
+        }
+        let checker = Checker::new(&*self.storage, self.blobs.dir());
+        let mut text = String::new();
+        for p in checker.check_file(&path) {
+            if let Some(line) = p.line {
+                text.push_str(&format!("{line}: "));
+            }
+            text.push_str(&format!("{}: {}\n", p.kind.name(), p.message));
+        }
+        let data = Arc::new(text.into_bytes());
+        if cache.len() >= PROBLEMS_CACHE {
+            cache.clear();
+        }
+        cache.insert(key.clone(), (stamp, data.clone()));
+        Ok(data)
+    }
+
     /// The content of a file node.
     pub fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
         match node {
+            Node::File(key, SessionFile::Problems) => self.problems(key),
             Node::File(key, f) => self.with_session(key, |st, s| match (s, f) {
                 (None, SessionFile::LastError) => Ok(Arc::new(render_last_error(st).into_bytes())),
                 (None, _) => Err(not_found(f.name())),
@@ -1225,7 +1274,8 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
             t
         }
         SessionFile::LastError => render_last_error(st),
-        SessionFile::Append => String::new(),
+        // Rendered by `Tree::problems`, which needs the file's path.
+        SessionFile::Append | SessionFile::Problems => String::new(),
     };
     Ok(Arc::new(text.into_bytes()))
 }

@@ -379,9 +379,22 @@ pub fn list_sessions(storage: &dyn Storage, dir: &Path) -> Result<Vec<SessionInf
 
 /// Sessions of every project, newest first.
 pub fn list_all(storage: &dyn Storage, agent: &AgentDir) -> Result<Vec<SessionInfo>> {
+    list_all_with_progress(storage, agent, &|_, _| {})
+}
+
+/// [`list_all`], calling `progress(done, total)` after each project
+/// directory (for a progress bar over thousands of files).
+pub fn list_all_with_progress(
+    storage: &dyn Storage,
+    agent: &AgentDir,
+    progress: &dyn Fn(u64, u64),
+) -> Result<Vec<SessionInfo>> {
     let mut out = Vec::new();
-    for dir in project_dirs(storage, &agent.sessions_dir())? {
-        out.extend(list_sessions(storage, &dir)?);
+    let dirs = project_dirs(storage, &agent.sessions_dir())?;
+    let total = dirs.len() as u64;
+    for (n, dir) in dirs.iter().enumerate() {
+        out.extend(list_sessions(storage, dir)?);
+        progress(n as u64 + 1, total);
     }
     out.sort_by(|a, b| {
         b.modified

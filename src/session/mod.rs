@@ -5,12 +5,14 @@
 pub mod append;
 pub mod blobrefs;
 pub mod blobs;
+pub mod check;
 pub mod context;
 pub mod discovery;
 pub mod error;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gc;
 pub mod history;
 pub mod ids;
 pub mod index;
@@ -20,6 +22,7 @@ pub mod manager;
 pub mod migration;
 pub mod paths;
 pub mod persistence;
+pub mod relocate;
 pub mod sizecontrol;
 pub mod storage;
 pub mod time;

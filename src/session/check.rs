@@ -1,0 +1,789 @@
+//! The consistency check of a session store (`sessionfs check`, the
+//! mount's `problems` files), and the repaired copy of one file
+//! (`--repair-into`). What each problem means and how a repair treats it is
+//! in `docs/check.md`.
+//!
+//! A file is checked as the engine reads it: old versions through the
+//! in-memory migration, lines by the loader's rules, parents by id with the
+//! last of a repeated id winning. Nothing here writes to a checked file.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use memchr::memmem;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::session::blobs::{parse_blob_ref, sha256_hex};
+use crate::session::error::{Error, Result};
+use crate::session::format::{scan_line, EntryKind, LineKind};
+use crate::session::index::TreeIndex;
+use crate::session::json::{json_string, RawObject};
+use crate::session::loader::{load_bytes, Loaded, DEFAULT_MAX_LINE};
+use crate::session::migration::migrate_file;
+use crate::session::persistence::atomic_write;
+use crate::session::storage::Storage;
+
+/// The kinds of problems, with their names in reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProblemKind {
+    /// The file cannot be read, or holds no session header.
+    Unreadable,
+    /// The last line is cut off: no newline and not valid JSON.
+    TornTail,
+    /// A line that is not a JSON object, or an object that is not an entry.
+    InvalidLine,
+    /// `parentId` names an id that no entry of the file has.
+    MissingParent,
+    /// Following `parentId` comes back to where it started.
+    ParentLoop,
+    /// More than one entry has the same id.
+    RepeatedId,
+    /// A `blob:sha256:` ref whose blob does not exist.
+    MissingBlob,
+    /// A blob whose content does not hash to its name.
+    BlobMismatch,
+    /// The header's id is not the id in the file name.
+    HeaderIdMismatch,
+    /// A compaction's `firstKeptEntryId` is not on its path to the root.
+    CompactionOffPath,
+    /// A tool call that no `toolResult` message answers.
+    ToolCallWithoutResult,
+}
+
+impl ProblemKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProblemKind::Unreadable => "unreadable",
+            ProblemKind::TornTail => "torn-tail",
+            ProblemKind::InvalidLine => "invalid-line",
+            ProblemKind::MissingParent => "missing-parent",
+            ProblemKind::ParentLoop => "parent-loop",
+            ProblemKind::RepeatedId => "repeated-id",
+            ProblemKind::MissingBlob => "missing-blob",
+            ProblemKind::BlobMismatch => "blob-mismatch",
+            ProblemKind::HeaderIdMismatch => "header-id-mismatch",
+            ProblemKind::CompactionOffPath => "compaction-off-path",
+            ProblemKind::ToolCallWithoutResult => "tool-call-without-result",
+        }
+    }
+}
+
+/// One problem found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub kind: ProblemKind,
+    /// The session file or blob.
+    pub file: PathBuf,
+    /// The 1-based line of the file, when the problem has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// The entry id concerned, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        write!(f, ": {}: {}", self.kind.name(), self.message)
+    }
+}
+
+/// What is known about a blob, cached across the files of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlobState {
+    Good,
+    Missing,
+    Mismatch,
+    Unreadable,
+}
+
+/// Checks files against one blob directory; blob verdicts are cached, so
+/// every blob is read at most once per run.
+#[derive(Debug)]
+pub struct Checker<'a> {
+    storage: &'a dyn Storage,
+    blobs_dir: PathBuf,
+    blobs: Mutex<HashMap<String, BlobState>>,
+}
+
+/// The bytes a file is checked as, and the loader's view of them.
+struct View {
+    bytes: Vec<u8>,
+    loaded: Loaded,
+    /// Offsets where lines start, for line numbers.
+    line_starts: Vec<u64>,
+    migrated_from: Option<u64>,
+}
+
+impl View {
+    fn line_of(&self, offset: u64) -> u64 {
+        match self.line_starts.binary_search(&offset) {
+            Ok(i) => i as u64 + 1,
+            Err(i) => i as u64,
+        }
+    }
+
+    fn entry_bytes(&self, idx: usize) -> &[u8] {
+        let e = &self.loaded.entries[idx];
+        let start = e.offset as usize;
+        let end = start.saturating_add(e.len as usize).min(self.bytes.len());
+        self.bytes.get(start..end).unwrap_or_default()
+    }
+}
+
+fn line_starts(bytes: &[u8]) -> Vec<u64> {
+    let mut starts = vec![0u64];
+    starts.extend(memchr::memchr_iter(b'\n', bytes).map(|i| i as u64 + 1));
+    if starts.last() == Some(&(bytes.len() as u64)) && !bytes.is_empty() {
+        starts.pop();
+    }
+    starts
+}
+
+/// The id in a session file name `<timestamp>_<id>.jsonl`.
+pub fn file_name_id(path: &Path) -> Option<String> {
+    let stem = path.file_name()?.to_str()?.strip_suffix(".jsonl")?;
+    let (ts, id) = stem.split_once('_')?;
+    (ts.starts_with(|c: char| c.is_ascii_digit()) && !id.is_empty()).then(|| id.to_string())
+}
+
+/// The graph facts of a file: where each id is, what each entry's parent
+/// resolves to, and the loops.
+struct Graph {
+    /// id → positions in file order.
+    positions: HashMap<String, Vec<usize>>,
+    /// Resolved parent of each entry (the last entry with the parent id).
+    parent: Vec<Option<usize>>,
+    /// Each loop's members, in walking order.
+    loops: Vec<Vec<usize>>,
+}
+
+impl Graph {
+    fn new(view: &View) -> Graph {
+        let entries = &view.loaded.entries;
+        let mut positions: HashMap<String, Vec<usize>> = HashMap::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            positions.entry(e.entry.id.to_string()).or_default().push(i);
+        }
+        let parent: Vec<Option<usize>> = entries
+            .iter()
+            .map(|e| {
+                let p = e.entry.parent_id.as_deref()?;
+                positions.get(p).and_then(|v| v.last().copied())
+            })
+            .collect();
+        // Loops of the functional graph entry → resolved parent.
+        let mut state = vec![0u8; entries.len()];
+        let mut loops = Vec::new();
+        for start in 0..entries.len() {
+            if state[start] != 0 {
+                continue;
+            }
+            let mut stack = Vec::new();
+            let mut cur = Some(start);
+            while let Some(i) = cur {
+                match state[i] {
+                    0 => {
+                        state[i] = 1;
+                        stack.push(i);
+                        cur = parent[i];
+                    }
+                    1 => {
+                        if let Some(pos) = stack.iter().position(|&s| s == i) {
+                            loops.push(stack[pos..].to_vec());
+                        }
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+            for i in stack {
+                state[i] = 2;
+            }
+        }
+        Graph {
+            positions,
+            parent,
+            loops,
+        }
+    }
+
+    /// Positions from `idx` up to its root (each at most once).
+    fn path_up(&self, idx: usize) -> Vec<usize> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut cur = Some(idx);
+        while let Some(i) = cur {
+            if !seen.insert(i) {
+                break;
+            }
+            out.push(i);
+            cur = self.parent[i];
+        }
+        out
+    }
+}
+
+/// The tool-call ids of an assistant message line, and the `toolCallId` of
+/// a tool result.
+fn tool_facts(line: &[u8]) -> (Vec<String>, Option<String>) {
+    let Ok(text) = std::str::from_utf8(line) else {
+        return (Vec::new(), None);
+    };
+    let Some(message) = RawObject::parse(text)
+        .ok()
+        .and_then(|o| o.get("message"))
+        .and_then(|m| RawObject::parse(m.get()).ok())
+    else {
+        return (Vec::new(), None);
+    };
+    match message.get_str("role").as_deref() {
+        Some("toolResult") => (Vec::new(), message.get_str("toolCallId").map(Into::into)),
+        Some("assistant") => {
+            let calls = message
+                .get("content")
+                .and_then(|c| serde_json::from_str::<Vec<&RawValue>>(c.get()).ok())
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|block| RawObject::parse(block.get()).ok())
+                .filter(|b| b.get_str("type").as_deref() == Some("toolCall"))
+                .filter_map(|b| b.get_str("id").map(String::from))
+                .collect();
+            (calls, None)
+        }
+        _ => (Vec::new(), None),
+    }
+}
+
+/// The blob digests a line refers to (`blob:sha256:<64 hex>` anywhere in a
+/// string).
+pub fn blob_refs(line: &[u8]) -> Vec<String> {
+    const PREFIX: &[u8] = b"blob:sha256:";
+    let mut out = Vec::new();
+    for at in memmem::find_iter(line, PREFIX) {
+        let end = (at + PREFIX.len() + 64).min(line.len());
+        let Ok(candidate) = std::str::from_utf8(&line[at..end]) else {
+            continue;
+        };
+        // The ref must end the string: a longer hex run is no ref.
+        let next = line.get(end).copied();
+        if next.is_some_and(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        if let Some(hex) = parse_blob_ref(candidate) {
+            if !out.iter().any(|h| h == hex) {
+                out.push(hex.to_string());
+            }
+        }
+    }
+    out
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(storage: &'a dyn Storage, blobs_dir: impl Into<PathBuf>) -> Self {
+        Checker {
+            storage,
+            blobs_dir: blobs_dir.into(),
+            blobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn blob_state(&self, hex: &str) -> BlobState {
+        if let Ok(cache) = self.blobs.lock() {
+            if let Some(s) = cache.get(hex) {
+                return *s;
+            }
+        }
+        let path = self.blobs_dir.join(hex);
+        let state = match self.storage.read(&path) {
+            Ok(bytes) if sha256_hex(&bytes) == hex => BlobState::Good,
+            Ok(_) => BlobState::Mismatch,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BlobState::Missing,
+            Err(_) => BlobState::Unreadable,
+        };
+        if let Ok(mut cache) = self.blobs.lock() {
+            cache.insert(hex.to_string(), state);
+        }
+        state
+    }
+
+    fn view(&self, path: &Path) -> std::result::Result<View, String> {
+        let original = self.storage.read(path).map_err(|e| e.to_string())?;
+        let (bytes, migrated_from) = match migrate_file(&original) {
+            Some(m) => (m.bytes, Some(m.from_version)),
+            None => (original, None),
+        };
+        let loaded = load_bytes(&bytes, DEFAULT_MAX_LINE)?;
+        let line_starts = line_starts(&bytes);
+        Ok(View {
+            bytes,
+            loaded,
+            line_starts,
+            migrated_from,
+        })
+    }
+
+    /// Every problem of one session file, in line order.
+    pub fn check_file(&self, path: &Path) -> Vec<Problem> {
+        let view = match self.view(path) {
+            Ok(v) => v,
+            Err(reason) => {
+                return vec![Problem {
+                    kind: ProblemKind::Unreadable,
+                    file: path.to_path_buf(),
+                    line: None,
+                    entry: None,
+                    message: reason,
+                }]
+            }
+        };
+        let mut out = Vec::new();
+        let problem = |kind, line, entry: Option<&str>, message: String| Problem {
+            kind,
+            file: path.to_path_buf(),
+            line,
+            entry: entry.map(String::from),
+            message,
+        };
+        let entries = &view.loaded.entries;
+
+        // Header id against the file name.
+        if let (Some(h), Some(name_id)) = (&view.loaded.header, file_name_id(path)) {
+            if h.id != name_id {
+                out.push(problem(
+                    ProblemKind::HeaderIdMismatch,
+                    Some(view.line_of(view.loaded.header_offset)),
+                    None,
+                    format!(
+                        "the header's id is {} but the file name says {}",
+                        json_string(&h.id),
+                        json_string(&name_id)
+                    ),
+                ));
+            }
+        }
+
+        // Lines the loader skipped, and a torn tail.
+        let entry_lines: HashSet<u64> = entries.iter().map(|e| e.offset).collect();
+        let last_start = view.line_starts.last().copied().unwrap_or(0);
+        let mut offset = 0u64;
+        for (n, line) in view.bytes.split(|b| *b == b'\n').enumerate() {
+            let start = offset;
+            offset += line.len() as u64 + 1;
+            let trimmed = line.trim_ascii();
+            if trimmed.is_empty()
+                || entry_lines.contains(&start)
+                || start == view.loaded.header_offset
+                || start >= view.bytes.len() as u64
+            {
+                continue;
+            }
+            let torn = view.loaded.torn_tail && start == last_start;
+            let message = if torn {
+                format!(
+                    "the last line is cut off ({} bytes, no newline, not valid JSON)",
+                    line.len()
+                )
+            } else {
+                match scan_line(trimmed.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(trimmed)) {
+                    LineKind::Invalid => "not a JSON object".to_string(),
+                    LineKind::BadHeader => "a session header without a string id".to_string(),
+                    LineKind::Object { .. } => {
+                        "a JSON object that is not an entry (no string type or id)".to_string()
+                    }
+                    LineKind::Header(_) => "a second session header".to_string(),
+                    // Lines the loader read as entries or titles are fine.
+                    LineKind::Title | LineKind::Entry(_) => continue,
+                }
+            };
+            out.push(problem(
+                if torn {
+                    ProblemKind::TornTail
+                } else {
+                    ProblemKind::InvalidLine
+                },
+                Some(n as u64 + 1),
+                None,
+                message,
+            ));
+        }
+
+        let graph = Graph::new(&view);
+        let line_of = |i: usize| Some(view.line_of(entries[i].offset));
+
+        // Repeated ids: every occurrence but the last.
+        for (i, e) in entries.iter().enumerate() {
+            let id = &*e.entry.id;
+            let Some(all) = graph.positions.get(id) else {
+                continue;
+            };
+            if all.len() > 1 && all.last() != Some(&i) {
+                let lines: Vec<String> = all
+                    .iter()
+                    .map(|&j| view.line_of(entries[j].offset).to_string())
+                    .collect();
+                out.push(problem(
+                    ProblemKind::RepeatedId,
+                    line_of(i),
+                    Some(id),
+                    format!(
+                        "id {} is used on lines {}; the last one wins",
+                        json_string(id),
+                        lines.join(", ")
+                    ),
+                ));
+            }
+        }
+
+        // Missing parents.
+        for (i, e) in entries.iter().enumerate() {
+            if let Some(p) = e.entry.parent_id.as_deref() {
+                if !graph.positions.contains_key(p) {
+                    out.push(problem(
+                        ProblemKind::MissingParent,
+                        line_of(i),
+                        Some(&e.entry.id),
+                        format!("parent {} is not in the file", json_string(p)),
+                    ));
+                }
+            }
+        }
+
+        // Parent loops, reported at their first entry in file order.
+        for members in &graph.loops {
+            let Some(&first) = members.iter().min() else {
+                continue;
+            };
+            let ids: Vec<String> = members
+                .iter()
+                .map(|&i| json_string(&entries[i].entry.id))
+                .collect();
+            out.push(problem(
+                ProblemKind::ParentLoop,
+                line_of(first),
+                Some(&entries[first].entry.id),
+                format!("parentId leads in a loop: {} (and back)", ids.join(" → ")),
+            ));
+        }
+
+        // Compactions, tool calls and blob refs need the lines themselves.
+        let mut calls: Vec<(usize, String)> = Vec::new();
+        let mut results: HashSet<String> = HashSet::new();
+        for (i, e) in entries.iter().enumerate() {
+            let line = view.entry_bytes(i);
+            if e.entry.kind == EntryKind::Compaction {
+                let kept = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|t| RawObject::parse(t).ok())
+                    .and_then(|o| o.get_str("firstKeptEntryId").map(String::from));
+                if let Some(kept) = kept {
+                    let on_path = graph
+                        .path_up(i)
+                        .iter()
+                        .any(|&j| *entries[j].entry.id == *kept);
+                    if !on_path {
+                        let why = if graph.positions.contains_key(&kept) {
+                            "is not on the compaction's path to the root"
+                        } else {
+                            "is not in the file"
+                        };
+                        out.push(problem(
+                            ProblemKind::CompactionOffPath,
+                            line_of(i),
+                            Some(&e.entry.id),
+                            format!("firstKeptEntryId {} {why}", json_string(&kept)),
+                        ));
+                    }
+                }
+            }
+            if e.entry.kind == EntryKind::Message
+                && (memmem::find(line, b"toolCall").is_some()
+                    || memmem::find(line, b"toolResult").is_some())
+            {
+                let (ids, result) = tool_facts(line);
+                calls.extend(ids.into_iter().map(|c| (i, c)));
+                results.extend(result);
+            }
+            for hex in blob_refs(line) {
+                let (kind, what) = match self.blob_state(&hex) {
+                    BlobState::Good => continue,
+                    BlobState::Missing => (ProblemKind::MissingBlob, "does not exist"),
+                    BlobState::Mismatch => (
+                        ProblemKind::BlobMismatch,
+                        "exists, but its content does not match its name",
+                    ),
+                    BlobState::Unreadable => (ProblemKind::MissingBlob, "cannot be read"),
+                };
+                out.push(problem(
+                    kind,
+                    line_of(i),
+                    Some(&e.entry.id),
+                    format!("blob {hex} {what}"),
+                ));
+            }
+        }
+        for (i, call) in calls {
+            if !results.contains(&call) {
+                out.push(problem(
+                    ProblemKind::ToolCallWithoutResult,
+                    line_of(i),
+                    Some(&entries[i].entry.id),
+                    format!("tool call {} has no toolResult message", json_string(&call)),
+                ));
+            }
+        }
+        if let Some(v) = view.migrated_from {
+            log::debug!("{}: checked as migrated from v{v}", path.display());
+        }
+        out.sort_by_key(|p| (p.line.unwrap_or(0), p.kind));
+        out
+    }
+
+    /// Every blob of the blob directory whose content does not hash to its
+    /// name (all blobs, referenced or not). Names that are not 64 lowercase
+    /// hex digits are not blobs and are left alone.
+    pub fn check_blob_dir(&self, progress: &dyn Fn(u64, u64)) -> Vec<Problem> {
+        let Ok(items) = self.storage.list(&self.blobs_dir) else {
+            return Vec::new();
+        };
+        let names: Vec<String> = items
+            .into_iter()
+            .filter(|i| !i.is_dir)
+            .map(|i| i.name)
+            .filter(|n| parse_blob_ref(&format!("blob:sha256:{n}")).is_some())
+            .collect();
+        let total = names.len() as u64;
+        let mut out = Vec::new();
+        for (n, name) in names.into_iter().enumerate() {
+            progress(n as u64 + 1, total);
+            let state = self.blob_state(&name);
+            if matches!(state, BlobState::Mismatch | BlobState::Unreadable) {
+                out.push(Problem {
+                    kind: ProblemKind::BlobMismatch,
+                    file: self.blobs_dir.join(&name),
+                    line: None,
+                    entry: None,
+                    message: if state == BlobState::Mismatch {
+                        "the blob's content does not hash to its name".into()
+                    } else {
+                        "the blob cannot be read".into()
+                    },
+                });
+            }
+        }
+        out
+    }
+
+    /// Writes a repaired copy of `path` to `new` (which must not exist) and
+    /// returns what was repaired and the problems left as they are. The
+    /// original is never changed.
+    pub fn repair_into(&self, path: &Path, new: &Path) -> Result<Repair> {
+        if self.storage.exists(new) {
+            return Err(Error::Invalid(format!(
+                "{} exists; --repair-into writes a new file only",
+                new.display()
+            )));
+        }
+        let view = self.view(path).map_err(|reason| Error::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        let problems = self.check_file(path);
+        let entries = &view.loaded.entries;
+        let graph = Graph::new(&view);
+        // The engine's browsing tree decides where a loop is cut.
+        let index = TreeIndex::from_loaded(entries.clone(), true);
+        let mut cut: HashSet<usize> = HashSet::new();
+        for members in &graph.loops {
+            let pick = members
+                .iter()
+                .copied()
+                .find(|&i| index.tree_parent(i as u32).is_none())
+                .or_else(|| members.iter().copied().min());
+            cut.extend(pick);
+        }
+
+        let mut repaired = Vec::new();
+        let mut left = Vec::new();
+        for p in &problems {
+            match p.kind {
+                ProblemKind::TornTail
+                | ProblemKind::InvalidLine
+                | ProblemKind::MissingParent
+                | ProblemKind::ParentLoop
+                | ProblemKind::RepeatedId => {}
+                ProblemKind::HeaderIdMismatch if file_name_id(new).is_some() => {}
+                _ => left.push(p.clone()),
+            }
+        }
+
+        let by_offset: HashMap<u64, usize> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.offset, i))
+            .collect();
+        let session_id = view
+            .loaded
+            .header
+            .as_ref()
+            .map(|h| h.id.clone())
+            .unwrap_or_default();
+        let mut used: HashSet<String> = graph.positions.keys().cloned().collect();
+        let mut out: Vec<u8> = Vec::with_capacity(view.bytes.len());
+        let mut offset = 0u64;
+        for (n, line) in view.bytes.split(|b| *b == b'\n').enumerate() {
+            let start = offset;
+            offset += line.len() as u64 + 1;
+            if start >= view.bytes.len() as u64 {
+                break;
+            }
+            let lineno = n + 1;
+            if start == view.loaded.header_offset {
+                let text = std::str::from_utf8(line).unwrap_or_default();
+                match (file_name_id(new), RawObject::parse(text)) {
+                    (Some(new_id), Ok(mut obj))
+                        if obj.get_str("id").as_deref() != Some(&new_id) =>
+                    {
+                        let raw = json_string(&new_id);
+                        set_member(&mut obj, "id", &raw, |obj| {
+                            out.extend_from_slice(obj.to_json().as_bytes())
+                        });
+                        repaired.push(format!(
+                            "line {lineno}: header id set to {raw} (the new file's name)"
+                        ));
+                    }
+                    _ => out.extend_from_slice(line),
+                }
+                out.push(b'\n');
+                continue;
+            }
+            let Some(&i) = by_offset.get(&start) else {
+                let trimmed = line.trim_ascii();
+                let keep = trimmed.is_empty()
+                    || matches!(scan_line(trimmed), LineKind::Title | LineKind::Entry(_));
+                if keep {
+                    out.extend_from_slice(line);
+                    out.push(b'\n');
+                } else {
+                    repaired.push(format!("line {lineno}: dropped (not an entry)"));
+                }
+                continue;
+            };
+            let e = &entries[i];
+            let id = &*e.entry.id;
+            let mut new_id = None;
+            if graph
+                .positions
+                .get(id)
+                .is_some_and(|all| all.len() > 1 && all.last() != Some(&i))
+            {
+                let fresh = fresh_id(&session_id, lineno, &used);
+                used.insert(fresh.clone());
+                new_id = Some(fresh);
+            }
+            let missing = e
+                .entry
+                .parent_id
+                .as_deref()
+                .is_some_and(|p| !graph.positions.contains_key(p));
+            let null_parent = missing || cut.contains(&i);
+            if new_id.is_none() && !null_parent {
+                out.extend_from_slice(line);
+                out.push(b'\n');
+                continue;
+            }
+            let text = std::str::from_utf8(line).unwrap_or_default();
+            let Ok(mut obj) = RawObject::parse(text) else {
+                out.extend_from_slice(line);
+                out.push(b'\n');
+                continue;
+            };
+            let mut edits: Vec<(&str, String)> = Vec::new();
+            if let Some(fresh) = &new_id {
+                edits.push(("id", json_string(fresh)));
+                repaired.push(format!(
+                    "line {lineno}: repeated id {} renamed to {} (the last entry keeps it)",
+                    json_string(id),
+                    json_string(fresh)
+                ));
+            }
+            if null_parent {
+                edits.push(("parentId", "null".to_string()));
+                repaired.push(format!(
+                    "line {lineno}: entry {} made a root ({})",
+                    json_string(new_id.as_deref().unwrap_or(id)),
+                    if missing {
+                        "its parent is missing"
+                    } else {
+                        "it closed a parent loop"
+                    }
+                ));
+            }
+            set_members(&mut obj, &edits, |obj| {
+                out.extend_from_slice(obj.to_json().as_bytes())
+            });
+            out.push(b'\n');
+        }
+        atomic_write(self.storage, new, &out)?;
+        Ok(Repair {
+            repaired,
+            not_repaired: left,
+        })
+    }
+}
+
+/// Sets `key` to the raw JSON `value` (replacing the last member of that
+/// name, or appending one) and hands the object to `emit`.
+fn set_member(obj: &mut RawObject<'_>, key: &str, value: &str, emit: impl FnOnce(&RawObject<'_>)) {
+    set_members(obj, &[(key, value.to_string())], emit)
+}
+
+fn set_members(
+    obj: &mut RawObject<'_>,
+    edits: &[(&str, String)],
+    emit: impl FnOnce(&RawObject<'_>),
+) {
+    let raws: Vec<Box<RawValue>> = edits
+        .iter()
+        .filter_map(|(_, v)| RawValue::from_string(v.clone()).ok())
+        .collect();
+    let mut members: Vec<(std::borrow::Cow<'_, str>, &RawValue)> =
+        obj.members.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    for ((key, _), raw) in edits.iter().zip(&raws) {
+        match members.iter().rposition(|(k, _)| k == key) {
+            Some(pos) => members[pos].1 = raw,
+            None => members.push((std::borrow::Cow::Owned(key.to_string()), raw)),
+        }
+    }
+    emit(&RawObject { members });
+}
+
+/// An id not in `used`, derived from the session and the line (8 hex).
+fn fresh_id(session_id: &str, line: usize, used: &HashSet<String>) -> String {
+    (0u32..)
+        .map(|attempt| {
+            let h =
+                sha256_hex(format!("sessionfs repair\0{session_id}\0{line}\0{attempt}").as_bytes());
+            h[..8].to_string()
+        })
+        .find(|id| !used.contains(id))
+        .unwrap_or_default()
+}
+
+/// The outcome of [`Checker::repair_into`].
+#[derive(Debug, Clone, Default)]
+pub struct Repair {
+    /// One line per change, e.g. `line 7: dropped (not an entry)`.
+    pub repaired: Vec<String>,
+    /// Problems a copy cannot fix (missing blobs, tool calls without
+    /// results, compactions off their path, …).
+    pub not_repaired: Vec<Problem>,
+}
