@@ -218,8 +218,48 @@ pub fn parse_new_entry(value: Value) -> Result<NewEntry> {
                 "message.message needs a string \"role\"".into(),
             ));
         }
+        if let Some(message) = obj.get("message") {
+            check_usage(message)?;
+        }
     }
     Ok(NewEntry { kind, fields: obj })
+}
+
+/// Token counts a `usage` object must have as numbers.
+const USAGE_NUMBERS: [&str; 5] = ["input", "output", "cacheRead", "cacheWrite", "totalTokens"];
+
+/// The agent adds up `usage.cost.total` over a session when it opens it
+/// and cannot open a session where that is missing: the `usage` of an
+/// assistant message, and of a `task` tool result's `details`, must be
+/// absent, `null` or complete (docs/engine.md, "Usage").
+fn check_usage(message: &Value) -> Result<()> {
+    let usage = match message.get("role").and_then(Value::as_str) {
+        Some("assistant") => message.get("usage"),
+        Some("toolResult") if message.get("toolName").and_then(Value::as_str) == Some("task") => {
+            // The agent reads any object here as usage.
+            message
+                .get("details")
+                .and_then(|d| d.get("usage"))
+                .filter(|u| u.is_object())
+        }
+        _ => None,
+    };
+    let Some(usage) = usage.filter(|u| !u.is_null()) else {
+        return Ok(());
+    };
+    let number = |v: &Value, key: &str| v.get(key).is_some_and(Value::is_number);
+    if let Some(missing) = USAGE_NUMBERS.iter().find(|k| !number(usage, k)) {
+        return Err(Error::Invalid(format!(
+            "message.usage needs a number \"{missing}\" (the agent cannot open a session without it)"
+        )));
+    }
+    match usage.get("cost") {
+        Some(cost) if cost.is_object() && number(cost, "total") => Ok(()),
+        _ => Err(Error::Invalid(
+            "message.usage needs \"cost\" with a number \"total\" (the agent cannot open a session without it)"
+                .into(),
+        )),
+    }
 }
 
 /// The object to store: `type`, `id`, `parentId`, `timestamp`, then the
@@ -253,6 +293,19 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&v).unwrap(),
             r#"{"type":"message","id":"abcd0123","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"hi"}}"#
+        );
+        // Complete, null or absent usage is fine.
+        for usage in [
+            json!({"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}),
+            Value::Null,
+        ] {
+            let m = json!({"type":"message","message":{"role":"assistant","usage":usage}});
+            assert!(parse_new_entry(m).is_ok());
+        }
+        assert!(parse_new_entry(json!({"type":"message","message":{"role":"assistant"}})).is_ok());
+        // Other roles' `usage` is not the agent's business.
+        assert!(
+            parse_new_entry(json!({"type":"message","message":{"role":"user","usage":1}})).is_ok()
         );
     }
 
@@ -314,6 +367,12 @@ mod tests {
             json!({"type":"ttsr_injection","injectedRules":[1]}),
             json!({"type":"custom_message","customType":"c","content":"x"}),
             json!({"type":"session_init","systemPrompt":"s","task":"t","tools":"read"}),
+            // `usage` without `cost` (or with a bad one) stops the agent.
+            json!({"type":"message","message":{"role":"assistant","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2}}}),
+            json!({"type":"message","message":{"role":"assistant","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{"input":0}}}}),
+            json!({"type":"message","message":{"role":"assistant","usage":{"cost":{"total":0}}}}),
+            json!({"type":"message","message":{"role":"assistant","usage":5}}),
+            json!({"type":"message","message":{"role":"toolResult","toolName":"task","details":{"usage":{}}}}),
         ];
         for v in bad {
             assert!(

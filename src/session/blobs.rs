@@ -1,12 +1,12 @@
 //! Content-addressed blob store for images (SPEC §8).
 //!
-//! Before an entry is written, large inline images in `content` arrays are
-//! moved into `<agent-dir>/blobs/<sha256>` (64 lowercase hex of the SHA-256 of
-//! the decoded bytes, no extension) and their `data` becomes
-//! `blob:sha256:<hex>` ([`BlobStore::externalize_images`]). On load, refs in
-//! `message.content[]` and `custom_message.content[]` are resolved back to
-//! base64 ([`BlobStore::resolve_in_entry`]); a missing blob leaves the ref in
-//! place and is logged.
+//! Before an entry is written, large inline images are moved into
+//! `<agent-dir>/blobs/<sha256>` (64 lowercase hex of the SHA-256 of the
+//! decoded bytes, no extension) and their `data` becomes
+//! `blob:sha256:<hex>` ([`BlobStore::externalize_images`]), at every place
+//! the agent does (docs/engine.md, "Blob refs in entries"). Refs are
+//! resolved on read by [`crate::session::blobrefs`]; a missing blob leaves
+//! the ref in place and is logged.
 //!
 //! Only a string that is exactly [`BLOB_REF_PREFIX`] + 64 lowercase hex is a
 //! usable ref ([`parse_blob_ref`]); nothing else is ever turned into a path,
@@ -22,13 +22,14 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::session::blobrefs::{is_image_data_url, is_image_position};
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::ids::{hex, is_lower_hex};
 use crate::session::persistence::atomic_write;
-use crate::session::sizecontrol::utf16_len;
+use crate::session::sizecontrol::{is_verbatim_block, utf16_len};
 use crate::session::storage::Storage;
 
 /// Prefix of a blob reference: `blob:sha256:<64 lowercase hex>`.
@@ -68,48 +69,74 @@ fn preview(s: &str) -> &str {
     }
 }
 
-/// `Some(data)` when `block` is an image block (`"type":"image"`) with a
-/// string `data` long enough to externalise that is not already a ref.
-fn externalizable_data(block: &Map<String, Value>) -> Option<&str> {
-    if block.get("type").and_then(Value::as_str) != Some("image") {
-        return None;
-    }
-    let data = block.get("data")?.as_str()?;
-    if data.starts_with(BLOB_REF_PREFIX) || utf16_len(data) < MIN_EXTERNALIZE_BASE64 {
-        return None;
-    }
-    Some(data)
+/// How a slot's string becomes blob bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    /// Base64 image data: the blob holds the decoded bytes.
+    Base64,
+    /// A `data:image/…;base64,` URL: the blob holds the URL's UTF-8 bytes.
+    DataUrl,
 }
 
-/// Calls `f` on every externalisable image block (see
-/// [`externalizable_data`]) that is an element of an array that is the value
-/// of a `content` key, at any depth, in document order. Such blocks are not
-/// descended into; everything else is.
-fn for_each_content_image(
+/// True when `s` is base64 data long enough to externalise and not a ref.
+fn externalizable_base64(s: &str) -> bool {
+    !s.starts_with(BLOB_REF_PREFIX) && utf16_len(s) >= MIN_EXTERNALIZE_BASE64
+}
+
+/// Calls `f` on every string the agent externalises (docs/engine.md, "Blob
+/// refs in entries"), in document order, with how it is stored:
+/// - the `data` of an image payload under `content`, `images` or `frames`
+///   (see [`is_image_position`]) with at least [`MIN_EXTERNALIZE_BASE64`]
+///   characters that is not already a ref;
+/// - the `result` of an `image_generation_call` of that length;
+/// - a string `image_url` that is an image data URL (any length).
+///
+/// Signed blocks ([`is_verbatim_block`]) are stored whole and not entered;
+/// neither are the payloads found.
+fn for_each_blob_slot(
     value: &mut Value,
-    f: &mut dyn FnMut(&mut Map<String, Value>) -> Result<()>,
+    key: Option<&str>,
+    f: &mut dyn FnMut(&mut String, SlotKind) -> Result<()>,
 ) -> Result<()> {
     match value {
         Value::Object(map) => {
-            for (key, child) in map.iter_mut() {
+            let str_of = |k: &str| map.get(k).and_then(Value::as_str);
+            let type_name = str_of("type");
+            if type_name == Some("image_generation_call")
+                && str_of("result").is_some_and(externalizable_base64)
+            {
+                if let Some(Value::String(result)) = map.get_mut("result") {
+                    f(result, SlotKind::Base64)?;
+                }
+                return Ok(());
+            }
+            if str_of("data").is_some_and(externalizable_base64)
+                && is_image_position(key, type_name, str_of("mimeType"))
+            {
+                if let Some(Value::String(data)) = map.get_mut("data") {
+                    f(data, SlotKind::Base64)?;
+                }
+                return Ok(());
+            }
+            if is_verbatim_block(map, key) {
+                return Ok(());
+            }
+            for (child_key, child) in map.iter_mut() {
                 match child {
-                    Value::Array(items) if key == "content" => {
-                        for item in items.iter_mut() {
-                            match item {
-                                Value::Object(block) if externalizable_data(block).is_some() => {
-                                    f(block)?;
-                                }
-                                _ => for_each_content_image(item, f)?,
-                            }
-                        }
+                    Value::String(url)
+                        if child_key == "image_url"
+                            && is_image_data_url(url)
+                            && !url.starts_with(BLOB_REF_PREFIX) =>
+                    {
+                        f(url, SlotKind::DataUrl)?;
                     }
-                    _ => for_each_content_image(child, f)?,
+                    _ => for_each_blob_slot(child, Some(child_key), f)?,
                 }
             }
         }
         Value::Array(items) => {
             for item in items.iter_mut() {
-                for_each_content_image(item, f)?;
+                for_each_blob_slot(item, key, f)?;
             }
         }
         Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
@@ -203,12 +230,11 @@ impl BlobStore {
         Ok(Some(bytes))
     }
 
-    /// Moves large inline images into the blob store (SPEC §8). In every
-    /// array that is the value of a `content` key, at any depth, each image
-    /// block (`"type":"image"`) whose string `data` has at least
-    /// [`MIN_EXTERNALIZE_BASE64`] characters and is not already a ref is
-    /// decoded, stored with [`put`](Self::put), and its `data` replaced by
-    /// `blob:sha256:<hex>`; its other keys stay, in order. Data that is not
+    /// Moves large inline images into the blob store (SPEC §8), at every
+    /// place the agent does (see [`for_each_blob_slot`]): base64 data is
+    /// decoded, stored with [`put`](Self::put), and replaced by
+    /// `blob:sha256:<hex>`; an image data URL is stored as its UTF-8 bytes.
+    /// The other keys of each object stay, in order. Base64 that is not
     /// canonical standard base64 stays inline (logged at debug level).
     ///
     /// Returns whether anything changed. All blobs are written before the
@@ -217,96 +243,42 @@ impl BlobStore {
     /// before [`apply_size_controls`](crate::session::sizecontrol::apply_size_controls),
     /// on the copy of the entry that is about to be written.
     pub fn externalize_images(&self, value: &mut Value) -> Result<bool> {
-        // Pass 1: decode and store, recording the outcome of each candidate
-        // block in document order (None: not base64, stays inline).
+        // Pass 1: store, recording the outcome of each slot in document
+        // order (None: not canonical base64, stays inline).
         let mut refs: Vec<Option<String>> = Vec::new();
-        for_each_content_image(value, &mut |block| {
-            let Some(data) = externalizable_data(block) else {
-                return Ok(());
+        for_each_blob_slot(value, None, &mut |slot, kind| {
+            let bytes = match kind {
+                SlotKind::DataUrl => Some(slot.as_bytes().to_vec()),
+                SlotKind::Base64 => match STANDARD.decode(slot.as_bytes()) {
+                    Ok(bytes) => Some(bytes),
+                    Err(e) => {
+                        log::debug!(
+                            "image data of {} characters is not canonical base64 ({e}); keeping it inline",
+                            slot.len()
+                        );
+                        None
+                    }
+                },
             };
-            match STANDARD.decode(data) {
-                Ok(bytes) => refs.push(Some(blob_ref(&self.put(&bytes)?))),
-                Err(e) => {
-                    log::debug!(
-                        "image data of {} characters is not canonical base64 ({e}); keeping it inline",
-                        data.len()
-                    );
-                    refs.push(None);
-                }
-            }
+            refs.push(match bytes {
+                Some(bytes) => Some(blob_ref(&self.put(&bytes)?)),
+                None => None,
+            });
             Ok(())
         })?;
         if refs.iter().all(Option::is_none) {
             return Ok(false);
         }
-        // Pass 2: the value is unchanged since pass 1, so the same blocks are
+        // Pass 2: the value is unchanged since pass 1, so the same slots are
         // visited in the same order.
         let mut refs = refs.into_iter();
-        for_each_content_image(value, &mut |block| {
+        for_each_blob_slot(value, None, &mut |slot, _| {
             if let Some(Some(r)) = refs.next() {
-                block.insert("data".to_string(), Value::String(r));
+                *slot = r;
             }
             Ok(())
         })?;
         Ok(true)
-    }
-
-    /// Resolves image refs in an array of content blocks (the `content` of a
-    /// message or custom message): each image block whose `data` is a valid
-    /// ref gets `data` = standard base64 (with padding) of the blob. A blob
-    /// that is missing, unreadable or refused by [`get`](Self::get) (a
-    /// symlink, a special file, content that does not match its SHA-256)
-    /// leaves the ref in place (`"data": "blob:sha256:<hex>"`) and logs a
-    /// warning; a malformed ref is left as is and never read. Returns whether anything
-    /// changed.
-    pub fn resolve_refs(&self, content: &mut Value) -> bool {
-        let Value::Array(blocks) = content else {
-            return false;
-        };
-        let mut changed = false;
-        for block in blocks.iter_mut() {
-            let Value::Object(block) = block else {
-                continue;
-            };
-            if block.get("type").and_then(Value::as_str) != Some("image") {
-                continue;
-            }
-            let Some(Value::String(data)) = block.get_mut("data") else {
-                continue;
-            };
-            if !data.starts_with(BLOB_REF_PREFIX) {
-                continue; // inline base64
-            }
-            let Some(hex) = parse_blob_ref(data) else {
-                log::warn!("ignoring malformed blob reference {:?}", preview(data));
-                continue;
-            };
-            match self.get(hex) {
-                Ok(Some(bytes)) => {
-                    *data = STANDARD.encode(bytes);
-                    changed = true;
-                }
-                Ok(None) => log::warn!(
-                    "blob {hex} is missing from {}; keeping the reference",
-                    self.dir.display()
-                ),
-                Err(e) => log::warn!("cannot read blob {hex}: {e}; keeping the reference"),
-            }
-        }
-        changed
-    }
-
-    /// Resolves image refs of one entry where SPEC §8 puts them:
-    /// `message.content` of a `message` entry and `content` of a
-    /// `custom_message` entry. Other entries are left alone. Returns whether
-    /// anything changed.
-    pub fn resolve_in_entry(&self, entry: &mut Value) -> bool {
-        let content = match entry.get("type").and_then(Value::as_str) {
-            Some("message") => entry.get_mut("message").and_then(|m| m.get_mut("content")),
-            Some("custom_message") => entry.get_mut("content"),
-            _ => None,
-        };
-        content.is_some_and(|c| self.resolve_refs(c))
     }
 }
 
@@ -371,6 +343,20 @@ mod tests {
         test(&Fixture::file());
     }
 
+    /// Resolves the refs in `v` (an entry, or the value of member `key`)
+    /// as a session read does; whether anything changed.
+    fn resolved(fx: &Fixture, v: &mut Value, key: Option<&str>) -> bool {
+        let text = v.to_string();
+        let fetch = |hex: &str| fx.store.get(hex).ok().flatten();
+        match crate::session::blobrefs::resolve_refs(&text, key, &fetch) {
+            Some(out) => {
+                *v = serde_json::from_str(&out).unwrap();
+                true
+            }
+            None => false,
+        }
+    }
+
     fn image(data: &str) -> Value {
         json!({"type": "image", "data": data, "mimeType": "image/png"})
     }
@@ -415,7 +401,7 @@ mod tests {
             assert_eq!(fx.store.put(&bytes).unwrap(), CORPUS_BLOB);
             assert_eq!(fx.store.get(CORPUS_BLOB).unwrap().unwrap(), bytes);
             let mut content = json!([image(&blob_ref(CORPUS_BLOB))]);
-            assert!(fx.store.resolve_refs(&mut content));
+            assert!(resolved(fx, &mut content, Some("content")));
             assert!(content[0]["data"].as_str().unwrap().starts_with("BwcH"));
         });
     }
@@ -543,9 +529,12 @@ mod tests {
                     {"type": "text", "data": b64},        // not an image
                     {"type": "image", "data": 12345},     // data not a string
                 ],
-                "images": [image(&b64)],                   // not under `content`
-                "details": {"image": image(&b64), "content": image(&b64)},
+                "images": [{"data": b64, "mimeType": "text/plain"}], // not an image
+                "details": {"image": image(&b64), "content": {"data": b64, "mimeType": "image/png"}},
                 "content2": [image(&b64)],
+                // Signed blocks are stored whole.
+                "signed": {"type": "thinking", "thinkingSignature": "s", "content": [image(&b64)]},
+                "image_url": "https://example.com/a.png",
             });
             let before = v.clone();
             assert!(!fx.store.externalize_images(&mut v).unwrap());
@@ -656,38 +645,88 @@ mod tests {
             // Through the serialized form, as on disk.
             let mut loaded: Value =
                 serde_json::from_str(&serde_json::to_string(&entry).unwrap()).unwrap();
-            assert!(fx.store.resolve_in_entry(&mut loaded));
+            assert!(resolved(fx, &mut loaded, None));
             assert_eq!(
                 serde_json::to_string(&loaded).unwrap(),
                 serde_json::to_string(&original).unwrap()
             );
             // Nothing left to resolve.
-            assert!(!fx.store.resolve_in_entry(&mut loaded));
+            assert!(!resolved(fx, &mut loaded, None));
         });
     }
 
     #[test]
-    fn custom_message_refs_resolve_other_places_do_not() {
+    fn refs_resolve_at_image_positions_of_any_entry() {
         with_each_storage(|fx| {
             let bytes = bytes_of_len(1500);
             let r = blob_ref(&fx.store.put(&bytes).unwrap());
             let b64 = STANDARD.encode(&bytes);
-            let mut custom = json!({"type": "custom_message", "content": [image(&r)]});
-            assert!(fx.store.resolve_in_entry(&mut custom));
-            assert_eq!(custom["content"][0]["data"], b64.as_str());
-
+            for (mut entry, pointer) in [
+                (
+                    json!({"type": "custom_message", "content": [image(&r)]}),
+                    "/content/0/data",
+                ),
+                (
+                    json!({"type": "custom", "content": [image(&r)]}),
+                    "/content/0/data",
+                ),
+                (
+                    json!({"type": "message", "message": {"content": {"type": "image", "data": r}}}),
+                    "/message/content/data",
+                ),
+                (
+                    json!({"type": "message", "message": {"details": {"images": [{"data": r, "mimeType": "image/png"}]}}}),
+                    "/message/details/images/0/data",
+                ),
+            ] {
+                assert!(resolved(fx, &mut entry, None), "{entry}");
+                assert_eq!(entry.pointer(pointer).unwrap(), b64.as_str());
+            }
             for other in [
-                json!({"type": "custom", "content": [image(&r)]}),
-                json!({"type": "message", "content": [image(&r)]}),
-                json!({"type": "custom_message", "message": {"content": [image(&r)]}}),
-                json!({"type": "message", "message": {"content": {"type": "image", "data": r}}}),
+                json!({"type": "custom_message", "message": {"stuff": [image(&r)]}}),
                 json!({"type": "message", "message": {"content": [{"type": "text", "data": r}]}}),
-                json!({"message": {"content": [image(&r)]}}),
+                json!({"message": {"frames": [image(&r)]}}),
             ] {
                 let mut v = other.clone();
-                assert!(!fx.store.resolve_in_entry(&mut v), "{other}");
+                assert!(!resolved(fx, &mut v, None), "{other}");
                 assert_eq!(v, other);
             }
+        });
+    }
+
+    #[test]
+    fn externalize_nested_positions_and_data_urls() {
+        with_each_storage(|fx| {
+            let bytes = bytes_of_len(3000);
+            let b64 = STANDARD.encode(&bytes);
+            let r = blob_ref(&sha256_hex(&bytes));
+            let url = "data:image/png;base64,AAAA";
+            let url_ref = blob_ref(&sha256_hex(url.as_bytes()));
+            let original = json!({
+                "type": "message",
+                "message": {
+                    "role": "toolResult",
+                    "content": [{"type": "text", "text": "x"}],
+                    "details": {"images": [{"data": b64, "mimeType": "image/png"}]},
+                    "images": [image(&b64)],
+                    "payload": [{"type": "input_image", "image_url": url}],
+                    "gen": {"type": "image_generation_call", "result": b64},
+                },
+            });
+            let mut v = original.clone();
+            assert!(fx.store.externalize_images(&mut v).unwrap());
+            let m = &v["message"];
+            assert_eq!(m["details"]["images"][0]["data"], r.as_str());
+            assert_eq!(m["images"][0]["data"], r.as_str());
+            assert_eq!(m["payload"][0]["image_url"], url_ref.as_str());
+            assert_eq!(m["gen"]["result"], r.as_str());
+            assert_eq!(
+                fx.store.get(&sha256_hex(url.as_bytes())).unwrap().unwrap(),
+                url.as_bytes()
+            );
+            // Reading resolves every one of them back.
+            assert!(resolved(fx, &mut v, None));
+            assert_eq!(v, original);
         });
     }
 
@@ -697,7 +736,7 @@ mod tests {
             let r = blob_ref(&"ab".repeat(32));
             let mut content = json!([image(&r), {"type": "text", "text": "t"}]);
             let before = content.clone();
-            assert!(!fx.store.resolve_refs(&mut content));
+            assert!(!resolved(fx, &mut content, Some("content")));
             assert_eq!(content, before);
         });
     }
@@ -709,7 +748,7 @@ mod tests {
         fx.memory.as_ref().unwrap().inject_fault(FaultOp::Read);
         let mut content = json!([image(&blob_ref(&hex))]);
         let before = content.clone();
-        assert!(!fx.store.resolve_refs(&mut content));
+        assert!(!resolved(&fx, &mut content, Some("content")));
         assert_eq!(content, before);
         assert!(fx.store.get(&hex).is_err());
     }
@@ -748,7 +787,7 @@ mod tests {
                     .collect(),
             );
             let before = content.clone();
-            assert!(!fx.store.resolve_refs(&mut content));
+            assert!(!resolved(fx, &mut content, Some("content")));
             assert_eq!(content, before);
             for (suffix, _) in &malformed {
                 assert_eq!(fx.store.get(suffix).unwrap(), None, "{suffix}");
@@ -760,10 +799,10 @@ mod tests {
     fn resolve_ignores_non_arrays_and_inline_data() {
         with_each_storage(|fx| {
             let mut s = json!("blob:sha256:x");
-            assert!(!fx.store.resolve_refs(&mut s));
+            assert!(!resolved(fx, &mut s, Some("content")));
             let mut content = json!([image("aGVsbG8="), "str", 3, null]);
             let before = content.clone();
-            assert!(!fx.store.resolve_refs(&mut content));
+            assert!(!resolved(fx, &mut content, Some("content")));
             assert_eq!(content, before);
         });
     }
@@ -794,7 +833,7 @@ mod tests {
         std::os::unix::fs::symlink(&secret, fx.store.dir().join(&hex)).unwrap();
         assert!(fx.store.get(&hex).is_err());
         let mut content = json!([image(&blob_ref(&hex))]);
-        assert!(!fx.store.resolve_refs(&mut content));
+        assert!(!resolved(&fx, &mut content, Some("content")));
         assert_eq!(content[0]["data"], blob_ref(&hex));
         // Storing the same bytes replaces the link with a real file.
         assert_eq!(fx.store.put(b"outside").unwrap(), hex);
@@ -828,7 +867,7 @@ mod tests {
             assert!(err.to_string().contains("does not match"), "{err}");
             let mut content = json!([image(&blob_ref(&hex))]);
             let before = content.clone();
-            assert!(!fx.store.resolve_refs(&mut content));
+            assert!(!resolved(fx, &mut content, Some("content")));
             assert_eq!(content, before);
         });
     }

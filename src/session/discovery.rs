@@ -207,33 +207,61 @@ fn user_text(message: &RawObject<'_>) -> Option<String> {
     (!texts.is_empty()).then(|| texts.join("\n"))
 }
 
-/// The first user message's text of an entry line, if it is one.
-fn first_user_text(line: &[u8], kind: &LineKind) -> Option<String> {
-    let LineKind::Entry(e) = kind else {
-        return None;
-    };
-    if !matches!(
-        e.facts,
-        Facts::Message {
-            role: Role::User,
-            ..
-        }
-    ) {
-        return None;
-    }
+/// The text of a user message in an entry line: a `message` entry (with
+/// or without an id: v1 entries have none) whose message has role `user`.
+fn first_user_text(line: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(line).ok()?;
     let obj = RawObject::parse(text).ok()?;
+    if obj.get_str("type").as_deref() != Some("message") {
+        return None;
+    }
     let message = RawObject::parse(obj.get("message")?.get()).ok()?;
+    if message.get_str("role").as_deref() != Some("user") {
+        return None;
+    }
     user_text(&message)
 }
 
-/// Header and first user prompt from the first bytes of a file.
-fn prefix_facts(prefix: &[u8]) -> (Option<crate::session::format::HeaderInfo>, Option<String>) {
+/// What the first bytes of a file say about it.
+#[derive(Debug, Default)]
+struct PrefixFacts {
+    /// The session header, when the file has a valid one: the first JSON
+    /// object after an optional leading title line (unparseable lines are
+    /// skipped, as the loader does).
+    header: Option<crate::session::format::HeaderInfo>,
+    /// The title of a leading `{"type":"title"}` line: `Some(None)` when
+    /// the line's title is blank (no title, also over the header's).
+    title: Option<Option<String>>,
+    /// The first user prompt.
+    first: Option<String>,
+}
+
+impl PrefixFacts {
+    /// The title to show: the title line's, else the header's.
+    fn title(&self) -> Option<String> {
+        match &self.title {
+            Some(t) => t.clone(),
+            None => self.header.as_ref().and_then(|h| h.title.clone()),
+        }
+    }
+}
+
+/// The `title` of a title line: `Some(None)` when it is blank, `None` when
+/// it has no string title.
+fn title_line_title(line: &[u8]) -> Option<Option<String>> {
+    let obj = RawObject::parse(std::str::from_utf8(line).ok()?).ok()?;
+    let title = obj.get_str("title")?;
+    Some((!title.trim().is_empty()).then(|| title.into_owned()))
+}
+
+/// Header, title and first user prompt from the first bytes of a file.
+fn prefix_facts(prefix: &[u8]) -> PrefixFacts {
     let prefix = prefix
         .strip_prefix(b"\xEF\xBB\xBF".as_slice())
         .unwrap_or(prefix);
-    let mut header = None;
-    let mut first = None;
+    let mut facts = PrefixFacts::default();
+    let mut seen_header = false;
+    let mut seen_line = false;
     // Only complete lines count.
     let complete = prefix
         .iter()
@@ -241,16 +269,31 @@ fn prefix_facts(prefix: &[u8]) -> (Option<crate::session::format::HeaderInfo>, O
         .map_or(&[][..], |p| &prefix[..p]);
     for line in complete.split(|&b| b == b'\n') {
         let kind = scan_line(line);
-        match &kind {
-            LineKind::Header(h) if header.is_none() => header = Some(h.clone()),
-            LineKind::Entry(_) if first.is_none() => first = first_user_text(line, &kind),
-            _ => {}
+        if !seen_header {
+            match kind {
+                LineKind::Invalid => continue,
+                LineKind::Title if !seen_line => {
+                    seen_line = true;
+                    facts.title = title_line_title(line);
+                    continue;
+                }
+                LineKind::Header(h) => {
+                    facts.header = Some(h);
+                    seen_header = true;
+                    continue;
+                }
+                // Any other object first: not a session file.
+                _ => return PrefixFacts::default(),
+            }
         }
-        if header.is_some() && first.is_some() {
-            break;
+        if facts.first.is_none() {
+            facts.first = first_user_text(line);
+            if facts.first.is_some() {
+                break;
+            }
         }
     }
-    (header, first)
+    facts
 }
 
 /// The working directory a project directory stands for: the `cwd` of
@@ -265,7 +308,7 @@ pub fn project_cwd(storage: &dyn Storage, dir: &Path) -> Option<String> {
     if let Ok(files) = session_files(storage, dir) {
         for file in files.iter().take(16) {
             let prefix = storage.read_prefix(file, PREFIX_BYTES).unwrap_or_default();
-            if let (Some(h), _) = prefix_facts(&prefix) {
+            if let Some(h) = prefix_facts(&prefix).header {
                 if let Some(cwd) = h.cwd.filter(|c| encode_cwd(c) == name) {
                     return Some(cwd);
                 }
@@ -276,7 +319,8 @@ pub fn project_cwd(storage: &dyn Storage, dir: &Path) -> Option<String> {
 }
 
 /// The newest sessions of a project directory by mtime, with display names
-/// read from at most the first 4096 bytes of each file.
+/// read from at most the first 4096 bytes of each file. Files without a
+/// valid session header there are left out.
 pub fn recent_sessions(
     storage: &dyn Storage,
     dir: &Path,
@@ -284,21 +328,21 @@ pub fn recent_sessions(
 ) -> Result<Vec<RecentSession>> {
     let files = by_mtime_desc(storage, session_files(storage, dir)?);
     let mut out = Vec::new();
-    for (path, mtime) in files.into_iter().take(limit) {
+    for (path, mtime) in files {
+        if out.len() >= limit {
+            break;
+        }
         let prefix = storage.read_prefix(&path, PREFIX_BYTES).unwrap_or_default();
-        let (header, first) = prefix_facts(&prefix);
-        let id = header
-            .as_ref()
-            .map(|h| h.id.clone())
-            .or_else(|| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(session_id_from_file_name)
-                    .map(str::to_string)
-            })
-            .unwrap_or_default();
+        let facts = prefix_facts(&prefix);
+        let Some(header) = &facts.header else {
+            log::debug!(
+                "{}: no session header; not a recent session",
+                path.display()
+            );
+            continue;
+        };
         // The first candidate with something to show.
-        let name = [header.and_then(|h| h.title), first, Some(id)]
+        let name = [facts.title(), facts.first.clone(), Some(header.id.clone())]
             .into_iter()
             .flatten()
             .map(|n| display_name(&n, DISPLAY_NAME_CHARS))
@@ -309,12 +353,16 @@ pub fn recent_sessions(
     Ok(out)
 }
 
-/// The most recently modified session of a directory.
+/// The most recently modified session of a directory: the newest file with
+/// a valid session header in its first 4096 bytes.
 pub fn most_recent_session(storage: &dyn Storage, dir: &Path) -> Result<Option<PathBuf>> {
     Ok(by_mtime_desc(storage, session_files(storage, dir)?)
         .into_iter()
-        .next()
-        .map(|(p, _)| p))
+        .map(|(p, _)| p)
+        .find(|p| {
+            let prefix = storage.read_prefix(p, PREFIX_BYTES).unwrap_or_default();
+            prefix_facts(&prefix).header.is_some()
+        }))
 }
 
 /// Metadata of one session file (reads the whole file; files without a
@@ -331,7 +379,7 @@ pub fn session_info(storage: &dyn Storage, path: &Path) -> Result<SessionInfo> {
         path: path.to_path_buf(),
         reason: "no session header".into(),
     })?;
-    let message_count = loaded
+    let mut message_count = loaded
         .entries
         .iter()
         .filter(|e| e.entry.kind == EntryKind::Message)
@@ -347,21 +395,57 @@ pub fn session_info(storage: &dyn Storage, path: &Path) -> Result<SessionInfo> {
         )
     }) {
         if let Ok(line) = storage.read_at(path, first_user.offset, first_user.len as usize) {
-            let kind = scan_line(&line);
-            first_message = first_user_text(&line, &kind);
+            first_message = first_user_text(&line);
         }
     }
+    if loaded.id_less_objects > 0 {
+        // v1 entries have no ids: count their messages from the lines.
+        let (count, first) = id_less_messages(storage, path)?;
+        message_count += count;
+        first_message = first_message.or(first);
+    }
+    // The title line's title wins over the header's.
+    let prefix = storage.read_prefix(path, PREFIX_BYTES).unwrap_or_default();
+    let title = match prefix_facts(&prefix).title {
+        Some(t) => t,
+        None => header.title,
+    };
     Ok(SessionInfo {
         path: path.to_path_buf(),
         id: header.id,
         cwd: header.cwd,
-        title: header.title,
+        title,
         parent_session: header.parent_session,
         created: header.timestamp,
         modified: iso_of(stat.mtime),
         message_count,
         first_message,
     })
+}
+
+/// `message` lines without an id (v1 entries) of a file: how many, and the
+/// text of the first user prompt among them.
+fn id_less_messages(storage: &dyn Storage, path: &Path) -> Result<(usize, Option<String>)> {
+    let bytes = storage.read(path).at(path)?;
+    let mut count = 0;
+    let mut first = None;
+    for line in bytes.split(|&b| b == b'\n') {
+        if let LineKind::Object { has_type: true } = scan_line(line) {
+            let Some(obj) = std::str::from_utf8(line)
+                .ok()
+                .and_then(|t| RawObject::parse(t).ok())
+            else {
+                continue;
+            };
+            if obj.get_str("type").as_deref() == Some("message") {
+                count += 1;
+                if first.is_none() {
+                    first = first_user_text(line);
+                }
+            }
+        }
+    }
+    Ok((count, first))
 }
 
 /// Sessions of one project directory, newest first. Unreadable files are

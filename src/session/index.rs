@@ -452,13 +452,22 @@ impl TreeIndex {
         roots
     }
 
-    /// Children of an entry in the browsing tree, in insertion order.
+    /// Children of an entry in the browsing tree, by timestamp (entries
+    /// with the same or no parseable timestamp in file order, those without
+    /// one last): the one order of the tree view, the mount and the API
+    /// (docs/engine.md, "Child order").
     pub fn children(&self, idx: u32) -> Vec<u32> {
         let mut out = Vec::new();
         let mut c = self.first_child.get(idx as usize).copied().unwrap_or(NONE);
         while c != NONE {
             out.push(c);
             c = self.next_sibling[c as usize];
+        }
+        if out.len() > 1 {
+            out.sort_by_key(|&c| {
+                let ts = self.entries[c as usize].entry.timestamp_ms;
+                (ts.is_none(), ts.unwrap_or(0), c)
+            });
         }
         out
     }

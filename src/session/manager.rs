@@ -532,7 +532,8 @@ impl Session {
     pub fn leaf(&self) -> Option<u32> {
         self.leaf
     }
-    /// Children of an entry (`None`: the roots) in insertion order.
+    /// Children of an entry (`None`: the roots) by timestamp (roots in file
+    /// order).
     pub fn children(&self, id: Option<&str>) -> Result<Vec<&EntryMeta>> {
         let positions = match id {
             None => self.index.roots(),
@@ -575,8 +576,8 @@ impl Session {
             .ok_or_else(|| Error::EntryNotFound(id.to_string()))
     }
 
-    /// The tree for display: roots in file order, children sorted by
-    /// timestamp (stable), each row with its depth and its *level*: the
+    /// The tree for display: roots in file order, children by timestamp
+    /// ([`TreeIndex::children`]), each row with its depth and its *level*: the
     /// number of branch points above it (an entry with one child keeps the
     /// child on its own level, so a linear conversation of any length stays
     /// flat when rendered).
@@ -600,13 +601,7 @@ impl Session {
                 branch_start,
                 meta,
             });
-            let mut kids = self.index.children(i);
-            kids.sort_by_key(|&c| {
-                self.index
-                    .get(c)
-                    .and_then(|m| m.entry.timestamp_ms)
-                    .unwrap_or(i64::MAX)
-            });
+            let kids = self.index.children(i);
             let branches = kids.len() > 1;
             let child_level = level + usize::from(branches);
             stack.extend(
@@ -1391,7 +1386,11 @@ impl Session {
     /// `parentSession` = this session's id. Returns its path.
     pub fn fork(&self, agent: &AgentDir) -> Result<PathBuf> {
         let body = self.entry_lines(0..self.index.len() as u32)?;
-        self.write_new_session(agent, Some(&self.header.id.clone()), body)
+        let path = self.write_new_session(agent, Some(&self.header.id.clone()), body)?;
+        if let Some(source) = &self.path {
+            fork_artifacts(&*self.storage, source, &path);
+        }
+        Ok(path)
     }
 
     /// `create_branched_session(leaf)`: a new session file holding only the
@@ -1483,6 +1482,7 @@ impl Session {
         let body = src.entry_lines(0..src.index.len() as u32)?;
         let parent = absolute_text(source);
         let path = src.write_session_file(agent, target_cwd, Some(&parent), body)?;
+        fork_artifacts(&*storage, source, &path);
         Session::open_in(storage, agent, &path)
     }
 
@@ -1514,6 +1514,17 @@ impl Session {
         data.extend_from_slice(&body);
         atomic_write(&*self.storage, &path, &data)?;
         Ok(path)
+    }
+}
+
+/// Copies the artifacts directory of a forked session to the fork's; a
+/// failure is logged and leaves the fork as it is (docs/engine.md, "Forks
+/// copy artifacts").
+fn fork_artifacts(storage: &dyn Storage, source: &Path, fork: &Path) {
+    match crate::session::artifacts::copy_artifacts(storage, source, fork) {
+        Ok(0) => {}
+        Ok(n) => log::debug!("copied {n} artifact files to {}", fork.display()),
+        Err(e) => log::warn!("cannot copy the artifacts of {}: {e}", source.display()),
     }
 }
 

@@ -3,6 +3,7 @@
 //! storage, discovery and prompt history.
 
 pub mod append;
+pub mod artifacts;
 pub mod blobrefs;
 pub mod blobs;
 pub mod check;

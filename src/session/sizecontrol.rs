@@ -20,6 +20,17 @@
 //! which nothing changed keeps its `lineCount` as written, even if it
 //! disagrees with its `content`.
 //!
+//! - Signed and encrypted blocks are stored whole (docs/engine.md, "Signed
+//!   blocks"): a `thinking` block with a `thinkingSignature`, a `text` block
+//!   with a `textSignature`, a `toolCall` with a `thoughtSignature`,
+//!   `redactedThinking` with `data`, OpenAI `reasoning` items with
+//!   `encrypted_content` (each a non-empty string), and Anthropic
+//!   compaction state (`"type":"anthropicCompaction"`, or an object with a
+//!   string `content` under an `anthropicCompaction` key). Nothing inside
+//!   them is cut or removed: a cut block fails its provider's check on
+//!   replay. Strings under the signature keys themselves are never cut
+//!   either, wherever they sit.
+//!
 //! Image externalisation (the other half of SPEC §8) lives in
 //! [`crate::session::blobs`]; callers run
 //! [`BlobStore::externalize_images`](crate::session::blobs::BlobStore::externalize_images)
@@ -114,11 +125,42 @@ pub fn line_count(content: &str) -> usize {
     content.bytes().filter(|&b| b == b'\n').count() + 1
 }
 
+/// Keys whose string values are signatures: never cut.
+pub const SIGNATURE_KEYS: [&str; 3] = ["thinkingSignature", "thoughtSignature", "textSignature"];
+
+/// True for an object that is persisted whole, untouched (see the module
+/// docs): a signed or encrypted block, or Anthropic compaction state. `key`
+/// is the member name the object is the value of (or an element of).
+pub fn is_verbatim_block(map: &Map<String, Value>, key: Option<&str>) -> bool {
+    let non_empty = |k: &str| {
+        map.get(k)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
+    match map.get("type").and_then(Value::as_str) {
+        Some("thinking") if non_empty("thinkingSignature") => return true,
+        Some("text") if non_empty("textSignature") => return true,
+        Some("toolCall") if non_empty("thoughtSignature") => return true,
+        Some("redactedThinking") if non_empty("data") => return true,
+        Some("reasoning") if non_empty("encrypted_content") => return true,
+        Some("anthropicCompaction") => return true,
+        _ => {}
+    }
+    key == Some("anthropicCompaction") && map.get("content").is_some_and(Value::is_string)
+}
+
 /// Applies the size controls to `value` in place (see the module docs):
 /// truncates long strings, drops `partialJson` / `jsonlEvents`, and recomputes
 /// `lineCount` of changed objects. Returns true when anything changed.
 pub fn apply_size_controls(value: &mut Value) -> bool {
+    apply_under(value, None)
+}
+
+/// [`apply_size_controls`] on a value that is the member `key` of its
+/// parent (or an element of it).
+fn apply_under(value: &mut Value, key: Option<&str>) -> bool {
     match value {
+        Value::String(_) if key.is_some_and(|k| SIGNATURE_KEYS.contains(&k)) => false,
         Value::String(s) => match truncate_for_persistence(s) {
             Some(cut) => {
                 log::debug!(
@@ -133,10 +175,11 @@ pub fn apply_size_controls(value: &mut Value) -> bool {
         Value::Array(items) => {
             let mut changed = false;
             for item in items.iter_mut() {
-                changed |= apply_size_controls(item);
+                changed |= apply_under(item, key);
             }
             changed
         }
+        Value::Object(map) if is_verbatim_block(map, key) => false,
         Value::Object(map) => apply_to_object(map),
         Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
@@ -147,8 +190,8 @@ fn apply_to_object(map: &mut Map<String, Value>) -> bool {
     // `retain` keeps the order of the remaining keys (preserve_order).
     map.retain(|key, _| !TRANSIENT_KEYS.contains(&key.as_str()));
     let mut changed = map.len() != before;
-    for child in map.values_mut() {
-        changed |= apply_size_controls(child);
+    for (key, child) in map.iter_mut() {
+        changed |= apply_under(child, Some(key));
     }
     if changed {
         recompute_line_count(map);
@@ -174,6 +217,42 @@ mod tests {
     use serde_json::json;
 
     const EMOJI: &str = "\u{1F600}"; // 4 UTF-8 bytes, 2 UTF-16 units
+
+    #[test]
+    fn signed_blocks_are_stored_whole() {
+        let long = "s".repeat(600_000);
+        let signed = [
+            json!({"type": "thinking", "thinking": long, "thinkingSignature": "sig", "jsonlEvents": [1]}),
+            json!({"type": "text", "text": long, "textSignature": "sig"}),
+            json!({"type": "toolCall", "id": "c", "arguments": {"a": long}, "thoughtSignature": "sig"}),
+            json!({"type": "redactedThinking", "data": long}),
+            json!({"type": "reasoning", "encrypted_content": long}),
+            json!({"type": "anthropicCompaction", "content": long}),
+        ];
+        for block in signed {
+            let mut v = json!({"message": {"role": "assistant", "content": [block.clone()]}});
+            assert!(!apply_size_controls(&mut v), "{}", &block["type"]);
+            assert_eq!(v["message"]["content"][0], block);
+        }
+        // Compaction state under its key, and signatures anywhere.
+        let mut v = json!({"preserveData": {"anthropicCompaction": {"content": long}}});
+        assert!(!apply_size_controls(&mut v));
+        let mut v = json!({"x": {"thinkingSignature": long, "other": long}});
+        assert!(apply_size_controls(&mut v));
+        assert_eq!(v["x"]["thinkingSignature"].as_str().unwrap().len(), 600_000);
+        assert!(v["x"]["other"].as_str().unwrap().len() <= MAX_PERSIST_CHARS);
+        // Unsigned (or empty-signature) blocks are still cut.
+        for block in [
+            json!({"type": "thinking", "thinking": long}),
+            json!({"type": "thinking", "thinking": long, "thinkingSignature": ""}),
+            json!({"type": "redactedThinking", "data": "", "note": long}),
+            json!({"type": "text", "text": long}),
+        ] {
+            let mut v = json!({"content": [block]});
+            assert!(apply_size_controls(&mut v));
+            assert!(v.to_string().len() < 600_000);
+        }
+    }
 
     #[test]
     fn notice_is_47_units() {
