@@ -11,8 +11,10 @@
 //!   Positions only grow while a file is appended to, and no listing of a
 //!   100,000-entry session is ever built whole.
 //! - A session directory and an entry directory list their files, then
-//!   their entries in file order: they too only grow at the end, so the
-//!   item at position `i` has the offset `i + 1`, listed afresh each time.
+//!   their entries (roots in file order, children by timestamp): they too
+//!   grow at the end (a new entry has the latest timestamp), so the item at
+//!   position `i` has the offset `i + 1`, listed afresh each time (see
+//!   `docs/filesystem.md`, Offsets, for a child appended out of order).
 //! - The directories made from the disk (the root, `by-id/`, projects) are
 //!   sorted by name, so a new name moves the others: they are listed at
 //!   offset 0 into a snapshot that the reads continuing it use: offsets carry the snapshot's generation in
@@ -103,9 +105,9 @@ impl Listings {
             }
         }
         if matches!(dir, Node::Session(_) | Node::EntryDir(..)) {
-            // Files first, then entries in file order: a listing only grows
-            // at its end while the file is appended to, so positions serve
-            // as offsets (position + 1) without a snapshot.
+            // Files first, then entries (children by timestamp): a listing
+            // grows at its end while the file is appended to, so positions
+            // serve as offsets (position + 1) without a snapshot.
             let items = self.list(tree, dir)?;
             let start = usize::try_from(offset).unwrap_or(usize::MAX);
             for (i, (name, node)) in items.iter().enumerate().skip(start) {

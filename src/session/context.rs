@@ -295,7 +295,7 @@ pub fn build_session_context(
         let meta = &index.entries()[i as usize];
         match &meta.entry.facts {
             // `thinkingLevel ?? "off"`: absent or null is "off"
-            // (docs/engine.md, "Context details taken from the reference").
+            // (docs/engine.md, "Decisions taken from the reference").
             Facts::ThinkingLevel(level) => {
                 thinking = match level.as_deref() {
                     None | Some("null") => Some("\"off\"".into()),
