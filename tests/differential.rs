@@ -110,6 +110,75 @@ fn contexts_agree_with_the_reference_at_every_leaf() {
     assert!(leaves > 5000, "{leaves} leaves");
 }
 
+/// The same trees through the command line (`sessionfs context --compact
+/// --leaf`), on a sample of the leaves: every 20th, and every leaf of the
+/// first cases.
+#[test]
+fn cli_contexts_agree_with_the_reference_on_a_sample() {
+    let dir = common::fixtures().join("differential");
+    let tmp = tempfile::tempdir().unwrap();
+    common::copy_tree(&dir.join("blobs"), &tmp.path().join("blobs"));
+    let project = tmp.path().join("sessions").join("--work-project--");
+    std::fs::create_dir_all(&project).unwrap();
+    let expected = std::fs::read_to_string(dir.join("expected.jsonl")).unwrap();
+    let expected: Vec<serde_json::Value> = expected.lines().map(common::js_json).collect();
+    let mut checked = 0;
+    for case in cases(&dir) {
+        let path = project.join(format!("case-{}.jsonl", case.number));
+        std::fs::write(&path, &case.text).unwrap();
+        // Entry ids by position, as the engine reads them (v1 files get
+        // derived ids, the same in every process).
+        let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+        let session = Session::open_in(storage, &AgentDir::new(tmp.path()), &path).unwrap();
+        let ids: Vec<String> = session
+            .entries()
+            .iter()
+            .map(|e| e.id().to_string())
+            .collect();
+        drop(session);
+        for (n, record) in expected
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r["case"].as_u64() == Some(case.number))
+        {
+            if case.number >= 3 && n % 20 != 0 {
+                continue;
+            }
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+            cmd.arg("context")
+                .arg("--compact")
+                .arg("--agent-dir")
+                .arg(tmp.path());
+            match &record["leaf"] {
+                serde_json::Value::Number(i) => {
+                    cmd.arg("--leaf").arg(&ids[i.as_u64().unwrap() as usize]);
+                }
+                serde_json::Value::Null => {
+                    cmd.arg("--leaf").arg("null");
+                }
+                _ => {}
+            }
+            let out = cmd.arg(&path).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8(out.stdout).unwrap();
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            assert_eq!(
+                sha256_hex(text.as_bytes()),
+                record["sha256"].as_str().unwrap(),
+                "case {} leaf {}: {text}",
+                case.number,
+                record["leaf"]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 300, "{checked} leaves through the CLI");
+}
+
 fn roles(context: &str) -> String {
     let v = common::js_json(context);
     v["messages"]
