@@ -33,6 +33,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=fixtures/sessions");
     println!("cargo:rerun-if-changed=fixtures/blobs");
+    engine_hash(&manifest);
     let mut files = Vec::new();
     collect(&fixtures, &fixtures.join("sessions"), &mut files);
     collect(&fixtures, &fixtures.join("blobs"), &mut files);
@@ -50,4 +51,30 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("demo_files.rs");
     std::fs::write(out, code).expect("write demo_files.rs");
+}
+
+/// `SESSIONFS_ENGINE_HASH`: a hash (FNV-1a, 64 bits) of the engine's
+/// sources, `src/session/*.rs`. Persistent indexes record it and are
+/// ignored by a build whose engine differs (docs/engine.md, "Persistent
+/// index").
+fn engine_hash(manifest: &Path) {
+    let dir = manifest.join("src").join("session");
+    println!("cargo:rerun-if-changed=src/session");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in files {
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+        let bytes = std::fs::read(&f).unwrap_or_default();
+        for b in name.unwrap_or_default().bytes().chain(bytes) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    println!(
+        "cargo:rustc-env=SESSIONFS_ENGINE_HASH={}-{h:016x}",
+        std::env::var("CARGO_PKG_VERSION").unwrap_or_default()
+    );
 }

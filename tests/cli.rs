@@ -20,6 +20,8 @@ fn run(agent: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         .arg("--agent-dir")
         .arg(agent)
         .env_remove("PI_CODING_AGENT_DIR")
+        // The persistent index goes to the agent directory's cache.
+        .env_remove("XDG_CACHE_HOME")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -308,4 +310,70 @@ fn no_command_modifies_an_unreadable_file() {
         1,
         "no temp or forked files"
     );
+}
+
+/// The index files under the agent directory's cache.
+fn index_files(agent: &Path) -> Vec<PathBuf> {
+    let dir = agent.join("cache/sessionfs/index");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+#[test]
+fn context_keeps_a_persistent_index() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root();
+    let file = session(root, BRANCHES);
+    let f = file.to_str().unwrap();
+    let before = std::fs::read(&file).unwrap();
+
+    // --no-index neither reads nor writes one.
+    let plain = stdout(&run(root, &["context", f, "--no-index"], None));
+    assert!(index_files(root).is_empty());
+
+    // The first run writes the index; the next ones use it (no rewrite).
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    let files = index_files(root);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let written = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
+    let bytes = std::fs::read(&files[0]).unwrap();
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
+    assert_eq!(
+        std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
+        written
+    );
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "reading never writes the session"
+    );
+
+    // A damaged index is ignored and rebuilt.
+    std::fs::write(&files[0], b"not an index").unwrap();
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
+
+    // An outside append: the index is extended, the context shows it.
+    let leaf = stdout(&run(root, &["leaf", f], None)).trim().to_string();
+    let mut out = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    writeln!(
+        out,
+        r#"{{"type":"custom_message","id":"zz000001","parentId":"{leaf}","timestamp":"2026-12-03T00:00:00.000Z","customType":"note","content":"appended outside","display":true}}"#
+    )
+    .unwrap();
+    drop(out);
+    let grown = stdout(&run(root, &["context", f], None));
+    assert!(grown.contains("appended outside"), "{grown}");
+    assert_eq!(
+        grown,
+        stdout(&run(root, &["context", f, "--no-index"], None))
+    );
+    assert!(std::fs::read(&files[0]).unwrap().len() > bytes.len());
 }

@@ -94,3 +94,43 @@ proptest! {
         sessionfs::fs::fuzzing::exercise_commands(&data);
     }
 }
+
+mod index_file {
+    use proptest::prelude::*;
+    use sessionfs::session::fuzzing::{exercise_index_file, index_fixture_bytes};
+
+    #[test]
+    fn the_valid_index_is_used() {
+        let good = index_fixture_bytes().expect("fixture index");
+        exercise_index_file(&good);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_index_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            exercise_index_file(&data);
+        }
+
+        /// Mutations of a valid index body; `exercise_index_file` also
+        /// tries each with a fixed-up checksum, so they reach the decoder.
+        #[test]
+        fn mutated_indexes_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+            cut in any::<prop::sample::Index>(),
+            truncate in any::<bool>(),
+        ) {
+            let good = index_fixture_bytes().expect("fixture index");
+            let mut body = good[..good.len() - 8].to_vec();
+            for (at, byte) in flips {
+                let i = at.index(body.len());
+                body[i] = byte;
+            }
+            if truncate {
+                body.truncate(cut.index(body.len() + 1));
+            }
+            exercise_index_file(&body);
+        }
+    }
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use crate::session::index_store::IndexStore;
 use crate::session::manager::OpenOptions;
 use crate::session::paths::AgentDir;
 use crate::session::storage::{FileStorage, Storage};
@@ -17,11 +18,20 @@ pub struct AgentArgs {
     /// The agent directory (default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent).
     #[arg(long, value_name = "DIR")]
     pub agent_dir: Option<PathBuf>,
+    /// Neither use nor write the persistent index (scan the whole file).
+    #[arg(long)]
+    pub no_index: bool,
 }
 
 impl AgentArgs {
     pub fn agent(&self) -> AgentDir {
         AgentDir::resolve(self.agent_dir.as_deref())
+    }
+
+    /// The persistent index (docs/engine.md, "Persistent index"), unless
+    /// `--no-index`.
+    pub fn index(&self) -> Option<IndexStore> {
+        (!self.no_index).then(|| IndexStore::default_for(self.agent().root()))
     }
 }
 
@@ -67,7 +77,8 @@ pub fn file_storage() -> Arc<dyn Storage> {
 
 /// Opens an existing session file for a command. A missing file is an
 /// error here (commands never create sessions implicitly).
-pub fn open_existing(agent: &AgentDir, file: &Path, read_only: bool) -> Result<Session> {
+pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
+    let agent = args.agent();
     let storage = file_storage();
     match storage.stat(file) {
         Ok(st) if st.size > 0 => {}
@@ -82,6 +93,7 @@ pub fn open_existing(agent: &AgentDir, file: &Path, read_only: bool) -> Result<S
     let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
     let options = OpenOptions {
         read_only,
+        index: args.index(),
         ..OpenOptions::default()
     };
     Session::open(storage, Some(blobs), file, &options)

@@ -70,7 +70,7 @@ pub fn append(args: &AppendArgs) -> Result<i32> {
         .read_to_string(&mut input)
         .map_err(|e| Error::io("<stdin>", e))?;
     let entries = parse_entries(&input)?;
-    let mut session = open_existing(&agent, &file, false)?;
+    let mut session = open_existing(&args.agent, &file, false)?;
     if let Some(leaf) = &args.leaf {
         leaf.apply(&mut session)?;
     }
@@ -102,7 +102,7 @@ pub struct LabelArgs {
 pub fn label(args: &LabelArgs) -> Result<i32> {
     let agent = args.agent.agent();
     let file = resolve_file(&agent, &args.file)?;
-    let mut session = open_existing(&agent, &file, false)?;
+    let mut session = open_existing(&args.agent, &file, false)?;
     let label = args.label.as_deref().map(str::trim);
     let id = session.append_label_change(&args.id, label)?;
     session.flush()?;
@@ -136,7 +136,7 @@ pub fn branch_summary(args: &BranchSummaryArgs) -> Result<i32> {
         .map(serde_json::from_str::<Value>)
         .transpose()
         .map_err(|e| Error::Invalid(format!("--details: {e}")))?;
-    let mut session = open_existing(&agent, &file, false)?;
+    let mut session = open_existing(&args.agent, &file, false)?;
     let from = (args.from != "root").then_some(args.from.as_str());
     let id = session.branch_with_summary(from, &args.summary, details, None)?;
     session.flush()?;

@@ -27,7 +27,7 @@ pub struct ContextArgs {
 }
 
 pub fn context(args: &ContextArgs) -> Result<i32> {
-    let mut session = open_existing(&args.agent.agent(), &args.file, false)?;
+    let mut session = open_existing(&args.agent, &args.file, false)?;
     session.prepare_reads();
     let ctx = match &args.leaf {
         Some(leaf) => session.context_at(leaf.sel())?,
@@ -59,7 +59,7 @@ pub struct TreeArgs {
 }
 
 pub fn tree(args: &TreeArgs) -> Result<i32> {
-    let mut session = open_existing(&args.agent.agent(), &args.file, false)?;
+    let mut session = open_existing(&args.agent, &args.file, false)?;
     if let Some(leaf) = &args.leaf {
         leaf.apply(&mut session)?;
     }

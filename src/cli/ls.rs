@@ -51,6 +51,7 @@ pub fn run(args: LsArgs) -> crate::Result<i32> {
         agent,
         // Listing never writes (no migration on disk).
         read_only: true,
+        index: None,
         cache_bytes: 64 << 20,
     });
     let path = args.path.unwrap_or_default();

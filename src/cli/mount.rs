@@ -12,6 +12,7 @@ use crate::cli::daemon::{self, MountLock, PidFile};
 use crate::cli::mountopts::Parsed;
 use crate::fs::demo::DemoDir;
 use crate::fs::mount::{self as fsmount, serve, Ended, MountConfig};
+use crate::session::index_store::IndexStore;
 use crate::session::paths::AgentDir;
 
 /// Arguments of `sessionfs mount`.
@@ -60,6 +61,9 @@ pub struct MountArgs {
     /// sync, … (as `mount -t fuse.sessionfs` and fstab pass them).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
+    /// Neither use nor write the persistent index (scan whole files).
+    #[arg(long)]
+    pub no_index: bool,
     /// Where to mount.
     #[arg(value_name = "MOUNTPOINT")]
     pub mountpoint: PathBuf,
@@ -141,6 +145,7 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
     config.debug = args.debug();
     config.recover = recover;
     config.kernel_options = opts.kernel.clone();
+    config.index = (!args.no_index).then(|| IndexStore::default_for(agent.root()));
 
     let lock = MountLock::acquire(&mountpoint).map_err(|e| crate::Error::io(&mountpoint, e))?;
     let mut pid_guard = None;

@@ -124,7 +124,7 @@ pub struct ForkArgs {
 pub fn fork(args: &ForkArgs) -> Result<i32> {
     let agent = args.agent.agent();
     let file = resolve_file(&agent, &args.file)?;
-    let session = open_existing(&agent, &file, false)?;
+    let session = open_existing(&args.agent, &file, false)?;
     let path = match &args.at {
         Some(id) => session.create_branched_session(&agent, id)?,
         None => session.fork(&agent)?,
@@ -145,7 +145,7 @@ pub struct FileArgs {
 /// `sessionfs leaf FILE`: the leaf after loading (the last entry).
 pub fn leaf(args: &FileArgs) -> Result<i32> {
     let agent = args.agent.agent();
-    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
     print_out(&format!("{}\n", session.leaf_id().unwrap_or("")))?;
     Ok(0)
 }
@@ -153,7 +153,7 @@ pub fn leaf(args: &FileArgs) -> Result<i32> {
 /// `sessionfs labels FILE`: `<id>\t<label>` per labelled entry.
 pub fn labels(args: &FileArgs) -> Result<i32> {
     let agent = args.agent.agent();
-    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
     let mut out = String::new();
     for (id, label) in session.labels() {
         out.push_str(&format!("{id}\t{label}\n"));
@@ -165,7 +165,7 @@ pub fn labels(args: &FileArgs) -> Result<i32> {
 /// `sessionfs header FILE`: the header, pretty JSON.
 pub fn header(args: &FileArgs) -> Result<i32> {
     let agent = args.agent.agent();
-    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
     print_out(&format!("{}\n", pretty(session.header_json())))?;
     Ok(0)
 }
@@ -184,7 +184,7 @@ pub struct EntryArgs {
 /// `sessionfs entry FILE ID`: the entry, pretty JSON, blob refs resolved.
 pub fn entry(args: &EntryArgs) -> Result<i32> {
     let agent = args.agent.agent();
-    let session = open_existing(&agent, &resolve_file(&agent, &args.file)?, false)?;
+    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
     print_out(&session.entry_pretty(&args.id)?)?;
     Ok(0)
 }

@@ -216,6 +216,7 @@ mod tests {
         let tree = Tree::new(TreeConfig {
             agent: AgentDir::new(tmp.path()),
             read_only: true,
+            index: None,
             cache_bytes: 1 << 30,
         });
         (tmp, tree)

@@ -27,6 +27,7 @@ use crate::fs::inode::InodeTable;
 use crate::fs::requestlog::Logged;
 use crate::fs::tree::{Tree, TreeConfig};
 use crate::fs::{watch, SessionFs};
+use crate::session::index_store::IndexStore;
 use crate::session::paths::AgentDir;
 
 /// What to mount where.
@@ -51,6 +52,8 @@ pub struct MountConfig {
     pub kernel_options: Vec<MountOption>,
     /// FUSE worker threads.
     pub threads: usize,
+    /// The persistent index sessions are loaded with (and written to).
+    pub index: Option<IndexStore>,
 }
 
 impl MountConfig {
@@ -67,6 +70,7 @@ impl MountConfig {
             recover: false,
             kernel_options: Vec::new(),
             threads: 4,
+            index: None,
         }
     }
 }
@@ -214,6 +218,7 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     let tree = Arc::new(Tree::new(TreeConfig {
         agent: config.agent.clone(),
         read_only: config.read_only,
+        index: config.index.clone(),
         cache_bytes: usize::try_from(config.cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
     }));
     let inodes = Arc::new(InodeTable::new());

@@ -26,6 +26,7 @@ use crate::session::blobs::BlobStore;
 use crate::session::check::Checker;
 use crate::session::discovery::{link_stays_inside, project_dirs};
 use crate::session::error::{Error, Result};
+use crate::session::index_store::IndexStore;
 use crate::session::json::pretty;
 use crate::session::paths::{session_id_from_file_name, AgentDir};
 use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
@@ -61,6 +62,8 @@ pub struct Attr {
 pub struct TreeConfig {
     pub agent: AgentDir,
     pub read_only: bool,
+    /// The persistent index sessions are loaded with (and written to).
+    pub index: Option<IndexStore>,
     /// Budget of the session cache in bytes.
     pub cache_bytes: usize,
 }
@@ -89,6 +92,7 @@ pub struct Tree {
     storage: Arc<dyn Storage>,
     blobs: BlobStore,
     read_only: bool,
+    index: Option<IndexStore>,
     cache: SessionCache,
     changes: Mutex<Option<ChangeSink>>,
     started: SystemTime,
@@ -157,6 +161,7 @@ impl Tree {
             storage,
             blobs,
             read_only: config.read_only,
+            index: config.index,
             cache: SessionCache::new(config.cache_bytes),
             changes: Mutex::new(None),
             started: SystemTime::now(),
@@ -401,6 +406,7 @@ impl Tree {
         let options = OpenOptions {
             read_only: self.read_only,
             confine: Some(self.agent_root().to_path_buf()),
+            index: self.index.clone(),
             ..OpenOptions::default()
         };
         match Session::open(
@@ -1328,6 +1334,7 @@ mod tests {
         let tree = Tree::new(TreeConfig {
             agent: AgentDir::new(tmp.path()),
             read_only: false,
+            index: None,
             cache_bytes: budget,
         });
         (tmp, tree)

@@ -71,3 +71,119 @@ pub fn exercise_new_entry(text: &str) {
     let _ = session.append(entry);
     let _ = session.context().expect("context");
 }
+
+/// A fixed session file for [`exercise_index_file`], written once per
+/// process into a private temporary directory: (directory, session file).
+fn index_fixture() -> Option<&'static (std::path::PathBuf, std::path::PathBuf)> {
+    static FIXTURE: std::sync::OnceLock<Option<(std::path::PathBuf, std::path::PathBuf)>> =
+        std::sync::OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!(
+                "sessionfs-index-fuzz-{}-{}",
+                std::process::id(),
+                crate::session::ids::random_hex(4)
+            ));
+            std::fs::create_dir_all(&dir).ok()?;
+            let file = dir.join("s.jsonl");
+            let mut text = String::from(
+                "{\"type\":\"session\",\"version\":3,\"id\":\"s\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n",
+            );
+            for i in 0..6 {
+                let parent = if i == 0 { "null".to_string() } else { format!("\"e{}\"", i - 1) };
+                text.push_str(&format!(
+                    "{{\"type\":\"message\",\"id\":\"e{i}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{{\"role\":\"assistant\",\"provider\":\"p\",\"model\":\"m\",\"content\":[]}}}}\n"
+                ));
+            }
+            text.push_str("{\"type\":\"compaction\",\"id\":\"c\",\"parentId\":\"e5\",\"summary\":\"s\",\"firstKeptEntryId\":\"e3\",\"tokensBefore\":1}\n");
+            std::fs::write(&file, text).ok()?;
+            let file = std::fs::canonicalize(&file).ok()?;
+            Some((dir, file))
+        })
+        .as_ref()
+}
+
+/// Feeds arbitrary bytes to the persistent index (docs/engine.md,
+/// "Persistent index") as the index file of a fixed session file, in
+/// three ways: as the whole index file; as its body with a valid checksum
+/// (so that mutations reach the field decoder); and straight to the
+/// decoder. Nothing may panic; an index that does not verify leaves the
+/// session exactly as a plain load gives it; whatever an index that does
+/// verify says, the session stays usable.
+pub fn exercise_index_file(data: &[u8]) {
+    use crate::session::index_store::{decode_unchecked, IndexStore};
+    use crate::session::manager::OpenOptions;
+    use crate::session::storage::FileStorage;
+
+    let _ = decode_unchecked(data, None);
+    let Some((dir, file)) = index_fixture() else {
+        return;
+    };
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+    let plain = Session::open(storage.clone(), None, file, &OpenOptions::default())
+        .expect("the fixture loads");
+    let entries = |s: &Session| format!("{:?} {:?}", s.entries(), s.report());
+    // One index directory per call: runs may be parallel (test threads).
+    let store = IndexStore::new(dir.join(format!("idx-{}", crate::session::ids::random_hex(6))));
+    let with_sum = {
+        let mut b = data.to_vec();
+        b.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(data).to_le_bytes());
+        b
+    };
+    for bytes in [data, &with_sum[..]] {
+        let target = store.file_for(file);
+        if std::fs::create_dir_all(store.dir()).is_err() || std::fs::write(&target, bytes).is_err()
+        {
+            return;
+        }
+        let trusted = crate::session::index_store::decode(bytes, file).is_some();
+        let options = OpenOptions {
+            index: Some(store.clone()),
+            read_only: true,
+            ..OpenOptions::default()
+        };
+        let session = Session::open(storage.clone(), None, file, &options).expect("loads");
+        if !trusted {
+            assert_eq!(
+                entries(&session),
+                entries(&plain),
+                "an unusable index is ignored"
+            );
+        }
+        let ids: Vec<String> = session
+            .entries()
+            .iter()
+            .take(16)
+            .map(|m| m.id().to_string())
+            .collect();
+        for id in &ids {
+            // A crafted index that verifies may point anywhere in the
+            // file: errors are fine, panics are not.
+            let _ = session.context_at(LeafSel::Id(id));
+        }
+        let _ = session.tree();
+    }
+    let _ = std::fs::remove_dir_all(store.dir());
+}
+
+/// The valid index file of [`exercise_index_file`]'s session file: seeds
+/// for the smoke test's mutations and the fuzz corpus.
+pub fn index_fixture_bytes() -> Option<Vec<u8>> {
+    use crate::session::index_store::IndexStore;
+    use crate::session::storage::FileStorage;
+    let (dir, file) = index_fixture()?;
+    let store = IndexStore::new(dir.join(format!("seed-{}", crate::session::ids::random_hex(6))));
+    let storage = FileStorage::new();
+    let stat = storage.stat(file).ok()?;
+    store
+        .load_file(
+            &storage,
+            file,
+            &stat,
+            crate::session::loader::DEFAULT_MAX_LINE,
+        )
+        .ok()?;
+    let bytes = std::fs::read(store.file_for(file)).ok();
+    let _ = std::fs::remove_dir_all(store.dir());
+    bytes
+}

@@ -26,6 +26,7 @@ use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::{scan_line, EntryKind, HeaderInfo, LineKind, CURRENT_VERSION};
 use crate::session::ids::{new_entry_id, new_session_id};
 use crate::session::index::{EntryMeta, Loc, TreeIndex};
+use crate::session::index_store::{IndexStore, IndexUse};
 use crate::session::json::{json_string, pretty, RawObject};
 use crate::session::loader::{self, Loaded, Phase, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
@@ -48,6 +49,9 @@ pub struct OpenOptions {
     /// `docs/reliability.md`). `None`: any path (the command line, which
     /// works on the files it is given).
     pub confine: Option<PathBuf>,
+    /// Where to keep the persistent index (docs/engine.md, "Persistent
+    /// index"); `None` scans the whole file on every open.
+    pub index: Option<IndexStore>,
 }
 
 impl Default for OpenOptions {
@@ -56,6 +60,7 @@ impl Default for OpenOptions {
             read_only: false,
             max_line: DEFAULT_MAX_LINE,
             confine: None,
+            index: None,
         }
     }
 }
@@ -133,6 +138,10 @@ pub struct Session {
     max_line: usize,
     /// See [`OpenOptions::confine`].
     confine: Option<PathBuf>,
+    /// The persistent index used when (re)loading the file.
+    index_store: Option<IndexStore>,
+    /// How the last load used the persistent index.
+    index_use: Option<IndexUse>,
     header: HeaderInfo,
     /// The header line as stored (without `\n`).
     header_line: String,
@@ -216,6 +225,8 @@ impl Session {
             read_only: false,
             max_line: DEFAULT_MAX_LINE,
             confine: None,
+            index_store: None,
+            index_use: None,
             header,
             header_line,
             index: TreeIndex::new(),
@@ -275,7 +286,18 @@ impl Session {
         }
         // Identity and time before reading (see `DiskState::observed`).
         let before = storage.stat(path).ok();
-        let loaded = loader::load_file(&*storage, path, options.max_line)?;
+        let mut index_use = None;
+        let loaded = match (&options.index, &before) {
+            (Some(store), Some(stat))
+                if storage.supports_persistent_index() && !stat.is_dir && stat.size > 0 =>
+            {
+                let (loaded, used) = store.load_file(&*storage, path, stat, options.max_line)?;
+                log::debug!("{}: loaded with the index: {used:?}", path.display());
+                index_use = Some(used);
+                loaded
+            }
+            _ => loader::load_file(&*storage, path, options.max_line)?,
+        };
         if let Some(root) = &options.confine {
             // Swapped while it was read: what was read may be anything.
             check_confined(&*storage, path, root)?;
@@ -317,6 +339,8 @@ impl Session {
         session.read_only = options.read_only;
         session.max_line = options.max_line;
         session.confine = options.confine.clone();
+        session.index_store = options.index.clone();
+        session.index_use = index_use;
         let Some(loaded) = loaded else {
             return Ok(session);
         };
@@ -488,6 +512,10 @@ impl Session {
     /// The header line as stored.
     pub fn header_json(&self) -> &str {
         &self.header_line
+    }
+    /// How the last (re)load used the persistent index (`None`: no index).
+    pub fn index_use(&self) -> Option<IndexUse> {
+        self.index_use
     }
     pub fn report(&self) -> &LoadReport {
         &self.report
@@ -1113,6 +1141,7 @@ impl Session {
             read_only: self.read_only,
             max_line: self.max_line,
             confine: self.confine.clone(),
+            index: self.index_store.clone(),
         };
         let fresh = Session::open(self.storage.clone(), self.blobs.clone(), &path, &options)?;
         let latched = self.latched.take();

@@ -17,6 +17,7 @@ pub mod gc;
 pub mod history;
 pub mod ids;
 pub mod index;
+pub mod index_store;
 pub mod json;
 pub mod loader;
 pub mod manager;

@@ -150,6 +150,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>>;
     /// True when sessions written here live on a real disk.
     fn is_persistent(&self) -> bool;
+    /// True when a persistent index (docs/engine.md, "Persistent index")
+    /// may stand for this storage's files: their identity, size and mtime
+    /// change whenever their bytes do, and the index lives on the local
+    /// filesystem beside them.
+    fn supports_persistent_index(&self) -> bool {
+        false
+    }
     /// Reads the regular file `name` directly inside `dir` without
     /// following a symlink at either (`openat` with `O_NOFOLLOW` on the real
     /// filesystem; see "Security" in `docs/reliability.md`). A symlink is
@@ -383,6 +390,9 @@ impl Storage for FileStorage {
         lock_file(OpenOptions::new().read(true).open(path)?)
     }
     fn is_persistent(&self) -> bool {
+        true
+    }
+    fn supports_persistent_index(&self) -> bool {
         true
     }
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {

@@ -1,0 +1,1132 @@
+//! The persistent index (docs/engine.md, "Persistent index"): what the
+//! loader found in a session file, kept in a cache directory so that the
+//! next process opening an unchanged file skips scanning and validating
+//! it, and one opening a grown file scans only the new bytes.
+//!
+//! An index file is trusted only after it is checked against the session
+//! file: the same identity (device, inode), and either the same size and
+//! mtime (unchanged) or a larger size (grown by appends); in both cases the
+//! hash of the file's head (everything up to the end of the header line)
+//! and of the bytes before the indexed end (the last indexed line) must
+//! match what the file holds now. Anything else — another file, a rewrite,
+//! a truncation, an index of another engine build, a damaged or foreign
+//! index file — means a full scan, after which the index is written again.
+//! Index files are written to a temporary name and renamed into place, so
+//! concurrent processes never see a partial one; the last writer wins.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
+
+use crate::session::error::Result;
+use crate::session::format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
+use crate::session::loader::{self, LoadedEntry, Phase};
+use crate::session::storage::{FileStat, Storage};
+
+pub use crate::session::loader::Loaded;
+
+/// The first bytes of every index file.
+const MAGIC: &[u8; 8] = b"SFSIDX\x00\x01";
+
+/// Identifies the engine build that wrote an index: a hash of the engine's
+/// sources (see `build.rs`). An index written by another build (which may
+/// scan lines differently) is ignored.
+pub const ENGINE_HASH: &str = env!("SESSIONFS_ENGINE_HASH");
+
+/// At most this many bytes of the file's head are hashed.
+const HEAD_MAX: u64 = 64 << 10;
+/// Bytes before the indexed end that are hashed (the last indexed line, or
+/// its last part).
+const TAIL_MAX: u64 = 4 << 10;
+
+/// What the file must still hold for an index to apply: a fingerprint of
+/// the bytes that were indexed. Shared by the verification of a stored
+/// index and usable by anyone who needs to tell "grown by appends" from
+/// "rewritten" (identity + size + mtime + the last indexed bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub identity: (u64, u64),
+    /// Bytes indexed (the file's size when it was scanned).
+    pub size: u64,
+    pub mtime: SystemTime,
+    /// Length of the hashed head: up to the end of the header line (at
+    /// most [`HEAD_MAX`]).
+    pub head_len: u64,
+    pub head_hash: u128,
+    /// Start of the hashed tail; the tail ends at `size`.
+    pub tail_start: u64,
+    pub tail_hash: u128,
+}
+
+impl Fingerprint {
+    /// The fingerprint of the first `size` bytes of a file that `stat`
+    /// described, whose header line ends at `header_end`.
+    pub fn compute(
+        storage: &dyn Storage,
+        path: &Path,
+        stat: &FileStat,
+        size: u64,
+        header_end: u64,
+    ) -> std::io::Result<Fingerprint> {
+        let head_len = header_end.min(HEAD_MAX).min(size);
+        let tail_start = size.saturating_sub(TAIL_MAX).max(head_len);
+        Ok(Fingerprint {
+            identity: stat.identity,
+            size,
+            mtime: stat.mtime,
+            head_len,
+            head_hash: hash_range(storage, path, 0, head_len)?,
+            tail_start,
+            tail_hash: hash_range(storage, path, tail_start, size)?,
+        })
+    }
+
+    /// True when the file still holds the fingerprinted bytes (its head
+    /// and its indexed tail hash the same). `stat` is the file now.
+    pub fn bytes_match(&self, storage: &dyn Storage, path: &Path, stat: &FileStat) -> bool {
+        stat.identity == self.identity
+            && stat.size >= self.size
+            && hash_range(storage, path, 0, self.head_len).ok() == Some(self.head_hash)
+            && hash_range(storage, path, self.tail_start, self.size).ok() == Some(self.tail_hash)
+    }
+}
+
+fn hash_range(storage: &dyn Storage, path: &Path, start: u64, end: u64) -> std::io::Result<u128> {
+    if end <= start {
+        return Ok(xxh3_128(b""));
+    }
+    let bytes = storage.read_at(path, start, (end - start) as usize)?;
+    if bytes.len() as u64 != end - start {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the file is shorter than indexed",
+        ));
+    }
+    Ok(xxh3_128(&bytes))
+}
+
+/// A stored index: the fingerprint it was built against and what the
+/// loader found.
+#[derive(Debug, Clone)]
+pub struct StoredIndex {
+    pub fingerprint: Fingerprint,
+    pub loaded: Loaded,
+}
+
+/// The directory of index files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexStore {
+    dir: PathBuf,
+}
+
+/// How a load used the stored index (for logs and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexUse {
+    /// The file was unchanged: nothing was scanned.
+    Hit,
+    /// The file had grown: only the new bytes were scanned.
+    Extended,
+    /// No usable index: the whole file was scanned.
+    FullScan,
+}
+
+impl IndexStore {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        IndexStore { dir: dir.into() }
+    }
+
+    /// The default place: `$XDG_CACHE_HOME/sessionfs/index` when that
+    /// variable holds an absolute path; else `cache/sessionfs/index` under
+    /// the agent directory when it exists; else `~/.cache/sessionfs/index`.
+    pub fn default_for(agent_root: &Path) -> Self {
+        let sub = |dir: PathBuf| IndexStore::new(dir.join("sessionfs").join("index"));
+        match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
+            Some(dir) if dir.is_absolute() => sub(dir),
+            _ if agent_root.is_dir() => sub(agent_root.join("cache")),
+            _ => match std::env::var_os("HOME").map(PathBuf::from) {
+                Some(home) if home.is_absolute() => sub(home.join(".cache")),
+                _ => sub(agent_root.join("cache")),
+            },
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The index file of a session file (named by a hash of its canonical
+    /// path; the path itself is stored inside and compared).
+    pub fn file_for(&self, canonical: &Path) -> PathBuf {
+        let h = xxh3_128(canonical.as_os_str().as_encoded_bytes());
+        self.dir.join(format!("{h:032x}.idx"))
+    }
+
+    /// Reads and decodes the index of `canonical`; `None` when there is
+    /// none or it is unusable (damaged, foreign, of another build).
+    pub fn read(&self, canonical: &Path) -> Option<StoredIndex> {
+        let bytes = std::fs::read(self.file_for(canonical)).ok()?;
+        let decoded = decode(&bytes, canonical);
+        if decoded.is_none() {
+            log::debug!(
+                "ignoring the unusable index file {}",
+                self.file_for(canonical).display()
+            );
+        }
+        decoded
+    }
+
+    /// Writes the index of `canonical` (temporary file, then rename).
+    /// Failures are logged and otherwise ignored: the index is a cache.
+    pub fn write(&self, canonical: &Path, stored: &StoredIndex) {
+        if let Err(e) = self.try_write(canonical, stored) {
+            log::debug!("could not write the index of {}: {e}", canonical.display());
+        }
+    }
+
+    fn try_write(&self, canonical: &Path, stored: &StoredIndex) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
+        let bytes = encode(canonical, stored);
+        let target = self.file_for(canonical);
+        let tmp = self.dir.join(format!(
+            ".{}.{}.{}.tmp",
+            target
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            std::process::id(),
+            crate::session::ids::random_hex(4)
+        ));
+        let result = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&bytes))
+            .and_then(|()| std::fs::rename(&tmp, &target));
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Loads a session file like [`loader::load_file`], through the stored
+    /// index when it verifies against the file, and stores the index of
+    /// the result when it is new. `stat` is the file as seen before
+    /// reading it.
+    pub fn load_file(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        stat: &FileStat,
+        max_line: usize,
+    ) -> Result<(Option<Loaded>, IndexUse)> {
+        let canonical = storage
+            .canonicalize(path)
+            .unwrap_or_else(|_| path.to_path_buf());
+        if let Some(stored) = self.read(&canonical) {
+            if let Some((loaded, used)) = self.apply(storage, path, stat, stored, max_line)? {
+                if used == IndexUse::Extended {
+                    self.store(storage, path, &canonical, stat, &loaded);
+                }
+                return Ok((Some(loaded), used));
+            }
+        }
+        let loaded = loader::load_file(storage, path, max_line)?;
+        if let Some(l) = &loaded {
+            self.store(storage, path, &canonical, stat, l);
+        }
+        Ok((loaded, IndexUse::FullScan))
+    }
+
+    /// Uses a stored index if it verifies against the file.
+    fn apply(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        stat: &FileStat,
+        stored: StoredIndex,
+        max_line: usize,
+    ) -> Result<Option<(Loaded, IndexUse)>> {
+        let fp = &stored.fingerprint;
+        if stat.identity != fp.identity || stat.size < fp.size {
+            return Ok(None);
+        }
+        if stat.size == fp.size && stat.mtime != fp.mtime {
+            // Same size, another time: possibly rewritten in place.
+            return Ok(None);
+        }
+        if !fp.bytes_match(storage, path, stat) {
+            return Ok(None);
+        }
+        let mut loaded = stored.loaded;
+        if stat.size == fp.size {
+            return Ok(Some((loaded, IndexUse::Hit)));
+        }
+        // Grown: scan the new bytes only.
+        let tail = match loader::scan_file(storage, path, fp.size, Phase::AfterHeader, max_line)? {
+            Ok(t) => t,
+            Err(_) => return Ok(None),
+        };
+        loaded.entries.extend(tail.entries);
+        loaded.id_less_objects += tail.id_less_objects;
+        loaded.skipped += tail.skipped;
+        loaded.blank += tail.blank;
+        loaded.oversized += tail.oversized;
+        loaded.torn_tail = tail.torn_tail;
+        loaded.end = tail.end;
+        loaded.scanned = tail.scanned;
+        loaded.ends_with_newline = tail.ends_with_newline;
+        Ok(Some((loaded, IndexUse::Extended)))
+    }
+
+    /// Stores the index of a load result, when it describes a file that
+    /// ends with a complete line (a torn or unterminated tail is not
+    /// stored: the next load scans it again) and needs no migration.
+    fn store(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        canonical: &Path,
+        stat: &FileStat,
+        loaded: &Loaded,
+    ) {
+        let Some(header) = &loaded.header else { return };
+        if header.needs_migration()
+            || loaded.id_less_objects > 0
+            || !loaded.ends_with_newline
+            || loaded.torn_tail
+            || loaded.end != loaded.scanned
+        {
+            return;
+        }
+        let Some(header_end) = header_line_end(storage, path, loaded.header_offset) else {
+            return;
+        };
+        let Ok(fingerprint) = Fingerprint::compute(storage, path, stat, loaded.end, header_end)
+        else {
+            return;
+        };
+        // The file may have been replaced since `stat`: its head and tail
+        // were hashed from what is there now, but the identity is the one
+        // seen before the scan; a replaced file fails the check next time.
+        let stored = StoredIndex {
+            fingerprint,
+            loaded: loaded.clone(),
+        };
+        self.write(canonical, &stored);
+    }
+}
+
+/// The offset just past the header line's `\n`.
+fn header_line_end(storage: &dyn Storage, path: &Path, header_offset: u64) -> Option<u64> {
+    let mut end = None;
+    storage
+        .scan(
+            path,
+            header_offset,
+            16 << 10,
+            &mut |off, chunk| match memchr::memchr(b'\n', chunk) {
+                Some(p) => {
+                    end = Some(off + p as u64 + 1);
+                    false
+                }
+                None => off + (chunk.len() as u64) < header_offset + HEAD_MAX,
+            },
+        )
+        .ok()?;
+    end
+}
+
+// ---------------------------------------------------------------------------
+// Encoding: little-endian, length-prefixed, with an xxh3 checksum at the end.
+// ---------------------------------------------------------------------------
+
+struct Writer {
+    out: Vec<u8>,
+}
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.out.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.out.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.out.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u128(&mut self, v: u128) {
+        self.out.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.out.extend_from_slice(b);
+    }
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+    fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            None => self.u8(0),
+            Some(s) => {
+                self.u8(1);
+                self.str(s);
+            }
+        }
+    }
+    /// Short strings (ids): a one-byte length when it fits.
+    fn short(&mut self, s: &str) {
+        if s.len() < 255 {
+            self.u8(s.len() as u8);
+            self.out.extend_from_slice(s.as_bytes());
+        } else {
+            self.u8(255);
+            self.str(s);
+        }
+    }
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.data.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)?.try_into().ok().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)?.try_into().ok().map(u64::from_le_bytes)
+    }
+    fn u128(&mut self) -> Option<u128> {
+        self.take(16)?.try_into().ok().map(u128::from_le_bytes)
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+    fn opt_str(&mut self) -> Option<Option<&'a str>> {
+        match self.u8()? {
+            0 => Some(None),
+            1 => Some(Some(self.str()?)),
+            _ => None,
+        }
+    }
+    fn short(&mut self) -> Option<&'a str> {
+        let n = self.u8()?;
+        if n == 255 {
+            return self.str();
+        }
+        std::str::from_utf8(self.take(n as usize)?).ok()
+    }
+    fn boxed(&mut self) -> Option<Option<Box<str>>> {
+        Some(self.opt_str()?.map(Into::into))
+    }
+    fn usize(&mut self) -> Option<usize> {
+        usize::try_from(self.u64()?).ok()
+    }
+}
+
+fn kind_code(kind: EntryKind) -> u8 {
+    match kind {
+        EntryKind::Message => 0,
+        EntryKind::ThinkingLevelChange => 1,
+        EntryKind::ModelChange => 2,
+        EntryKind::Compaction => 3,
+        EntryKind::BranchSummary => 4,
+        EntryKind::Custom => 5,
+        EntryKind::CustomMessage => 6,
+        EntryKind::Label => 7,
+        EntryKind::TtsrInjection => 8,
+        EntryKind::SessionInit => 9,
+        EntryKind::ModeChange => 10,
+        EntryKind::Unknown => 11,
+    }
+}
+
+fn kind_of(code: u8) -> Option<EntryKind> {
+    Some(match code {
+        0 => EntryKind::Message,
+        1 => EntryKind::ThinkingLevelChange,
+        2 => EntryKind::ModelChange,
+        3 => EntryKind::Compaction,
+        4 => EntryKind::BranchSummary,
+        5 => EntryKind::Custom,
+        6 => EntryKind::CustomMessage,
+        7 => EntryKind::Label,
+        8 => EntryKind::TtsrInjection,
+        9 => EntryKind::SessionInit,
+        10 => EntryKind::ModeChange,
+        11 => EntryKind::Unknown,
+        _ => return None,
+    })
+}
+
+fn system_time_parts(t: SystemTime) -> (u64, u32, bool) {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => (d.as_secs(), d.subsec_nanos(), false),
+        Err(e) => (e.duration().as_secs(), e.duration().subsec_nanos(), true),
+    }
+}
+
+fn system_time_of(secs: u64, nanos: u32, before_epoch: bool) -> Option<SystemTime> {
+    if nanos >= 1_000_000_000 {
+        return None;
+    }
+    let d = Duration::new(secs, nanos);
+    if before_epoch {
+        SystemTime::UNIX_EPOCH.checked_sub(d)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_add(d)
+    }
+}
+
+/// Model names of assistant messages are shared between entries: stored
+/// once in a table and referenced by number.
+fn encode(canonical: &Path, stored: &StoredIndex) -> Vec<u8> {
+    let loaded = &stored.loaded;
+    let mut w = Writer {
+        out: Vec::with_capacity(256 + loaded.entries.len() * 48),
+    };
+    w.out.extend_from_slice(MAGIC);
+    w.str(ENGINE_HASH);
+    w.bytes(canonical.as_os_str().as_encoded_bytes());
+    let fp = &stored.fingerprint;
+    w.u64(fp.identity.0);
+    w.u64(fp.identity.1);
+    w.u64(fp.size);
+    let (secs, nanos, before) = system_time_parts(fp.mtime);
+    w.u64(secs);
+    w.u32(nanos);
+    w.u8(u8::from(before));
+    w.u64(fp.head_len);
+    w.u128(fp.head_hash);
+    w.u64(fp.tail_start);
+    w.u128(fp.tail_hash);
+
+    let Some(h) = &loaded.header else {
+        // Never stored without a header (see `IndexStore::store`).
+        return Vec::new();
+    };
+    w.str(&h.id);
+    match h.version {
+        None => w.u8(0),
+        Some(v) => {
+            w.u8(1);
+            w.u64(v);
+        }
+    }
+    w.opt_str(h.version_raw.as_deref());
+    w.opt_str(h.timestamp.as_deref());
+    w.opt_str(h.cwd.as_deref());
+    w.opt_str(h.title.as_deref());
+    w.opt_str(h.parent_session.as_deref());
+    w.u64(loaded.header_offset);
+    w.u8(u8::from(loaded.has_title));
+    for n in [
+        loaded.id_less_objects,
+        loaded.skipped,
+        loaded.blank,
+        loaded.oversized,
+    ] {
+        w.u64(n as u64);
+    }
+    w.u8(u8::from(loaded.torn_tail));
+    w.u64(loaded.end);
+    w.u8(u8::from(loaded.ends_with_newline));
+    w.u64(loaded.scanned);
+
+    let mut models: Vec<Arc<str>> = Vec::new();
+    let mut model_no = |m: &Arc<str>| -> u32 {
+        // Entries that share a model share the `Arc`; a pointer check
+        // finds the recent ones fast.
+        if let Some(k) = models.iter().rposition(|x| Arc::ptr_eq(x, m) || **x == **m) {
+            return k as u32;
+        }
+        models.push(m.clone());
+        (models.len() - 1) as u32
+    };
+    let mut body = Writer {
+        out: Vec::with_capacity(loaded.entries.len() * 44),
+    };
+    for e in &loaded.entries {
+        let s = &e.entry;
+        body.u8(kind_code(s.kind));
+        body.short(&s.id);
+        match &s.parent_id {
+            None => body.u8(0),
+            Some(p) => {
+                body.u8(1);
+                body.short(p);
+            }
+        }
+        match s.timestamp_ms {
+            None => body.u8(0),
+            Some(ms) => {
+                body.u8(1);
+                body.u64(ms as u64);
+            }
+        }
+        body.u64(e.offset);
+        body.u32(e.len);
+        match &s.facts {
+            Facts::None => body.u8(0),
+            Facts::Message { role, model } => {
+                body.u8(1);
+                match role {
+                    Role::User => body.u8(0),
+                    Role::Assistant => body.u8(1),
+                    Role::ToolResult => body.u8(2),
+                    Role::Custom => body.u8(3),
+                    Role::HookMessage => body.u8(4),
+                    Role::Missing => body.u8(5),
+                    Role::Other(name) => {
+                        body.u8(6);
+                        body.str(name);
+                    }
+                }
+                match model {
+                    None => body.u32(u32::MAX),
+                    Some(m) => body.u32(model_no(m)),
+                }
+            }
+            Facts::ThinkingLevel(level) => {
+                body.u8(2);
+                body.opt_str(level.as_deref());
+            }
+            Facts::ModelChange { model, role } => {
+                body.u8(3);
+                body.opt_str(model.as_deref());
+                body.opt_str(role.as_deref());
+            }
+            Facts::Ttsr(rules) => {
+                body.u8(4);
+                body.u32(rules.len() as u32);
+                for r in rules {
+                    body.str(r);
+                }
+            }
+            Facts::Mode { mode, data } => {
+                body.u8(5);
+                body.opt_str(mode.as_deref());
+                body.opt_str(data.as_deref());
+            }
+            Facts::Label { target, label } => {
+                body.u8(6);
+                body.opt_str(target.as_deref());
+                body.opt_str(label.as_deref());
+            }
+            Facts::Compaction { first_kept } => {
+                body.u8(7);
+                body.opt_str(first_kept.as_deref());
+            }
+            Facts::BranchSummary { from } => {
+                body.u8(8);
+                body.opt_str(from.as_deref());
+            }
+            Facts::Unknown(t) => {
+                body.u8(9);
+                body.str(t);
+            }
+        }
+    }
+    w.u32(models.len() as u32);
+    for m in &models {
+        w.str(m);
+    }
+    w.u64(loaded.entries.len() as u64);
+    w.out.extend_from_slice(&body.out);
+    let sum = xxh3_64(&w.out);
+    w.u64(sum);
+    w.out
+}
+
+/// Decodes an index file; `None` for anything that is not a complete,
+/// intact index of `canonical` written by this engine build. Never panics,
+/// whatever the bytes.
+pub fn decode(bytes: &[u8], canonical: &Path) -> Option<StoredIndex> {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+    if xxh3_64(body) != u64::from_le_bytes(sum.try_into().ok()?) {
+        return None;
+    }
+    decode_unchecked(body, Some(canonical))
+}
+
+/// [`decode`] without the checksum (and, with `None`, without the path
+/// check): the fuzz target drives this directly, so that mutated bytes
+/// reach the field decoder instead of stopping at the checksum.
+pub fn decode_unchecked(body: &[u8], canonical: Option<&Path>) -> Option<StoredIndex> {
+    let mut r = Reader { data: body, pos: 0 };
+    if r.take(MAGIC.len())? != MAGIC || r.str()? != ENGINE_HASH {
+        return None;
+    }
+    let path = r.bytes()?;
+    if canonical.is_some_and(|c| c.as_os_str().as_encoded_bytes() != path) {
+        return None;
+    }
+    let identity = (r.u64()?, r.u64()?);
+    let size = r.u64()?;
+    let (secs, nanos, before) = (r.u64()?, r.u32()?, r.u8()?);
+    let mtime = system_time_of(secs, nanos, before != 0)?;
+    let head_len = r.u64()?;
+    let head_hash = r.u128()?;
+    let tail_start = r.u64()?;
+    let tail_hash = r.u128()?;
+    if head_len > size || tail_start > size {
+        return None;
+    }
+    let fingerprint = Fingerprint {
+        identity,
+        size,
+        mtime,
+        head_len,
+        head_hash,
+        tail_start,
+        tail_hash,
+    };
+    let id = r.str()?.to_string();
+    let version = match r.u8()? {
+        0 => None,
+        1 => Some(r.u64()?),
+        _ => return None,
+    };
+    let s = |r: &mut Reader<'_>| Some(r.opt_str()?.map(str::to_string));
+    let header = HeaderInfo {
+        id,
+        version,
+        version_raw: s(&mut r)?,
+        timestamp: s(&mut r)?,
+        cwd: s(&mut r)?,
+        title: s(&mut r)?,
+        parent_session: s(&mut r)?,
+    };
+    let header_offset = r.u64()?;
+    let has_title = r.u8()? != 0;
+    let id_less_objects = r.usize()?;
+    let skipped = r.usize()?;
+    let blank = r.usize()?;
+    let oversized = r.usize()?;
+    let torn_tail = r.u8()? != 0;
+    let end = r.u64()?;
+    let ends_with_newline = r.u8()? != 0;
+    let scanned = r.u64()?;
+    if end > size || scanned > size || header_offset >= size {
+        return None;
+    }
+    let n_models = r.u32()? as usize;
+    let mut models: Vec<Arc<str>> = Vec::with_capacity(n_models.min(1024));
+    for _ in 0..n_models {
+        models.push(r.str()?.into());
+    }
+    let n = r.usize()?;
+    // Each entry takes at least 16 bytes: a count beyond that is damage.
+    if n > body.len() / 16 {
+        return None;
+    }
+    let mut entries = Vec::with_capacity(n);
+    let mut prev_end = header_offset;
+    for _ in 0..n {
+        let kind = kind_of(r.u8()?)?;
+        let id = Id::new(r.short()?);
+        let parent_id = match r.u8()? {
+            0 => None,
+            1 => Some(Id::new(r.short()?)),
+            _ => return None,
+        };
+        let timestamp_ms = match r.u8()? {
+            0 => None,
+            1 => Some(r.u64()? as i64),
+            _ => return None,
+        };
+        let offset = r.u64()?;
+        let len = r.u32()?;
+        // Lines are in file order, after the header, within the file.
+        let line_end = offset.checked_add(u64::from(len))?;
+        if offset < prev_end || line_end > end {
+            return None;
+        }
+        prev_end = line_end;
+        let facts = match r.u8()? {
+            0 => Facts::None,
+            1 => {
+                let role = match r.u8()? {
+                    0 => Role::User,
+                    1 => Role::Assistant,
+                    2 => Role::ToolResult,
+                    3 => Role::Custom,
+                    4 => Role::HookMessage,
+                    5 => Role::Missing,
+                    6 => Role::Other(r.str()?.into()),
+                    _ => return None,
+                };
+                let model = match r.u32()? {
+                    u32::MAX => None,
+                    k => Some(models.get(k as usize)?.clone()),
+                };
+                Facts::Message { role, model }
+            }
+            2 => Facts::ThinkingLevel(r.boxed()?),
+            3 => Facts::ModelChange {
+                model: r.boxed()?,
+                role: r.boxed()?,
+            },
+            4 => {
+                let k = r.u32()? as usize;
+                let mut rules = Vec::with_capacity(k.min(256));
+                for _ in 0..k {
+                    rules.push(r.str()?.into());
+                }
+                Facts::Ttsr(rules)
+            }
+            5 => Facts::Mode {
+                mode: r.boxed()?,
+                data: r.boxed()?,
+            },
+            6 => Facts::Label {
+                target: r.boxed()?,
+                label: r.boxed()?,
+            },
+            7 => Facts::Compaction {
+                first_kept: r.boxed()?,
+            },
+            8 => Facts::BranchSummary { from: r.boxed()? },
+            9 => Facts::Unknown(r.str()?.into()),
+            _ => return None,
+        };
+        entries.push(LoadedEntry {
+            entry: ScannedEntry {
+                kind,
+                id,
+                parent_id,
+                timestamp_ms,
+                facts,
+            },
+            offset,
+            len,
+        });
+    }
+    if r.pos != body.len() {
+        return None;
+    }
+    Some(StoredIndex {
+        fingerprint,
+        loaded: Loaded {
+            header: Some(header),
+            header_offset,
+            has_title,
+            entries,
+            id_less_objects,
+            skipped,
+            blank,
+            oversized,
+            torn_tail,
+            end,
+            ends_with_newline,
+            scanned,
+        },
+    })
+}
+
+/// Encodes for tests and the fuzz smoke test.
+#[doc(hidden)]
+pub fn encode_for_tests(canonical: &Path, stored: &StoredIndex) -> Vec<u8> {
+    encode(canonical, stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::storage::FileStorage;
+    use std::io::Write;
+
+    const HEADER: &str = r#"{"type":"session","version":3,"id":"s1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
+
+    fn line(i: usize, parent: Option<usize>) -> String {
+        let parent = parent.map_or("null".to_string(), |p| format!("\"e{p}\""));
+        match i % 4 {
+            0 => format!(
+                r#"{{"type":"message","id":"e{i}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"assistant","provider":"p","model":"m{}","content":[]}}}}"#,
+                i % 3
+            ),
+            1 => format!(
+                r#"{{"type":"label","id":"e{i}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","targetId":"e0","label":"l{i}"}}"#
+            ),
+            2 => format!(
+                r#"{{"type":"ttsr_injection","id":"e{i}","parentId":{parent},"timestamp":"x","injectedRules":["a","b"]}}"#
+            ),
+            _ => format!(
+                r#"{{"type":"weird_{i}","id":"e{i}-with-a-much-longer-identifier","parentId":{parent}}}"#
+            ),
+        }
+    }
+
+    fn text(n: usize) -> String {
+        let mut t = format!("{{\"type\":\"title\",\"v\":1}}\n{HEADER}\nnot json\n\n");
+        for i in 0..n {
+            t.push_str(&line(i, i.checked_sub(1)));
+            t.push('\n');
+        }
+        t
+    }
+
+    struct Env {
+        _tmp: tempfile::TempDir,
+        file: PathBuf,
+        store: IndexStore,
+        storage: FileStorage,
+    }
+
+    fn env(content: &str) -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("s.jsonl");
+        std::fs::write(&file, content).unwrap();
+        let store = IndexStore::new(tmp.path().join("cache"));
+        Env {
+            file,
+            store,
+            storage: FileStorage::new(),
+            _tmp: tmp,
+        }
+    }
+
+    impl Env {
+        fn load(&self) -> (String, IndexUse) {
+            let stat = self.storage.stat(&self.file).unwrap();
+            let (l, used) = self
+                .store
+                .load_file(&self.storage, &self.file, &stat, loader::DEFAULT_MAX_LINE)
+                .unwrap();
+            (format!("{l:?}"), used)
+        }
+        fn plain(&self) -> String {
+            let l = loader::load_file(&self.storage, &self.file, loader::DEFAULT_MAX_LINE).unwrap();
+            format!("{l:?}")
+        }
+        fn index_file(&self) -> PathBuf {
+            self.store
+                .file_for(&std::fs::canonicalize(&self.file).unwrap())
+        }
+        fn append(&self, s: &str) {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&self.file)
+                .unwrap();
+            f.write_all(s.as_bytes()).unwrap();
+        }
+        fn set_mtime(&self, t: SystemTime) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.file)
+                .unwrap();
+            f.set_modified(t).unwrap();
+        }
+    }
+
+    #[test]
+    fn unchanged_file_is_a_hit_with_the_same_result() {
+        let e = env(&text(50));
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+        assert!(e.index_file().exists());
+        assert_eq!(e.load(), (e.plain(), IndexUse::Hit));
+        assert_eq!(e.load(), (e.plain(), IndexUse::Hit));
+    }
+
+    #[test]
+    fn grown_file_extends_the_index() {
+        let e = env(&text(20));
+        e.load();
+        e.append(&format!(
+            "{}\nbad line\n\n{}\n",
+            line(20, Some(19)),
+            line(21, Some(20))
+        ));
+        assert_eq!(e.load(), (e.plain(), IndexUse::Extended));
+        // The extended index was stored: the next open is a hit.
+        assert_eq!(e.load(), (e.plain(), IndexUse::Hit));
+        // A torn tail is scanned but not stored.
+        e.append("{\"type\":\"custom\",\"id\":\"t");
+        assert_eq!(e.load(), (e.plain(), IndexUse::Extended));
+        assert_eq!(e.load(), (e.plain(), IndexUse::Extended));
+        // Completing the line: a plain append again.
+        e.append("orn\",\"parentId\":null}\n");
+        assert_eq!(e.load(), (e.plain(), IndexUse::Extended));
+        assert_eq!(e.load(), (e.plain(), IndexUse::Hit));
+    }
+
+    #[test]
+    fn any_mismatch_means_a_full_scan() {
+        let original = text(30);
+        let e = env(&original);
+        e.load();
+        let mtime = std::fs::metadata(&e.file).unwrap().modified().unwrap();
+
+        // Rewritten in place, same size, same mtime: the tail hash differs.
+        let changed = original.replace("\"l29\"", "\"L29\"");
+        assert_eq!(changed.len(), original.len());
+        std::fs::write(&e.file, &changed).unwrap();
+        e.set_mtime(mtime);
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+        assert_eq!(e.load().1, IndexUse::Hit);
+
+        // The header changed in place (same size and mtime): head hash.
+        let mtime = std::fs::metadata(&e.file).unwrap().modified().unwrap();
+        std::fs::write(&e.file, changed.replace("\"cwd\":\"/w\"", "\"cwd\":\"/v\"")).unwrap();
+        e.set_mtime(mtime);
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+
+        // Same size, another mtime.
+        e.set_mtime(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000));
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+        assert_eq!(e.load().1, IndexUse::Hit);
+
+        // Grown, but an older line changed (within the hashed tail).
+        let now = std::fs::read_to_string(&e.file).unwrap();
+        let grown = format!(
+            "{}{}\n",
+            now.replace("\"L29\"", "\"M29\""),
+            line(30, Some(29))
+        );
+        std::fs::write(&e.file, grown).unwrap();
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+
+        // Replaced by another file (rename): identity.
+        let other = e.file.with_extension("new");
+        std::fs::write(&other, std::fs::read(&e.file).unwrap()).unwrap();
+        std::fs::rename(&other, &e.file).unwrap();
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+
+        // Truncated.
+        let now = std::fs::read_to_string(&e.file).unwrap();
+        let cut = &now[..now.len() - line(30, Some(29)).len() - 1];
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&e.file)
+            .unwrap();
+        f.set_len(cut.len() as u64).unwrap();
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+    }
+
+    #[test]
+    fn damaged_or_foreign_index_files_are_ignored_and_rebuilt() {
+        let e = env(&text(40));
+        e.load();
+        let good = std::fs::read(e.index_file()).unwrap();
+        let damages: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            b"garbage".to_vec(),
+            good[..good.len() / 2].to_vec(),
+            {
+                let mut b = good.clone();
+                b[good.len() / 3] ^= 0x40;
+                b
+            },
+            {
+                let mut b = good.clone();
+                b.push(0);
+                b
+            },
+        ];
+        for bad in damages {
+            std::fs::write(e.index_file(), &bad).unwrap();
+            assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+            assert_eq!(std::fs::read(e.index_file()).unwrap().len(), good.len());
+            assert_eq!(e.load().1, IndexUse::Hit);
+        }
+        // The index of another file under this file's name: foreign.
+        let other = env(&text(40));
+        other.load();
+        std::fs::copy(other.index_file(), e.index_file()).unwrap();
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+        // An index of another engine build.
+        let mut b = good.clone();
+        let at = MAGIC.len() + 4;
+        b[at] ^= 1;
+        let n = b.len() - 8;
+        let sum = xxh3_64(&b[..n]);
+        b[n..].copy_from_slice(&sum.to_le_bytes());
+        std::fs::write(e.index_file(), &b).unwrap();
+        assert_eq!(e.load(), (e.plain(), IndexUse::FullScan));
+    }
+
+    #[test]
+    fn decoding_checks_every_field_without_panicking() {
+        let e = env(&text(12));
+        e.load();
+        let good = std::fs::read(e.index_file()).unwrap();
+        let canonical = std::fs::canonicalize(&e.file).unwrap();
+        assert!(decode(&good, &canonical).is_some());
+        let body = &good[..good.len() - 8];
+        // Every truncation and single-byte change of the body.
+        for cut in 0..body.len() {
+            assert!(decode_unchecked(&body[..cut], None).is_none(), "cut {cut}");
+        }
+        for at in 0..body.len() {
+            let mut b = body.to_vec();
+            b[at] = b[at].wrapping_add(0x5b);
+            let _ = decode_unchecked(&b, None);
+        }
+    }
+
+    #[test]
+    fn concurrent_processes_leave_a_valid_index() {
+        let e = env(&text(300));
+        let plain = e.plain();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..5 {
+                        // Each thread stands for a process: its own store.
+                        let store = IndexStore::new(e.store.dir());
+                        let stat = e.storage.stat(&e.file).unwrap();
+                        let (l, _) = store
+                            .load_file(&e.storage, &e.file, &stat, loader::DEFAULT_MAX_LINE)
+                            .unwrap();
+                        assert_eq!(format!("{l:?}"), plain);
+                    }
+                });
+            }
+        });
+        assert_eq!(e.load(), (plain, IndexUse::Hit));
+        let names: Vec<String> = std::fs::read_dir(e.store.dir())
+            .unwrap()
+            .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "no temporary files left: {names:?}");
+    }
+
+    #[test]
+    fn old_versions_and_files_without_header_are_not_indexed() {
+        let e = env(
+            r#"{"type":"session","id":"v1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}
+"#,
+        );
+        e.load();
+        assert!(!e.index_file().exists());
+        let e = env("no header\n");
+        let stat = e.storage.stat(&e.file).unwrap();
+        assert!(e
+            .store
+            .load_file(&e.storage, &e.file, &stat, loader::DEFAULT_MAX_LINE)
+            .is_err());
+        assert!(!e.index_file().exists());
+    }
+}
