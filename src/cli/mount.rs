@@ -145,7 +145,15 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
     config.debug = args.debug();
     config.recover = recover;
     config.kernel_options = opts.kernel.clone();
-    config.index = (!args.no_index).then(|| IndexStore::default_for(agent.root()));
+    config.index = (!args.no_index).then(|| {
+        // A read-only mount writes nothing into the agent directory.
+        let store = IndexStore::default_for(agent.root());
+        if read_only && store.dir().starts_with(agent.root()) {
+            store.without_writes()
+        } else {
+            store
+        }
+    });
 
     let lock = MountLock::acquire(&mountpoint).map_err(|e| crate::Error::io(&mountpoint, e))?;
     let mut pid_guard = None;

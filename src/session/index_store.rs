@@ -119,6 +119,9 @@ pub struct StoredIndex {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexStore {
     dir: PathBuf,
+    /// False: indexes are used but never written (a read-only mount whose
+    /// index directory lies in the agent directory).
+    writable: bool,
 }
 
 /// How a load used the stored index (for logs and tests).
@@ -134,7 +137,18 @@ pub enum IndexUse {
 
 impl IndexStore {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        IndexStore { dir: dir.into() }
+        IndexStore {
+            dir: dir.into(),
+            writable: true,
+        }
+    }
+
+    /// This store, used without ever writing to it.
+    pub fn without_writes(self) -> Self {
+        IndexStore {
+            writable: false,
+            ..self
+        }
     }
 
     /// The default place: `$XDG_CACHE_HOME/sessionfs/index` when that
@@ -180,6 +194,9 @@ impl IndexStore {
     /// Writes the index of `canonical` (temporary file, then rename).
     /// Failures are logged and otherwise ignored: the index is a cache.
     pub fn write(&self, canonical: &Path, stored: &StoredIndex) {
+        if !self.writable {
+            return;
+        }
         if let Err(e) = self.try_write(canonical, stored) {
             log::debug!("could not write the index of {}: {e}", canonical.display());
         }
