@@ -160,3 +160,107 @@ fn parsed_entries_from_scripts_append_with_validation() {
         ["type", "id", "parentId", "timestamp", "fromId", "summary"]
     );
 }
+
+mod incremental_context {
+    use proptest::prelude::*;
+    use sessionfs::session::manager::OpenOptions;
+    use sessionfs::session::storage::{MemoryStorage, Storage};
+    use sessionfs::session::Session;
+    use std::sync::Arc;
+
+    const HEADER: &str = r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
+
+    /// One entry line of kind `k` with id `e<i>` and parent `parent`.
+    fn line(i: usize, k: u8, parent: Option<usize>) -> String {
+        let parent = parent.map_or("null".to_string(), |p| format!("\"e{p}\""));
+        let head =
+            format!(r#""id":"e{i}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z""#);
+        match k % 12 {
+            0 => format!(
+                r#"{{"type":"message",{head},"message":{{"role":"user","content":"u{i} \u00e9 \"q\""}}}}"#
+            ),
+            1 => format!(
+                r#"{{"type":"message",{head},"message":{{"role":"assistant","provider":"p","model":"m{i}","content":[{{"type":"text","text":"a{i}"}},{{}},[]]}}}}"#
+            ),
+            2 => format!(r#"{{"type":"thinking_level_change",{head},"thinkingLevel":"high"}}"#),
+            3 => format!(r#"{{"type":"thinking_level_change",{head},"thinkingLevel":null}}"#),
+            4 => format!(r#"{{"type":"model_change",{head},"model":"x/m{i}","role":"smol"}}"#),
+            5 => format!(r#"{{"type":"model_change",{head},"model":"x/d{i}"}}"#),
+            6 => format!(
+                r#"{{"type":"compaction",{head},"summary":"s{i}","firstKeptEntryId":"e{}","tokensBefore":3}}"#,
+                i / 2
+            ),
+            7 => format!(
+                r#"{{"type":"branch_summary",{head},"fromId":"e0","summary":"{}"}}"#,
+                if i.is_multiple_of(2) { "" } else { "b" }
+            ),
+            8 => format!(
+                r#"{{"type":"custom_message",{head},"customType":"note","content":"c{i}","display":true}}"#
+            ),
+            9 => format!(
+                r#"{{"type":"ttsr_injection",{head},"injectedRules":["r{}","r1"]}}"#,
+                i % 3
+            ),
+            10 => format!(r#"{{"type":"mode_change",{head},"mode":"m{i}","data":{{"k":[{i}]}}}}"#),
+            _ => format!(r#"{{"type":"reset_boundary",{head}}}"#),
+        }
+    }
+
+    fn open(storage: &Arc<dyn Storage>, text: &str) -> Session {
+        let path = std::path::Path::new("/s/f.jsonl");
+        storage.ensure_dir(std::path::Path::new("/s")).unwrap();
+        storage.write(path, text.as_bytes()).unwrap();
+        Session::open(storage.clone(), None, path, &OpenOptions::default()).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Extending the context built at an earlier leaf by the entries
+        /// appended below it gives exactly the context built whole at the
+        /// new leaf (and declines only where it must).
+        #[test]
+        fn extension_equals_a_whole_build(
+            kinds in proptest::collection::vec((any::<u8>(), any::<u8>(), 0u8..8), 2..40),
+            split in any::<prop::sample::Index>(),
+        ) {
+            let mut lines = vec![HEADER.to_string()];
+            for (i, &(k, p, jump)) in kinds.iter().enumerate() {
+                // Mostly a chain, sometimes a branch from an earlier entry.
+                let parent = match (i, jump) {
+                    (0, _) => None,
+                    (_, 0) => Some(p as usize % i),
+                    _ => Some(i - 1),
+                };
+                lines.push(line(i, k, parent));
+            }
+            let k = 1 + split.index(kinds.len() - 1);
+            let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+            let old = open(&storage, &(lines[..=k].join("\n") + "\n"));
+            let (old_ctx, fold) = old.context_fold().unwrap();
+            let new = open(&storage, &(lines.join("\n") + "\n"));
+            let whole = new.context().unwrap();
+            let Some(fold) = fold else { return Ok(()); };
+            match new.extend_context(&fold).unwrap() {
+                Some(ext) => {
+                    let joined = format!(
+                        "{}{}{}",
+                        &old_ctx.as_json()[..old_ctx.messages_end()],
+                        ext.messages,
+                        ext.tail
+                    );
+                    prop_assert_eq!(joined, whole.as_json());
+                    prop_assert_eq!(ext.fold.message_count(), whole.message_count());
+                }
+                None => {
+                    // Declined: the old context had no messages, or the
+                    // new leaf is not below the old one, or a compaction or
+                    // reset lies in between.
+                    let below = new.index().path_to(new.leaf().unwrap()).contains(&fold.leaf());
+                    let between_boundary = lines[k + 1..].iter().any(|l| l.contains("\"compaction\"") || l.contains("reset_boundary"));
+                    prop_assert!(fold.message_count() == 0 || !below || between_boundary);
+                }
+            }
+        }
+    }
+}

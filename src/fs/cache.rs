@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::fs::layout::{EntryFile, SessionKey};
+use crate::session::context::ContextFold;
 use crate::session::Session;
 
 /// Estimated memory of one indexed entry (metadata, id map, tree links).
@@ -55,6 +56,19 @@ pub struct SavedLeaf {
 /// leaf position).
 pub type ContextKey = (u64, usize, Option<u32>);
 
+/// The end of a rendered `context.json`'s messages and the fold there.
+#[derive(Debug, Clone)]
+pub struct RenderedFold {
+    /// The state the rendering was made for.
+    pub key: ContextKey,
+    pub fold: ContextFold,
+    /// Bytes of the rendering up to the end of its last message: what an
+    /// extension keeps.
+    pub prefix: usize,
+    /// Nesting depth of the pretty printer at `prefix`.
+    pub indent: usize,
+}
+
 /// Everything the mount keeps about one session.
 #[derive(Debug, Default)]
 pub struct SlotState {
@@ -77,6 +91,13 @@ pub struct SlotState {
     /// The last rendered `context.json`, for the state it was rendered at
     /// (a `cat` stats the file, then reads it: one rendering serves both).
     pub context: Option<(ContextKey, Arc<Vec<u8>>)>,
+    /// Where the fold of that rendering stopped, to extend it in place
+    /// when entries are appended below its leaf (docs/filesystem.md,
+    /// "Incremental contexts"); valid while its key is `context`'s.
+    pub context_fold: Option<RenderedFold>,
+    /// How many renderings of `context.json` were extensions of the one
+    /// before (statistics, for tests and logs).
+    pub context_extensions: u64,
     tick: u64,
 }
 
@@ -105,6 +126,7 @@ impl SlotState {
         self.generation += 1;
         self.entry_sizes.clear();
         self.context = None;
+        self.context_fold = None;
     }
 
     fn estimate(&self) -> usize {
@@ -138,6 +160,7 @@ impl SlotState {
         }
         self.entry_sizes = HashMap::new();
         self.context = None;
+        self.context_fold = None;
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::fs::cache::{Broken, ContextKey, Fingerprint, SessionCache, SlotState};
+use crate::fs::cache::{Broken, ContextKey, Fingerprint, RenderedFold, SessionCache, SlotState};
 use crate::fs::control::{
     parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LeafCommand,
 };
@@ -27,7 +27,7 @@ use crate::session::check::Checker;
 use crate::session::discovery::{link_stays_inside, project_dirs};
 use crate::session::error::{Error, Result};
 use crate::session::index_store::IndexStore;
-use crate::session::json::pretty;
+use crate::session::json::{pretty, pretty_append};
 use crate::session::paths::{session_id_from_file_name, AgentDir};
 use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
 use crate::session::storage::{FileStat, FileStorage, Storage};
@@ -354,7 +354,9 @@ impl Tree {
                 Ok(Refresh::Grew(_)) => {
                     let topology = s.topology_changes();
                     let new_entries = new_entries(s, before);
-                    st.context = None;
+                    // The rendered context stays: its key (entry count,
+                    // leaf) no longer matches, so the next read extends
+                    // or rebuilds it.
                     let stale = st.note_topology(topology);
                     self.report_new(key, new_entries, stale);
                     return Ok(Status::Ready);
@@ -1065,7 +1067,6 @@ impl Tree {
             // (`Session::append` picks them up first).
             let stale = st.note_topology(s.topology_changes());
             if s.entries().len() != before || stale {
-                st.context = None;
                 self.report_new(key, new_entries(s, before), stale);
             }
             if let Err(e) = &result {
@@ -1259,9 +1260,35 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
                     return Ok(data.clone());
                 }
             }
-            let mut t = s.context()?.to_pretty();
-            t.push('\n');
-            let data = Arc::new(t.into_bytes());
+            if let Some(data) = extend_rendered_context(st, s, key)? {
+                return Ok(data);
+            }
+            let (ctx, fold) = s.context_fold()?;
+            let json = ctx.as_json();
+            let mut buf = Vec::with_capacity(json.len() + json.len() / 2 + 64);
+            st.context_fold = None;
+            match fold.filter(|f| f.message_count() > 0) {
+                // Printed in two pieces, cut after the last message: the
+                // same bytes as printed whole, and the cut is where an
+                // extension continues.
+                Some(fold) => {
+                    let end = ctx.messages_end();
+                    let indent = pretty_append(&json[..end], 0, &mut buf);
+                    let prefix = buf.len();
+                    pretty_append(&json[end..], indent, &mut buf);
+                    st.context_fold = Some(RenderedFold {
+                        key,
+                        fold,
+                        prefix,
+                        indent,
+                    });
+                }
+                None => {
+                    pretty_append(json, 0, &mut buf);
+                }
+            }
+            buf.push(b'\n');
+            let data = Arc::new(buf);
             st.context = Some((key, data.clone()));
             return Ok(data);
         }
@@ -1284,6 +1311,45 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
         SessionFile::Append | SessionFile::Problems => String::new(),
     };
     Ok(Arc::new(text.into_bytes()))
+}
+
+/// Extends the rendered `context.json` when entries were appended below
+/// its leaf and nothing changed the paths of older entries (same
+/// generation): the new messages are printed after the kept ones and the
+/// members after `messages` printed again — cost of the new entries, not
+/// of the path (docs/filesystem.md, "Incremental contexts"). The buffer is
+/// extended in place unless an open file still reads the old text (then
+/// it is copied once). `None` when the context must be built again.
+fn extend_rendered_context(
+    st: &mut SlotState,
+    s: &Session,
+    key: ContextKey,
+) -> Result<Option<Arc<Vec<u8>>>> {
+    let (Some((old_key, data)), Some(rf)) = (st.context.as_mut(), st.context_fold.as_mut()) else {
+        return Ok(None);
+    };
+    if rf.key != *old_key || old_key.0 != key.0 {
+        return Ok(None);
+    }
+    let Some(ext) = s.extend_context(&rf.fold)? else {
+        return Ok(None);
+    };
+    let buf = Arc::make_mut(data);
+    buf.truncate(rf.prefix);
+    let indent = pretty_append(&ext.messages, rf.indent, buf);
+    let prefix = buf.len();
+    pretty_append(&ext.tail, indent, buf);
+    buf.push(b'\n');
+    *old_key = key;
+    *rf = RenderedFold {
+        key,
+        fold: ext.fold,
+        prefix,
+        indent,
+    };
+    let data = data.clone();
+    st.context_extensions += 1;
+    Ok(Some(data))
 }
 
 fn context_key(st: &SlotState, s: &Session) -> ContextKey {
@@ -1369,6 +1435,113 @@ mod tests {
         text.push_str("{\"type\":\"custom\",\"id\":\"e5\",\"parentId\":\"e4\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}\n");
         fs::write(&path, text).unwrap();
         assert_eq!(leaf(&tree, &a), "e5\n");
+    }
+
+    /// `context.json` after outside appends equals a fresh rendering,
+    /// and is an extension of the previous one where the new entries lie
+    /// below the leaf (no compaction, reset or late parent among them).
+    #[test]
+    fn context_json_is_extended_after_appends_below_the_leaf() {
+        let (_tmp, tree) = setup(64 << 20);
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let path = tree.session_path(&a);
+        let append = |lines: &[String]| {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            for l in lines {
+                writeln!(f, "{l}").unwrap();
+            }
+        };
+        let ts = "\"timestamp\":\"2026-01-01T00:00:01.000Z\"";
+        let msg = |id: &str, parent: &str, role: &str, text: &str| {
+            format!(
+                r#"{{"type":"message","id":"{id}","parentId":"{parent}",{ts},"message":{{"role":"{role}","provider":"p","model":"m-{id}","content":[{{"type":"text","text":"{text}"}},{{}},[]]}}}}"#
+            )
+        };
+        let fresh = || {
+            let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+            let s = Session::open(storage, None, &path, &OpenOptions::default()).unwrap();
+            let mut t = s.context().unwrap().to_pretty();
+            t.push('\n');
+            t.into_bytes()
+        };
+        let read = || {
+            tree.read(&Node::File(a.clone(), SessionFile::Context))
+                .unwrap()
+                .to_vec()
+        };
+        let extensions = || tree.cache().with_loaded(&a, |st| st.context_extensions);
+        // No messages yet: built whole.
+        assert_eq!(read(), fresh());
+        append(&[msg("m1", "e4", "user", "hi \\\"x\\\" \\u00e9")]);
+        assert_eq!(read(), fresh());
+        assert_eq!(extensions(), Some(0), "the first message: a whole build");
+        let steps: Vec<Vec<String>> = vec![
+            vec![msg("m2", "m1", "assistant", "a")],
+            vec![
+                format!(
+                    r#"{{"type":"thinking_level_change","id":"t1","parentId":"m2",{ts},"thinkingLevel":"high"}}"#
+                ),
+                format!(
+                    r#"{{"type":"model_change","id":"mc","parentId":"t1",{ts},"model":"x/y","role":"smol"}}"#
+                ),
+                msg("m3", "mc", "user", "b"),
+            ],
+            vec![
+                format!(
+                    r#"{{"type":"branch_summary","id":"b0","parentId":"m3",{ts},"fromId":"m1","summary":""}}"#
+                ),
+                format!(
+                    r#"{{"type":"custom_message","id":"cm","parentId":"b0",{ts},"customType":"note","content":"c","display":true}}"#
+                ),
+                format!(
+                    r#"{{"type":"ttsr_injection","id":"tt","parentId":"cm",{ts},"injectedRules":["r1","r1"]}}"#
+                ),
+                format!(
+                    r#"{{"type":"mode_change","id":"md","parentId":"tt",{ts},"mode":"plan","data":{{"k":[1,2]}}}}"#
+                ),
+                format!(
+                    r#"{{"type":"label","id":"lb","parentId":"md",{ts},"targetId":"m1","label":"L"}}"#
+                ),
+            ],
+        ];
+        for (n, lines) in steps.iter().enumerate() {
+            append(lines);
+            assert_eq!(read(), fresh(), "step {n}");
+            assert_eq!(extensions(), Some(n as u64 + 1), "step {n} extended");
+        }
+        // A compaction replaces the messages: a whole build, then
+        // extensions again.
+        append(&[format!(
+            r#"{{"type":"compaction","id":"cp","parentId":"lb",{ts},"summary":"s","firstKeptEntryId":"m3","tokensBefore":5}}"#
+        )]);
+        assert_eq!(read(), fresh());
+        assert_eq!(extensions(), Some(3));
+        append(&[msg("m4", "cp", "user", "after")]);
+        assert_eq!(read(), fresh());
+        assert_eq!(extensions(), Some(4));
+        // A new branch from an older entry: not below the leaf, rebuilt.
+        append(&[msg("m5", "m2", "user", "side")]);
+        assert_eq!(read(), fresh());
+        assert_eq!(extensions(), Some(4));
+        // An open reader keeps its text while the next one is extended.
+        let held = tree
+            .read(&Node::File(a.clone(), SessionFile::Context))
+            .unwrap();
+        let before = held.to_vec();
+        append(&[msg("m6", "m5", "assistant", "more")]);
+        assert_eq!(read(), fresh());
+        assert_eq!(extensions(), Some(5));
+        assert_eq!(held.to_vec(), before);
+        // A late parent changes older paths: rebuilt.
+        append(&[
+            msg("o1", "late", "user", "orphan"),
+            msg("late", "m6", "user", "late parent"),
+        ]);
+        assert_eq!(read(), fresh());
+        append(&[msg("m7", "o1", "assistant", "x")]);
+        assert_eq!(read(), fresh());
+        assert_eq!(extensions(), Some(5));
     }
 
     #[test]

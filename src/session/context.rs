@@ -128,6 +128,8 @@ pub struct Context {
     json: String,
     leaf: Option<u32>,
     message_count: usize,
+    /// Offset of the `]` that closes `messages` in `json`.
+    messages_end: usize,
 }
 
 impl Context {
@@ -150,6 +152,11 @@ impl Context {
     /// Number of messages.
     pub fn message_count(&self) -> usize {
         self.message_count
+    }
+    /// Offset of the `]` that closes `messages` in the compact text: what
+    /// comes before it is all that an extension of the context keeps.
+    pub fn messages_end(&self) -> usize {
+        self.messages_end
     }
 }
 
@@ -260,44 +267,46 @@ fn emits_message(kind: EntryKind) -> bool {
     )
 }
 
-/// Builds the context at `leaf`.
-pub fn build_session_context(
-    index: &TreeIndex,
-    leaf: LeafSel<'_>,
-    src: &dyn LineSource,
-) -> Result<Context> {
-    let Some(leaf_idx) = resolve_leaf(index, leaf) else {
-        return Ok(Context {
-            json: format!("{{\"messages\":[],{EMPTY_STATE}}}"),
-            leaf: None,
-            message_count: 0,
-        });
-    };
-    let path = index.path_to(leaf_idx);
+/// The state context reconstruction folds over a path: thinking level,
+/// models, TTSR rules, mode. The same fold serves whole builds and the
+/// extension of a built context (docs/filesystem.md, "Incremental
+/// contexts").
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FoldState {
+    thinking: Option<Box<str>>,
+    models: Vec<(Box<str>, Option<Box<str>>)>,
+    default_from_change: bool,
+    rules: Vec<Box<str>>,
+    mode: Option<Box<str>>,
+    mode_data: Option<Box<str>>,
+}
 
-    // State over the whole path.
-    let mut thinking: Option<Box<str>> = Some("\"off\"".into());
-    let mut models: Vec<(Box<str>, Option<Box<str>>)> = Vec::new();
-    let mut default_from_change = false;
-    let mut rules: Vec<Box<str>> = Vec::new();
-    let mut mode: Option<Box<str>> = Some("\"none\"".into());
-    let mut mode_data: Option<Box<str>> = None;
-    let mut compaction_at: Option<usize> = None;
-    let mut reset_at: Option<usize> = None;
-    let set_model =
-        |models: &mut Vec<(Box<str>, Option<Box<str>>)>, key: &str, v: Option<Box<str>>| {
-            match models.iter_mut().find(|(k, _)| &**k == key) {
-                Some(slot) => slot.1 = v,
-                None => models.push((key.into(), v)),
-            }
-        };
-    for (pos, &i) in path.iter().enumerate() {
-        let meta = &index.entries()[i as usize];
-        match &meta.entry.facts {
+impl FoldState {
+    fn new() -> Self {
+        FoldState {
+            thinking: Some("\"off\"".into()),
+            models: Vec::new(),
+            default_from_change: false,
+            rules: Vec::new(),
+            mode: Some("\"none\"".into()),
+            mode_data: None,
+        }
+    }
+
+    fn set_model(&mut self, key: &str, v: Option<Box<str>>) {
+        match self.models.iter_mut().find(|(k, _)| &**k == key) {
+            Some(slot) => slot.1 = v,
+            None => self.models.push((key.into(), v)),
+        }
+    }
+
+    /// Folds the facts of the next entry of the path.
+    fn apply(&mut self, facts: &Facts) {
+        match facts {
             // `thinkingLevel ?? "off"`: absent or null is "off"
             // (docs/engine.md, "Decisions taken from the reference").
             Facts::ThinkingLevel(level) => {
-                thinking = match level.as_deref() {
+                self.thinking = match level.as_deref() {
                     None | Some("null") => Some("\"off\"".into()),
                     Some(_) => level.clone(),
                 }
@@ -307,34 +316,177 @@ pub fn build_session_context(
             Facts::ModelChange { model, role } if truthy(model.as_deref()) => {
                 let key = role.as_deref().unwrap_or("default");
                 if key == "default" {
-                    default_from_change = true;
+                    self.default_from_change = true;
                 }
-                set_model(&mut models, key, model.clone());
+                self.set_model(key, model.clone());
             }
             Facts::Message {
                 role: Role::Assistant,
                 model: Some(m),
-            } if !default_from_change => {
-                set_model(&mut models, "default", Some(json_string(m).into()));
+            } if !self.default_from_change => {
+                self.set_model("default", Some(json_string(m).into()));
             }
             Facts::Ttsr(names) => {
                 for name in names {
                     let key = rule_key(name);
-                    if !rules.iter().any(|r| rule_key(r) == key) {
-                        rules.push(name.clone());
+                    if !self.rules.iter().any(|r| rule_key(r) == key) {
+                        self.rules.push(name.clone());
                     }
                 }
             }
             Facts::Mode { mode: m, data } => {
-                mode = m.clone();
-                mode_data = data.clone();
+                self.mode = m.clone();
+                self.mode_data = data.clone();
             }
             _ => {}
         }
+    }
+
+    /// The members after `messages`, closing the object:
+    /// `,"thinkingLevel":…,"mode":…}`.
+    fn write_tail(&self, json: &mut String) {
+        push_member(json, "thinkingLevel", self.thinking.as_deref());
+        json.push_str(",\"models\":{");
+        let mut first = true;
+        for (key, value) in &self.models {
+            if let Some(v) = value {
+                if !first {
+                    json.push(',');
+                }
+                first = false;
+                json.push_str(&json_string(key));
+                json.push(':');
+                json.push_str(v);
+            }
+        }
+        json.push_str("},\"injectedTtsrRules\":[");
+        json.push_str(&self.rules.join(","));
+        json.push(']');
+        push_member(json, "mode", self.mode.as_deref());
+        push_member(json, "modeData", self.mode_data.as_deref());
+        json.push('}');
+    }
+}
+
+/// The fold at a built context's leaf: what [`extend_context`] continues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextFold {
+    state: FoldState,
+    leaf: u32,
+    message_count: usize,
+}
+
+impl ContextFold {
+    /// The leaf the fold stopped at.
+    pub fn leaf(&self) -> u32 {
+        self.leaf
+    }
+    /// Messages of the context at that leaf.
+    pub fn message_count(&self) -> usize {
+        self.message_count
+    }
+}
+
+/// A context extended from one leaf to an entry below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extension {
+    /// The new messages, compact, each preceded by `,`: they follow the
+    /// last message of the context that was extended.
+    pub messages: String,
+    /// `]` and the members after `messages`, compact, closing the object.
+    pub tail: String,
+    /// The fold at the new leaf.
+    pub fold: ContextFold,
+}
+
+/// Emits the messages of the entries `reads` (in order) into `json`, each
+/// preceded by `,` unless it is the first message; `compaction` is the
+/// entry whose summary opens the context.
+fn emit_messages(
+    index: &TreeIndex,
+    reads: &[u32],
+    compaction: Option<u32>,
+    src: &dyn LineSource,
+    json: &mut String,
+    message_count: &mut usize,
+) -> Result<()> {
+    let mut parser = LineParser::default();
+    src.for_each_line(reads, &mut |i, bytes| {
+        let line = parser.parse(bytes, i)?;
+        let start = json.len();
+        if *message_count > 0 {
+            json.push(',');
+        }
+        let kind = index.entries()[i as usize].entry.kind;
+        let emitted = if Some(i) == compaction {
+            json.push_str("{\"role\":\"compactionSummary\"");
+            push_member(json, "summary", line.get("summary"));
+            push_member(json, "shortSummary", line.get("shortSummary"));
+            push_member(json, "tokensBefore", line.get("tokensBefore"));
+            push_member(json, "tokensAfter", line.get("tokensAfter"));
+            push_member(json, "method", line.get("method"));
+            push_member(json, "warning", line.get("warning"));
+            push_timestamp(json, &line);
+            json.push('}');
+            true
+        } else {
+            push_message(json, kind, &line, src)
+        };
+        if emitted {
+            *message_count += 1;
+        } else {
+            json.truncate(start);
+        }
+        Ok(())
+    })
+}
+
+/// True for the agent's `/clear` entries (see [`RESET_BOUNDARY`]).
+fn is_reset(facts: &Facts) -> bool {
+    matches!(facts, Facts::Unknown(name) if &**name == RESET_BOUNDARY)
+}
+
+/// Builds the context at `leaf`.
+pub fn build_session_context(
+    index: &TreeIndex,
+    leaf: LeafSel<'_>,
+    src: &dyn LineSource,
+) -> Result<Context> {
+    build_context_fold(index, leaf, src).map(|(context, _)| context)
+}
+
+/// [`build_session_context`], also giving the fold at the leaf (none for
+/// the empty context), from which [`extend_context`] continues.
+pub fn build_context_fold(
+    index: &TreeIndex,
+    leaf: LeafSel<'_>,
+    src: &dyn LineSource,
+) -> Result<(Context, Option<ContextFold>)> {
+    const OPEN: &str = "{\"messages\":[";
+    let Some(leaf_idx) = resolve_leaf(index, leaf) else {
+        return Ok((
+            Context {
+                json: format!("{OPEN}],{EMPTY_STATE}}}"),
+                leaf: None,
+                message_count: 0,
+                messages_end: OPEN.len(),
+            },
+            None,
+        ));
+    };
+    let path = index.path_to(leaf_idx);
+
+    // State over the whole path.
+    let mut state = FoldState::new();
+    let mut compaction_at: Option<usize> = None;
+    let mut reset_at: Option<usize> = None;
+    for (pos, &i) in path.iter().enumerate() {
+        let meta = &index.entries()[i as usize];
+        state.apply(&meta.entry.facts);
         if meta.entry.kind == EntryKind::Compaction {
             compaction_at = Some(pos);
         }
-        if matches!(&meta.entry.facts, Facts::Unknown(name) if &**name == RESET_BOUNDARY) {
+        if is_reset(&meta.entry.facts) {
             reset_at = Some(pos);
         }
     }
@@ -376,65 +528,88 @@ pub fn build_session_context(
         .map(|&i| index.entries()[i as usize].loc.len as usize + 96)
         .sum();
     let mut json = String::with_capacity(bound + 512);
-    json.push_str("{\"messages\":[");
+    json.push_str(OPEN);
     let mut message_count = 0;
-    let mut parser = LineParser::default();
     let compaction = compaction_at.map(|_| reads[0]);
-    src.for_each_line(&reads, &mut |i, bytes| {
-        let line = parser.parse(bytes, i)?;
-        let start = json.len();
-        if message_count > 0 {
-            json.push(',');
-        }
-        let kind = index.entries()[i as usize].entry.kind;
-        let emitted = if Some(i) == compaction {
-            json.push_str("{\"role\":\"compactionSummary\"");
-            push_member(&mut json, "summary", line.get("summary"));
-            push_member(&mut json, "shortSummary", line.get("shortSummary"));
-            push_member(&mut json, "tokensBefore", line.get("tokensBefore"));
-            push_member(&mut json, "tokensAfter", line.get("tokensAfter"));
-            push_member(&mut json, "method", line.get("method"));
-            push_member(&mut json, "warning", line.get("warning"));
-            push_timestamp(&mut json, &line);
-            json.push('}');
-            true
-        } else {
-            push_message(&mut json, kind, &line, src)
-        };
-        if emitted {
-            message_count += 1;
-        } else {
-            json.truncate(start);
-        }
-        Ok(())
-    })?;
+    emit_messages(
+        index,
+        &reads,
+        compaction,
+        src,
+        &mut json,
+        &mut message_count,
+    )?;
+    let messages_end = json.len();
     json.push(']');
-    push_member(&mut json, "thinkingLevel", thinking.as_deref());
-    json.push_str(",\"models\":{");
-    let mut first = true;
-    for (key, value) in &models {
-        if let Some(v) = value {
-            if !first {
-                json.push(',');
-            }
-            first = false;
-            json.push_str(&json_string(key));
-            json.push(':');
-            json.push_str(v);
-        }
-    }
-    json.push_str("},\"injectedTtsrRules\":[");
-    json.push_str(&rules.join(","));
-    json.push(']');
-    push_member(&mut json, "mode", mode.as_deref());
-    push_member(&mut json, "modeData", mode_data.as_deref());
-    json.push('}');
+    state.write_tail(&mut json);
     json.shrink_to_fit();
-    Ok(Context {
-        json,
-        leaf: Some(leaf_idx),
+    let fold = ContextFold {
+        state,
+        leaf: leaf_idx,
         message_count,
-    })
+    };
+    Ok((
+        Context {
+            json,
+            leaf: Some(leaf_idx),
+            message_count,
+            messages_end,
+        },
+        Some(fold),
+    ))
+}
+
+/// Extends the context of `fold`'s leaf to `new_leaf`, an entry below it,
+/// folding and emitting only the entries in between (cost: those entries,
+/// not the path). `None` when a whole build is needed instead: `new_leaf`
+/// is not below the old leaf (or the index cannot tell, see
+/// [`TreeIndex::path_below`]), an entry in between is a compaction or a
+/// reset boundary (either replaces the messages), or the old context had
+/// no messages. The caller
+/// must know that the paths of the entries the fold covered did not
+/// change since it was made: the index's `topology_changes` is checked
+/// by `path_below`, a reload is the caller's to notice.
+pub fn extend_context(
+    fold: &ContextFold,
+    index: &TreeIndex,
+    new_leaf: u32,
+    src: &dyn LineSource,
+) -> Result<Option<Extension>> {
+    if fold.message_count == 0 {
+        return Ok(None);
+    }
+    let Some(between) = index.path_below(fold.leaf, new_leaf) else {
+        return Ok(None);
+    };
+    let entries = index.entries();
+    if between.iter().any(|&i| {
+        let e = &entries[i as usize].entry;
+        e.kind == EntryKind::Compaction || is_reset(&e.facts)
+    }) {
+        return Ok(None);
+    }
+    let mut state = fold.state.clone();
+    for &i in &between {
+        state.apply(&entries[i as usize].entry.facts);
+    }
+    let reads: Vec<u32> = between
+        .into_iter()
+        .filter(|&i| emits_message(entries[i as usize].entry.kind))
+        .collect();
+    let mut messages = String::new();
+    let mut message_count = fold.message_count;
+    emit_messages(index, &reads, None, src, &mut messages, &mut message_count)?;
+    let mut tail = String::from("]");
+    state.write_tail(&mut tail);
+    Ok(Some(Extension {
+        messages,
+        tail,
+        fold: ContextFold {
+            state,
+            leaf: new_leaf,
+            message_count,
+        },
+    }))
 }
 
 /// The type of the agent's `/clear` entries: the context starts after the

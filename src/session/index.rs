@@ -514,6 +514,33 @@ impl TreeIndex {
         path
     }
 
+    /// The entries after `ancestor` on the path to `leaf`, in path order
+    /// (empty when they are the same), so that `path_to(leaf)` is
+    /// `path_to(ancestor)` followed by them. `None` when `ancestor` is not
+    /// on that path, and whenever the index cannot tell cheaply: after a
+    /// late parent or a repeated id (see [`TreeIndex::topology_changes`])
+    /// parents may follow their children and paths may loop, so only an
+    /// index without either answers. Cost: the entries in between.
+    pub fn path_below(&self, ancestor: u32, leaf: u32) -> Option<Vec<u32>> {
+        if self.topology_changes != 0 || self.repeated_ids || leaf as usize >= self.entries.len() {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut cur = leaf;
+        while cur != ancestor {
+            // Parents precede their children here: a walk that passes
+            // below `ancestor` never reaches it.
+            let parent = Some(self.parent[cur as usize]).filter(|&p| p != NONE)?;
+            if parent >= cur || parent < ancestor {
+                return None;
+            }
+            out.push(cur);
+            cur = parent;
+        }
+        out.reverse();
+        Some(out)
+    }
+
     /// The label of an entry id.
     pub fn label(&self, id: &str) -> Option<&str> {
         self.labels.get(id).map(|l| &**l)

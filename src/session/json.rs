@@ -204,7 +204,7 @@ pub fn is_null(raw: &RawValue) -> bool {
 pub fn pretty(text: &str) -> String {
     let mut out = Vec::with_capacity(text.len() + text.len() / 4);
     // Never fails: the sink only collects.
-    let _ = pretty_into(text, &mut out, usize::MAX, &mut |_| Ok(()));
+    let _ = pretty_into(text, 0, &mut out, usize::MAX, &mut |_| Ok(()));
     // The output is the input's bytes plus ASCII punctuation, split only
     // outside strings and at ASCII bytes inside them.
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
@@ -214,7 +214,7 @@ pub fn pretty(text: &str) -> String {
 pub fn write_pretty(text: &str, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     const PIECE: usize = 64 * 1024;
     let mut out = Vec::with_capacity(PIECE + 1024);
-    pretty_into(text, &mut out, PIECE, &mut |buf| {
+    pretty_into(text, 0, &mut out, PIECE, &mut |buf| {
         w.write_all(buf)?;
         buf.clear();
         Ok(())
@@ -222,16 +222,28 @@ pub fn write_pretty(text: &str, w: &mut dyn std::io::Write) -> std::io::Result<(
     w.write_all(&out)
 }
 
+/// Appends the pretty form of a piece of compact JSON text to `out`, as
+/// [`pretty`] prints it at nesting depth `indent`; returns the depth at its
+/// end. Printing a text in pieces, each piece starting where the previous
+/// one ended (and cut between tokens, never right after an opening bracket
+/// whose closing one follows), gives the same bytes as printing it whole:
+/// the mount extends a rendered context this way.
+pub fn pretty_append(text: &str, indent: usize, out: &mut Vec<u8>) -> usize {
+    // Never fails: the sink only collects.
+    pretty_into(text, indent, out, usize::MAX, &mut |_| Ok(())).unwrap_or(indent)
+}
+
 const SPACES: &[u8; 128] = &[b' '; 128];
 
 fn pretty_into(
     text: &str,
+    indent: usize,
     out: &mut Vec<u8>,
     flush_at: usize,
     flush: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+) -> std::io::Result<usize> {
     let bytes = text.as_bytes();
-    let mut indent = 0usize;
+    let mut indent = indent;
     let mut i = 0;
     let newline = |out: &mut Vec<u8>, indent: usize| {
         out.push(b'\n');
@@ -313,7 +325,7 @@ fn pretty_into(
         }
         i += 1;
     }
-    Ok(())
+    Ok(indent)
 }
 
 /// Validates `text` as one JSON value of any kind (lone surrogates allowed).

@@ -20,7 +20,10 @@ use serde_json::{Map, Value};
 
 use crate::session::append::{assemble, NewEntry};
 use crate::session::blobs::BlobStore;
-use crate::session::context::{build_session_context, Context, LeafSel, LineSource};
+use crate::session::context::{
+    build_context_fold, build_session_context, extend_context, Context, ContextFold, Extension,
+    LeafSel, LineSource,
+};
 use crate::session::discovery::check_confined;
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::{scan_line, EntryKind, HeaderInfo, LineKind, CURRENT_VERSION};
@@ -729,6 +732,27 @@ impl Session {
     /// The context at any leaf.
     pub fn context_at(&self, leaf: LeafSel<'_>) -> Result<Context> {
         build_session_context(&self.index, leaf, self)
+    }
+
+    /// The context at the leaf and the fold it ended with, which
+    /// [`Session::extend_context`] continues when entries are appended
+    /// below the leaf.
+    pub fn context_fold(&self) -> Result<(Context, Option<ContextFold>)> {
+        let sel = match self.leaf.and_then(|i| self.index.get(i)) {
+            Some(meta) => LeafSel::Id(meta.id()),
+            None => LeafSel::Null,
+        };
+        build_context_fold(&self.index, sel, self)
+    }
+
+    /// Extends a context built at an earlier leaf to the current leaf (see
+    /// [`crate::session::context::extend_context`]); `None` when it must be
+    /// built again.
+    pub fn extend_context(&self, fold: &ContextFold) -> Result<Option<Extension>> {
+        match self.leaf {
+            Some(leaf) => extend_context(fold, &self.index, leaf, self),
+            None => Ok(None),
+        }
     }
 
     // -----------------------------------------------------------------
