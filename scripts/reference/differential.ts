@@ -7,7 +7,7 @@
 // or with REF_CACHE=<cache-dir> in the environment. <cache-dir> is the
 // directory whose node_modules holds @oh-my-pi/pi-coding-agent.
 //
-// The trees only use what the seed describes plus the agent's own additions
+// The trees (with orphans and damaged lines) only use what the seed describes plus the agent's own additions
 // that sessionfs follows (docs/engine.md, "Context details taken from the
 // reference"). They avoid what would trigger the reference's context
 // post-processing passes, which sessionfs does not apply (tool calls in
@@ -288,6 +288,12 @@ function build(caseNo: number): Built {
 	for (let i = 0; i < n; i++) {
 		let parent: string | null = last;
 		if (version > 1 && ids.length > 0 && chance(0.25)) parent = chance(0.1) ? null : pick(ids);
+		// Orphans (a parent that does not exist) and unparseable lines. (No
+		// torn objects before other lines: the reference lets such a piece
+		// swallow the next line, which sessionfs deliberately does not;
+		// docs/engine.md, "Deviations from the seed document" 2.)
+		if (version > 1 && chance(0.03)) parent = "gone0000";
+		if (chance(0.02)) lines.push(pick(["not json at all", "", "}{"]));
 		// The path from the root to the parent, for compaction targets.
 		const pathIds: string[] = [];
 		for (let p = parent; p; p = parents.get(p) ?? null) pathIds.push(p);
