@@ -330,7 +330,8 @@ function sha256(s: string): string {
 	return crypto.createHash("sha256").update(s, "utf8").digest("hex");
 }
 
-fs.rmSync(outDir, { recursive: true, force: true });
+// Replace what this script writes (README.md and other files stay).
+fs.rmSync(path.join(outDir, "blobs"), { recursive: true, force: true });
 fs.mkdirSync(path.join(outDir, "blobs"), { recursive: true });
 for (const [hex, bytes] of blobs) fs.writeFileSync(path.join(outDir, "blobs", hex), bytes);
 
