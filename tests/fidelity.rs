@@ -483,3 +483,62 @@ fn usage_without_cost_is_refused() {
     assert!(err.to_string().contains("cost"), "{err}");
     assert_eq!(std::fs::read(s.path().unwrap()).unwrap(), before);
 }
+
+// Items 4, 5 and 11 through the command line: `list --json` and
+// `recent --json`.
+#[test]
+fn cli_listings_show_v1_counts_titles_and_skip_headerless_files() {
+    let agent = Agent::new();
+    agent.write(
+        "1_v1.jsonl",
+        &[
+            r#"{"type":"session","id":"v1-session","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/w"}"#.to_string(),
+            r#"{"type":"message","timestamp":"2026-03-01T10:01:00.000Z","message":{"role":"user","content":"v1 prompt"}}"#.to_string(),
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    agent.write(
+        "2_titled.jsonl",
+        &[
+            r#"{"type":"title","v":1,"title":"Slot title","updatedAt":"2026-03-01T10:00:00.000Z","pad":""}"#.to_string(),
+            HEADER.to_string(),
+            entry("a", None, 1, user("titled prompt")).to_string(),
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    agent.write(
+        "3_headerless.jsonl",
+        &[entry("a", None, 1, user("orphan")).to_string()],
+    );
+    let run = |args: &[&str]| -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .args(args)
+            .arg("--cwd")
+            .arg("/w")
+            .arg("--agent-dir")
+            .arg(agent.tmp.path())
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let list = run(&["list"]);
+    let rows = list.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{list}");
+    assert_eq!(rows[0]["title"], "Slot title");
+    assert_eq!(rows[1]["messageCount"], 1);
+    assert_eq!(rows[1]["firstMessage"], "v1 prompt");
+    let recent = run(&["recent"]);
+    let names: Vec<&str> = recent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Slot title", "v1 prompt"]);
+}
