@@ -198,6 +198,17 @@ fn mount_failures_exit_nonzero_with_the_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("`frobnicate`"));
     assert!(!is_mounted(&s.mountpoint));
 
+    // A log file that cannot be written is an error before anything is
+    // mounted (not a server running without its log).
+    let out = s.mount(&["--log-file", "/nonexistent-dir/mount.log"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent-dir/mount.log"),
+        "{}",
+        text(&out)
+    );
+    assert!(!is_mounted(&s.mountpoint));
+
     // In the background server: the mount point is served already.
     let out = s.mount(&[]);
     assert!(out.status.success(), "{}", text(&out));

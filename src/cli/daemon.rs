@@ -114,22 +114,28 @@ fn redirect(target: libc::c_int, to: &File) -> io::Result<()> {
 
 impl ReadySignal {
     /// Tells the waiting parent that the mount is live, then points stdout
-    /// and stderr at `log` (appended to) or `/dev/null`.
-    pub fn ready(mut self, log: Option<&Path>) -> io::Result<()> {
+    /// and stderr at `sink` (see [`open_log`]).
+    pub fn ready(mut self, sink: &File) -> io::Result<()> {
         let _ = io::stdout().flush();
         let _ = io::stderr().flush();
-        let sink = match log {
-            Some(path) => OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?,
-            None => OpenOptions::new().write(true).open("/dev/null")?,
-        };
-        redirect(libc::STDOUT_FILENO, &sink)?;
-        redirect(libc::STDERR_FILENO, &sink)?;
+        redirect(libc::STDOUT_FILENO, sink)?;
+        redirect(libc::STDERR_FILENO, sink)?;
         self.pipe.write_all(&[READY])
+    }
+}
+
+/// Where the background server's output goes: `log` (appended to,
+/// created with mode 0600) or `/dev/null`. Opened before forking, so that
+/// a log file that cannot be written is an error of `sessionfs mount`.
+pub fn open_log(log: Option<&Path>) -> io::Result<File> {
+    match log {
+        Some(path) => OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+        None => OpenOptions::new().write(true).open("/dev/null"),
     }
 }
 

@@ -124,7 +124,10 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
     let ready_signal = if args.foreground || opts.foreground {
         None
     } else {
-        Some(daemon::detach().map_err(|e| crate::Error::io(&mountpoint, e))?)
+        let sink = daemon::open_log(log_file.as_deref())
+            .map_err(|e| crate::Error::io(log_file.as_deref().unwrap_or(&mountpoint), e))?;
+        let signal = daemon::detach().map_err(|e| crate::Error::io(&mountpoint, e))?;
+        Some((signal, sink))
     };
 
     let demo = if args.demo {
@@ -188,15 +191,21 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
         );
         let _ = out.flush();
         drop(out);
-        if let Some(signal) = ready_signal {
-            if let Err(e) = signal.ready(log_file.as_deref()) {
+        if let Some((signal, sink)) = ready_signal {
+            if let Err(e) = signal.ready(&sink) {
+                // The parent saw no ready signal and reports a failure:
+                // stop serving (the stop signal ends `serve`).
                 ready_error = Some(e);
+                // SAFETY: kill(2) on our own pid with a signal `serve` waits for.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGTERM);
+                }
             }
         }
     })
     .map_err(|e| crate::Error::io(&args.mountpoint, e))?;
     if let Some(e) = ready_error {
-        log::warn!("could not hand the mount to the background: {e}");
+        return Err(crate::Error::io(&mountpoint, e));
     }
     match ended {
         Ended::Signal(_) => eprintln!("sessionfs: unmounted {}", mountpoint.display()),
