@@ -109,6 +109,10 @@ type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
 /// How many rendered `problems` files are kept (all are dropped when full).
 const PROBLEMS_CACHE: usize = 256;
 
+/// Session files up to this size get their `problems` checked for
+/// `getattr` (see [`Tree::problems_size`]).
+const PROBLEMS_ATTR_MAX: u64 = 16 << 20;
+
 /// One directory of `entries/`, with its attributes' mtime (read with the
 /// listing: no second look at the session per name).
 pub struct EntryItem {
@@ -844,7 +848,7 @@ impl Tree {
             }
             Node::File(key, SessionFile::Problems) => Ok(Attr {
                 node_type: NodeType::File,
-                size: self.problems(key)?.len() as u64,
+                size: self.problems_size(key)?,
                 perm,
                 mtime: self.file_mtime(key),
             }),
@@ -973,6 +977,26 @@ impl Tree {
         self.session_file_meta(key)
             .map(|m| m.mtime)
             .unwrap_or(self.started)
+    }
+
+    /// The size of `problems` for `getattr`: rendered for session files up
+    /// to [`PROBLEMS_ATTR_MAX`] bytes; for bigger ones the size of a
+    /// rendering still current, else 0 (the file is read with direct I/O,
+    /// so readers get the whole report anyway; `ls -l` of a session
+    /// directory must not check a file of hundreds of MB).
+    fn problems_size(&self, key: &SessionKey) -> Result<u64> {
+        let meta = self
+            .session_file_meta(key)
+            .ok_or_else(|| not_found(&key.session))?;
+        if meta.size <= PROBLEMS_ATTR_MAX {
+            return Ok(self.problems(key)?.len() as u64);
+        }
+        let stamp = (meta.identity, meta.size, meta.mtime);
+        let cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(match cache.get(key) {
+            Some((seen, data)) if *seen == stamp => data.len() as u64,
+            _ => 0,
+        })
     }
 
     /// The `problems` file: the `sessionfs check` report of the session
