@@ -371,17 +371,20 @@ impl<'a> Checker<'a> {
             }
         }
 
-        // Lines the loader skipped, and a torn tail.
-        let entry_lines: HashSet<u64> = entries.iter().map(|e| e.offset).collect();
+        // Lines the loader skipped, and a torn tail. Lines are matched by
+        // number: the header's offset is past a byte order mark.
+        let entry_lines: HashSet<u64> = entries.iter().map(|e| view.line_of(e.offset)).collect();
+        let header_line = view.line_of(view.loaded.header_offset);
         let last_start = view.line_starts.last().copied().unwrap_or(0);
         let mut offset = 0u64;
         for (n, line) in view.bytes.split(|b| *b == b'\n').enumerate() {
             let start = offset;
             offset += line.len() as u64 + 1;
+            let lineno = n as u64 + 1;
             let trimmed = line.trim_ascii();
             if trimmed.is_empty()
-                || entry_lines.contains(&start)
-                || start == view.loaded.header_offset
+                || entry_lines.contains(&lineno)
+                || lineno == header_line
                 || start >= view.bytes.len() as u64
             {
                 continue;
@@ -625,11 +628,12 @@ impl<'a> Checker<'a> {
             }
         }
 
-        let by_offset: HashMap<u64, usize> = entries
+        let by_line: HashMap<u64, usize> = entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (e.offset, i))
+            .map(|(i, e)| (view.line_of(e.offset), i))
             .collect();
+        let header_line = view.line_of(view.loaded.header_offset);
         let session_id = view
             .loaded
             .header
@@ -646,7 +650,15 @@ impl<'a> Checker<'a> {
                 break;
             }
             let lineno = n + 1;
-            if start == view.loaded.header_offset {
+            if lineno as u64 == header_line {
+                // Past a byte order mark, which is kept.
+                let bom = if start == 0 && line.starts_with(b"\xEF\xBB\xBF") {
+                    3
+                } else {
+                    0
+                };
+                out.extend_from_slice(&line[..bom]);
+                let line = &line[bom..];
                 let text = std::str::from_utf8(line).unwrap_or_default();
                 match (file_name_id(new), RawObject::parse(text)) {
                     (Some(new_id), Ok(mut obj))
@@ -665,7 +677,7 @@ impl<'a> Checker<'a> {
                 out.push(b'\n');
                 continue;
             }
-            let Some(&i) = by_offset.get(&start) else {
+            let Some(&i) = by_line.get(&(lineno as u64)) else {
                 let trimmed = line.trim_ascii();
                 let keep = trimmed.is_empty()
                     || matches!(scan_line(trimmed), LineKind::Title | LineKind::Entry(_));
@@ -786,4 +798,44 @@ pub struct Repair {
     /// Problems a copy cannot fix (missing blobs, tool calls without
     /// results, compactions off their path, …).
     pub not_repaired: Vec<Problem>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::storage::MemoryStorage;
+
+    const HEADER: &str = r#"{"type":"session","version":3,"id":"s1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
+
+    fn entry(id: &str, parent: Option<&str>) -> String {
+        let parent = parent.map_or("null".to_string(), |p| format!("\"{p}\""));
+        format!(
+            r#"{{"type":"custom","id":"{id}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#
+        )
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_no_problem_and_survives_a_repair() {
+        let storage = MemoryStorage::new();
+        let path = Path::new("/a/sessions/--w--/2026-01-01T00-00-00-000Z_s1.jsonl");
+        let text = format!(
+            "\u{feff}{HEADER}\n{}\n{}\n",
+            entry("a", None),
+            entry("b", Some("gone"))
+        );
+        storage.write(path, text.as_bytes()).unwrap();
+        let checker = Checker::new(&storage, "/a/blobs");
+        let kinds: Vec<_> = checker
+            .check_file(path)
+            .into_iter()
+            .map(|p| (p.line, p.kind))
+            .collect();
+        assert_eq!(kinds, [(Some(3), ProblemKind::MissingParent)]);
+        let new = Path::new("/a/repaired.jsonl");
+        let repair = checker.repair_into(path, new).unwrap();
+        assert_eq!(repair.repaired.len(), 1, "{:?}", repair.repaired);
+        let out = String::from_utf8(storage.read(new).unwrap()).unwrap();
+        assert!(out.starts_with(&format!("\u{feff}{HEADER}\n")), "{out}");
+        assert!(checker.check_file(new).is_empty());
+    }
 }
