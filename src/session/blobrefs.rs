@@ -70,9 +70,28 @@ enum Encoding {
 }
 
 /// Whether the JSON text `text` may hold a blob ref: it has the prefix
-/// literally, or has `\u` escapes that could spell it.
+/// literally, or a `\u00XX` escape of one of the prefix's characters
+/// (which could spell it). Other escapes (lone surrogates, control
+/// characters) do not make a line a candidate.
 pub fn may_hold_ref(text: &str) -> bool {
-    text.contains(BLOB_REF_PREFIX) || text.contains("\\u")
+    if text.contains(BLOB_REF_PREFIX) {
+        return true;
+    }
+    let b = text.as_bytes();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("\\u00") {
+        let i = from + at + 4;
+        if let Some(hex) = b.get(i..i + 2) {
+            let code = std::str::from_utf8(hex)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if code.is_some_and(|c| BLOB_REF_PREFIX.as_bytes().contains(&c)) {
+                return true;
+            }
+        }
+        from = from + at + 2;
+    }
+    false
 }
 
 /// Resolves the blob refs in `text`, the raw JSON of a value that is the
@@ -330,6 +349,16 @@ mod tests {
         let text = format!(r#"{{"cont\u0065nt":[{{"type":"image","data":"{escaped}"}}]}}"#);
         let out = resolve(&text, None).unwrap();
         assert_eq!(out, text.replace(&escaped, &b64()));
+    }
+
+    #[test]
+    fn only_escapes_that_could_spell_a_ref_make_a_candidate() {
+        assert!(may_hold_ref("\"blob:sha256:00\""));
+        assert!(may_hold_ref(r#""\u0062lob:sha256:""#));
+        assert!(may_hold_ref(r#""blob\u003Asha256:""#));
+        assert!(!may_hold_ref(r#""\ud83d \u001b[0m \u0000""#));
+        assert!(!may_hold_ref("plain text"));
+        assert!(!may_hold_ref(r#""ends with \u00""#));
     }
 
     #[test]
