@@ -92,18 +92,36 @@ fn context_and_tree() {
 }
 
 #[test]
-fn context_on_a_v1_file_migrates_it() {
+fn reading_a_v1_file_never_writes_and_the_first_write_migrates_it() {
     let (_tmp, agent) = fixture_agent_dir();
     let file = session(agent.root(), V1);
+    let f = file.to_str().unwrap();
     let before = std::fs::read_to_string(&file).unwrap();
     assert!(!before.contains("\"version\""));
-    stdout(&run(
-        agent.root(),
-        &["context", file.to_str().unwrap()],
-        None,
-    ));
+    for args in [
+        vec!["context", f],
+        vec!["header", f],
+        vec!["tree", f],
+        vec!["leaf", f],
+        vec!["labels", f],
+    ] {
+        stdout(&run(agent.root(), &args, None));
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            before,
+            "{args:?} must not write"
+        );
+    }
+    let leaf = stdout(&run(agent.root(), &["leaf", f], None));
+    let input = r#"{"type":"custom","customType":"x"}"#;
+    let id = stdout(&run(agent.root(), &["append", f], Some(input)));
     let after = std::fs::read_to_string(&file).unwrap();
-    assert!(after.starts_with(r#"{"type":"session","version":3,"#));
+    assert!(
+        after.starts_with(r#"{"type":"session","version":3,"#),
+        "{after}"
+    );
+    let entry = js_json(&stdout(&run(agent.root(), &["entry", f, id.trim()], None)));
+    assert_eq!(entry["parentId"], leaf.trim(), "migrated ids are stable");
 }
 
 #[test]
@@ -376,4 +394,67 @@ fn context_keeps_a_persistent_index() {
         stdout(&run(root, &["context", f, "--no-index"], None))
     );
     assert!(std::fs::read(&files[0]).unwrap().len() > bytes.len());
+}
+
+#[test]
+fn append_to_an_empty_or_missing_file_in_a_project_starts_a_session() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let dir = agent.root().join("sessions").join("--home-dev-pi--");
+    let input = r#"{"type":"message","message":{"role":"user","content":"the prompt"}}"#;
+    for (name, create) in [
+        ("2026-12-03T00-00-00-000Z_eeee0000eeee0000.jsonl", true),
+        ("2026-12-03T00-00-01-000Z_ffff0000ffff0000.jsonl", false),
+    ] {
+        let file = dir.join(name);
+        if create {
+            std::fs::write(&file, "").unwrap();
+        }
+        let id = stdout(&run(
+            agent.root(),
+            &["append", file.to_str().unwrap()],
+            Some(input),
+        ));
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<_> = text.lines().map(js_json).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["type"], "session");
+        assert_eq!(lines[0]["cwd"], "/home/dev/pi");
+        assert_eq!(lines[1]["id"], id.trim());
+        assert_eq!(lines[1]["message"]["content"], "the prompt");
+    }
+    // Outside a project directory: refused, nothing created.
+    let stray = agent.root().join("stray.jsonl");
+    let out = run(
+        agent.root(),
+        &["append", stray.to_str().unwrap()],
+        Some(input),
+    );
+    assert!(!out.status.success());
+    assert!(!stray.exists());
+}
+
+#[test]
+fn new_creates_a_session_and_prints_its_path() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let path = stdout(&run(
+        agent.root(),
+        &["new", "--cwd", "/home/dev/newproj"],
+        None,
+    ));
+    let path = PathBuf::from(path.trim());
+    assert!(path.starts_with(agent.root().join("sessions").join("--home-dev-newproj--")));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let header = js_json(text.lines().next().unwrap());
+    assert_eq!(header["type"], "session");
+    assert_eq!(header["cwd"], "/home/dev/newproj");
+    assert_eq!(header["version"], 3);
+    assert_eq!(text.lines().count(), 1);
+    // It takes appends at once.
+    let input = r#"{"type":"custom","customType":"x"}"#;
+    stdout(&run(
+        agent.root(),
+        &["append", path.to_str().unwrap()],
+        Some(input),
+    ));
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
 }

@@ -130,10 +130,22 @@ fn legacy_files_are_migrated_and_rewritten() {
         ] {
             let path = dir.join(format!("{stem}.jsonl"));
             let before = env.storage.read(&path).unwrap();
-            let session = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+            let mut session = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
             assert_eq!(session.report().migrated_from, from, "{stem}");
-            let after = env.storage.read(&path).unwrap();
+            assert_eq!(
+                env.storage.read(&path).unwrap(),
+                before,
+                "{stem}: reading never writes"
+            );
             if from.is_some() {
+                // The first write writes the migration, then the entry.
+                let ids: Vec<_> = session
+                    .entries()
+                    .iter()
+                    .map(|e| e.id().to_string())
+                    .collect();
+                session.append_custom("x", None).unwrap();
+                let after = env.storage.read(&path).unwrap();
                 assert_ne!(before, after, "{stem} rewritten");
                 let text = String::from_utf8(after.clone()).unwrap();
                 assert!(
@@ -144,18 +156,9 @@ fn legacy_files_are_migrated_and_rewritten() {
                 let again = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
                 assert_eq!(again.report().migrated_from, None);
                 assert_eq!(env.storage.read(&path).unwrap(), after);
-                let ids: Vec<_> = session
-                    .entries()
-                    .iter()
-                    .map(|e| e.id().to_string())
-                    .collect();
                 let ids2: Vec<_> = again.entries().iter().map(|e| e.id().to_string()).collect();
-                assert_eq!(ids, ids2);
+                assert_eq!(ids, ids2[..ids2.len() - 1], "ids migrated in memory stay");
             } else {
-                assert_eq!(
-                    before, after,
-                    "{stem}: a current file is never rewritten on open"
-                );
                 assert_eq!(session.report().skipped, 1);
                 assert!(session.report().torn_tail);
             }

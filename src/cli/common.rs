@@ -75,10 +75,10 @@ pub fn file_storage() -> Arc<dyn Storage> {
     Arc::new(FileStorage::new())
 }
 
-/// Opens an existing session file for a command. A missing file is an
-/// error here (commands never create sessions implicitly).
+/// Opens an existing session file for a command. A missing or empty file
+/// is an error here (only `append` and `new` start sessions). Reading
+/// never writes: an old version is migrated in memory.
 pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
-    let agent = args.agent();
     let storage = file_storage();
     match storage.stat(file) {
         Ok(st) if st.size > 0 => {}
@@ -90,10 +90,44 @@ pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<S
         }
         Err(e) => return Err(Error::io(file, e)),
     }
+    open_file(args, file, read_only)
+}
+
+/// Opens a session file for writing entries: an empty or missing file in
+/// a project directory starts a new session there (as the mount does);
+/// anything else must be an existing session.
+pub fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
+    let storage = file_storage();
+    let fresh = match storage.stat(file) {
+        Ok(st) => st.size == 0,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => return Err(Error::io(file, e)),
+    };
+    let in_project = file
+        .parent()
+        .filter(|dir| storage.stat(dir).is_ok_and(|st| st.is_dir))
+        .and_then(|dir| crate::session::discovery::project_cwd(&*storage, dir))
+        .is_some();
+    if fresh && !in_project {
+        return Err(Error::Invalid(format!(
+            "{}: no session there, and its directory is not a project directory \
+             (`--<cwd>--`) where a new one could start; use `sessionfs new`",
+            file.display()
+        )));
+    }
+    open_file(args, file, false)
+}
+
+/// Opens a session file; every write is on disk when it returns (see
+/// `docs/reliability.md`).
+fn open_file(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
+    let agent = args.agent();
+    let storage = file_storage();
     let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
     let options = OpenOptions {
         read_only,
         index: args.index(),
+        write_through: true,
         ..OpenOptions::default()
     };
     Session::open(storage, Some(blobs), file, &options)

@@ -7,11 +7,14 @@ use std::io::Read;
 use clap::Args;
 use serde_json::Value;
 
-use crate::cli::common::{open_existing, print_out, resolve_file, AgentArgs, LeafArg};
+use crate::cli::common::{
+    open_existing, open_or_start, print_out, resolve_file, AgentArgs, LeafArg,
+};
 use crate::session::append::{parse_new_entry_json, NewEntry};
 use crate::session::{Error, Result, Session};
 
-/// `sessionfs append FILE [--leaf ID|null]`
+/// `sessionfs append FILE [--leaf ID|null]`: an empty or missing FILE in a
+/// project directory starts a new session there.
 #[derive(Debug, Args)]
 pub struct AppendArgs {
     /// The session file (or a unique prefix of its session id).
@@ -70,7 +73,7 @@ pub fn append(args: &AppendArgs) -> Result<i32> {
         .read_to_string(&mut input)
         .map_err(|e| Error::io("<stdin>", e))?;
     let entries = parse_entries(&input)?;
-    let mut session = open_existing(&args.agent, &file, false)?;
+    let mut session = open_or_start(&args.agent, &file)?;
     if let Some(leaf) = &args.leaf {
         leaf.apply(&mut session)?;
     }
@@ -141,5 +144,33 @@ pub fn branch_summary(args: &BranchSummaryArgs) -> Result<i32> {
     let id = session.branch_with_summary(from, &args.summary, details, None)?;
     session.flush()?;
     print_out(&format!("{id}\n"))?;
+    Ok(0)
+}
+
+/// `sessionfs new [--cwd DIR]`
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The session's working directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// Creates a session (its file holds the header) in the project of the
+/// working directory and prints the file's path.
+pub fn new_session(args: &NewArgs) -> Result<i32> {
+    let agent = args.agent.agent();
+    let cwd = match &args.cwd {
+        Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
+        None => std::env::current_dir().map_err(|e| Error::io(".", e))?,
+    };
+    let cwd = cwd.to_string_lossy().into_owned();
+    let mut session = Session::create(crate::cli::common::file_storage(), &agent, &cwd)?;
+    session.write_now()?;
+    let path = session
+        .path()
+        .ok_or_else(|| Error::Invalid("internal: a new session without a file".into()))?;
+    print_out(&format!("{}\n", path.display()))?;
     Ok(0)
 }

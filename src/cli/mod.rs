@@ -41,6 +41,9 @@ pub enum Command {
     /// Append entries (JSON objects, one per line) read from stdin; prints
     /// each new id.
     Append(edit::AppendArgs),
+    /// Start a new session (a file holding its header) in the project of
+    /// a working directory; prints the file's path.
+    New(edit::NewArgs),
     /// Set (or, without LABEL, clear) the label of an entry.
     Label(edit::LabelArgs),
     /// Move the leaf to an entry (or root) and append a branch summary.
@@ -106,6 +109,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Header(args) => sessions::header(&args),
         Command::Entry(args) => sessions::entry(&args),
         Command::Append(args) => edit::append(&args),
+        Command::New(args) => edit::new_session(&args),
         Command::Label(args) => edit::label(&args),
         Command::BranchSummary(args) => edit::branch_summary(&args),
         Command::List(args) => sessions::list(&args),

@@ -41,6 +41,9 @@ pub struct AppendStream {
     in_string: bool,
     escaped: bool,
     cap: usize,
+    /// Bytes of the last fed write up to the end of the last object it
+    /// executed (see [`AppendStream::accepted`]).
+    accepted: usize,
 }
 
 impl Default for AppendStream {
@@ -63,6 +66,7 @@ impl AppendStream {
             in_string: false,
             escaped: false,
             cap,
+            accepted: 0,
         }
     }
 
@@ -73,6 +77,16 @@ impl AppendStream {
             State::Object => self.buf.len(),
             State::Between | State::Skipping => 0,
         }
+    }
+
+    /// How many bytes of the last write passed to [`AppendStream::feed`]
+    /// were used up to the end of the last object executed. When a write
+    /// fails after some of its objects were appended, the mount reports
+    /// this as a short write: a writer that sends the rest again (every
+    /// write-all loop does) then never appends an object twice, and the
+    /// write that starts with the bad object gets the error.
+    pub fn accepted(&self) -> usize {
+        self.accepted
     }
 
     /// Drops any incomplete object.
@@ -92,6 +106,7 @@ impl AppendStream {
     /// this write and every later one up to the object's end fail with
     /// [`Error::TooLarge`].
     pub fn feed(&mut self, data: &[u8], exec: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        self.accepted = 0;
         let mut i = 0;
         while i < data.len() {
             match self.state {
@@ -157,6 +172,7 @@ impl AppendStream {
                         self.reset();
                         return Err(e);
                     }
+                    self.accepted = i;
                     self.buf = object;
                     self.buf.clear();
                     if self.buf.capacity() > (1 << 20) {

@@ -7,10 +7,11 @@
 //! | `Outside` (a session file resolving outside the agent directory) | `ENOENT` |
 //! | `ReadOnly` (read-only mount) | `EROFS` |
 //! | `TooLarge` (a command over the size cap) | `EFBIG` |
-//! | `Persistence` (latched write failure) | `EIO` |
-//! | `Io` (an operating-system error: a failed write, a read error) | `EIO` |
+//! | `Io` with `ENOSPC`, `EDQUOT` or `EROFS` (disk full, quota, read-only filesystem) | itself |
+//! | `Io` (any other operating-system error: a failed write, a read error) | `EIO` |
 //! | `Unreadable` (a file the engine cannot parse) | `EIO` |
 //! | `Conflict` (the file changed under the session; nothing written) | `EIO` |
+//! | `Stale` (an indexed line changed on disk; readers reload and retry first) | `EIO` |
 //!
 //! A missing file or directory is `ENOENT`, decided where it is looked up
 //! (not here).
@@ -25,11 +26,13 @@ pub fn errno_of(err: &Error) -> i32 {
         Error::EntryNotFound(_) | Error::Outside(_) => libc::ENOENT,
         Error::ReadOnly => libc::EROFS,
         Error::TooLarge(_) => libc::EFBIG,
-        Error::Persistence(_)
-        | Error::Io { .. }
-        | Error::Unreadable { .. }
-        | Error::Conflict { .. }
-        | Error::History(_) => libc::EIO,
+        Error::Io { source, .. } => match source.raw_os_error() {
+            Some(e @ (libc::ENOSPC | libc::EDQUOT | libc::EROFS)) => e,
+            _ => libc::EIO,
+        },
+        Error::Unreadable { .. } | Error::Stale(_) | Error::Conflict { .. } | Error::History(_) => {
+            libc::EIO
+        }
     }
 }
 
@@ -41,7 +44,6 @@ pub fn fuse_errno(err: &Error) -> fuser::Errno {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn maps_every_error() {
@@ -49,9 +51,12 @@ mod tests {
         assert_eq!(errno_of(&Error::EntryNotFound("x".into())), libc::ENOENT);
         assert_eq!(errno_of(&Error::ReadOnly), libc::EROFS);
         assert_eq!(errno_of(&Error::TooLarge("x".into())), libc::EFBIG);
-        let io = Error::io("/x", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        for passed in [libc::ENOSPC, libc::EDQUOT, libc::EROFS] {
+            let io = Error::io("/x", std::io::Error::from_raw_os_error(passed));
+            assert_eq!(errno_of(&io), passed);
+        }
+        let io = Error::io("/x", std::io::Error::from_raw_os_error(libc::EBADF));
         assert_eq!(errno_of(&io), libc::EIO);
-        assert_eq!(errno_of(&Error::Persistence(Arc::new(io))), libc::EIO);
         let other = Error::io("/x", std::io::Error::other("boom"));
         assert_eq!(errno_of(&other), libc::EIO);
     }

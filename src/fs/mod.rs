@@ -72,6 +72,8 @@ enum Handle {
         node: Node,
         stream: AppendStream,
         content: Option<Arc<Vec<u8>>>,
+        /// The id the kernel gave for the last writer (see `flush`).
+        last_writer: u32,
     },
 }
 
@@ -442,6 +444,7 @@ impl Filesystem for SessionFs {
                         node: node.clone(),
                         stream: AppendStream::new(),
                         content: None,
+                        last_writer: 0,
                     },
                     FopenFlags::FOPEN_DIRECT_IO,
                 )
@@ -530,7 +533,7 @@ impl Filesystem for SessionFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _offset: u64,
@@ -544,33 +547,69 @@ impl Filesystem for SessionFs {
             return reply.error(Errno::EBADF);
         };
         let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-        let Handle::Control { node, stream, .. } = &mut *h else {
+        let Handle::Control {
+            node,
+            stream,
+            last_writer,
+            ..
+        } = &mut *h
+        else {
             return reply.error(Errno::EBADF);
         };
         let Node::File(key, file) = node else {
             return reply.error(Errno::EBADF);
         };
-        match self.tree.write_control(key, *file, stream, data) {
+        *last_writer = req.pid();
+        match self.tree.write_control(key, *file, stream, data, req.pid()) {
             Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+            // Objects before the failing one were appended: a short write
+            // (see `AppendStream::accepted`); the resent rest then fails.
+            Err(_) if stream.accepted() > 0 => {
+                reply.written(u32::try_from(stream.accepted()).unwrap_or(u32::MAX))
+            }
             Err(e) => reply.error(err_of(&e)),
         }
     }
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Commands run when their write arrives; nothing is left to do.
+        // Commands run (and are written) when their write arrives; only an
+        // incomplete `append` object is left, and then `close` fails.
+        if let Some(h) = self.handle(fh) {
+            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+            if let Handle::Control {
+                node: Node::File(key, SessionFile::Append),
+                stream,
+                last_writer,
+                ..
+            } = &mut *h
+            {
+                let pending = stream.pending();
+                // Only the writer of the incomplete object fails: another
+                // process closing its copy of the descriptor (a command run
+                // between two writes of a shell's `{ …; } >> append`) does
+                // not end the object.
+                if pending > 0 && req.pid() == *last_writer {
+                    // Reported (and discarded) here, so `release` has
+                    // nothing left to report.
+                    stream.reset();
+                    let e = self.tree.flush_partial(key, pending, req.pid());
+                    return reply.error(err_of(&e));
+                }
+            }
+        }
         reply.ok();
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -584,7 +623,7 @@ impl Filesystem for SessionFs {
                 let pending = stream.pending();
                 if pending > 0 {
                     if let Node::File(key, _) = node {
-                        self.tree.discard_partial(key, pending);
+                        self.tree.discard_partial(key, pending, req.pid());
                     }
                 }
             }
@@ -594,14 +633,14 @@ impl Filesystem for SessionFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         match self.node(ino) {
-            Ok(Node::File(key, f)) if f.is_control() => match self.tree.fsync(&key) {
+            Ok(Node::File(key, f)) if f.is_control() => match self.tree.fsync(&key, req.pid()) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(err_of(&e)),
             },

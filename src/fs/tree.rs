@@ -409,10 +409,12 @@ impl Tree {
                 return Ok(Status::Broken);
             }
         }
+        // Writes through the mount are acknowledged only once on disk.
         let options = OpenOptions {
             read_only: self.read_only,
             confine: Some(self.agent_root().to_path_buf()),
             index: self.index.clone(),
+            write_through: true,
             ..OpenOptions::default()
         };
         match Session::open(
@@ -1030,6 +1032,28 @@ impl Tree {
         Ok(data)
     }
 
+    /// A read found the file changed under the index (`Error::Stale`): the
+    /// session is loaded again (and the change logged) so the retried read
+    /// sees the file as it is; never a lasting error.
+    fn recover_stale(
+        &self,
+        key: &SessionKey,
+        st: &mut SlotState,
+        s: &mut Session,
+        reason: &str,
+    ) -> Result<()> {
+        log::warn!(
+            "{}/{}: {reason}; loading the session again",
+            key.project,
+            key.session
+        );
+        s.reload()?;
+        s.prepare_reads();
+        st.forget_derived(s.topology_changes());
+        self.report_reloaded(key);
+        Ok(())
+    }
+
     /// The content of a file node.
     pub fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
         match node {
@@ -1038,12 +1062,25 @@ impl Tree {
                 (None, SessionFile::LastError) => Ok(Arc::new(render_last_error(st).into_bytes())),
                 (None, _) => Err(not_found(f.name())),
                 (Some(_), SessionFile::Append) => Ok(Arc::new(Vec::new())),
-                (Some(s), f) => render_session_file(st, s, *f),
+                (Some(s), f) => match render_session_file(st, s, *f) {
+                    Err(Error::Stale(reason)) => {
+                        self.recover_stale(key, st, s, &reason)?;
+                        render_session_file(st, s, *f)
+                    }
+                    other => other,
+                },
             }),
             Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
                 let s = s.ok_or_else(|| not_found(id))?;
-                let pos = check_entry(s, id, *view)?;
-                let data = render_entry_file(s, id, *f)?;
+                let mut pos = check_entry(s, id, *view)?;
+                let data = match render_entry_file(s, id, *f) {
+                    Err(Error::Stale(reason)) => {
+                        self.recover_stale(key, st, s, &reason)?;
+                        pos = check_entry(s, id, *view)?;
+                        render_entry_file(s, id, *f)?
+                    }
+                    other => other?,
+                };
                 st.entry_sizes.insert((pos, *f), data.len() as u64);
                 Ok(Arc::new(data))
             }),
@@ -1055,14 +1092,17 @@ impl Tree {
     // Control files
     // -----------------------------------------------------------------
 
-    /// Executes the commands of one write to a control file. On error the
-    /// reason is logged and kept for `last-error`.
+    /// Executes the commands of one write to a control file by process
+    /// `pid`. On error the reason is logged and kept for `last-error`; on
+    /// success `last-error` is cleared (see `docs/filesystem.md`,
+    /// "last-error").
     pub fn write_control(
         &self,
         key: &SessionKey,
         file: SessionFile,
         stream: &mut AppendStream,
         data: &[u8],
+        pid: u32,
     ) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly);
@@ -1093,20 +1133,37 @@ impl Tree {
             if s.entries().len() != before || stale {
                 self.report_new(key, new_entries(s, before), stale);
             }
-            if let Err(e) = &result {
-                record_error(st, key, file.name(), &e.to_string());
+            match &result {
+                Err(e) => record_error(st, key, file.name(), pid, &e.to_string()),
+                Ok(()) => st.last_error = None,
             }
             result
         })
     }
 
-    /// An `append` file was closed with an incomplete object.
-    pub fn discard_partial(&self, key: &SessionKey, pending: usize) {
+    /// An `append` file is flushed (closed) by `pid` with an incomplete
+    /// object: reported in `last-error`, and the flush fails with `EINVAL`.
+    /// The caller discards the object.
+    pub fn flush_partial(&self, key: &SessionKey, pending: usize, pid: u32) -> Error {
+        let message = format!(
+            "incomplete JSON object at close ({pending} bytes); it is discarded and nothing \
+             of it was appended"
+        );
+        let _ = self.with_session(key, |st, _| {
+            record_error(st, key, SessionFile::Append.name(), pid, &message);
+            Ok(())
+        });
+        Error::Invalid(message)
+    }
+
+    /// An `append` file was released with an incomplete object.
+    pub fn discard_partial(&self, key: &SessionKey, pending: usize, pid: u32) {
         let _ = self.with_session(key, |st, _| {
             record_error(
                 st,
                 key,
                 SessionFile::Append.name(),
+                pid,
                 &format!(
                     "incomplete JSON object discarded when the file was closed ({pending} bytes)"
                 ),
@@ -1115,13 +1172,13 @@ impl Tree {
         });
     }
 
-    /// `fsync` of a control file: flushes and fsyncs the session file.
-    pub fn fsync(&self, key: &SessionKey) -> Result<()> {
+    /// `fsync` of a control file: fsyncs the session file.
+    pub fn fsync(&self, key: &SessionKey, pid: u32) -> Result<()> {
         self.with_session(key, |st, s| {
             let Some(s) = s else { return Ok(()) };
             let result = s.flush();
             if let Err(e) = &result {
-                record_error(st, key, "fsync", &e.to_string());
+                record_error(st, key, "fsync", pid, &e.to_string());
             }
             result
         })
@@ -1151,9 +1208,15 @@ fn fingerprint(m: &FileStat) -> Fingerprint {
     }
 }
 
-fn record_error(st: &mut SlotState, key: &SessionKey, what: &str, message: &str) {
-    log::warn!("{}/{}: {what}: {message}", key.project, key.session);
-    st.last_error = Some(format!("{} {what}: {message}\n", now_iso()));
+/// Keeps a failure for `last-error`: `<timestamp> <file> pid <pid>:
+/// <reason>` (see `docs/filesystem.md`, "last-error").
+fn record_error(st: &mut SlotState, key: &SessionKey, what: &str, pid: u32, message: &str) {
+    log::warn!(
+        "{}/{}: {what} (pid {pid}): {message}",
+        key.project,
+        key.session
+    );
+    st.last_error = Some(format!("{} {what} pid {pid}: {message}\n", now_iso()));
 }
 
 fn run_leaf(s: &mut Session, data: &[u8]) -> Result<()> {
@@ -1443,7 +1506,7 @@ mod tests {
         let a = SessionKey::new("--p--", "2026_aaaa-a");
         let b = SessionKey::new("--p--", "2026_bbbb-b");
         assert_eq!(leaf(&tree, &a), "e4\n");
-        tree.write_control(&a, SessionFile::Leaf, &mut AppendStream::new(), b"e1\n")
+        tree.write_control(&a, SessionFile::Leaf, &mut AppendStream::new(), b"e1\n", 1)
             .unwrap();
         assert_eq!(leaf(&tree, &a), "e1\n");
         // Loading b drops a (the budget holds one session at most).
@@ -1584,7 +1647,13 @@ mod tests {
         let a = SessionKey::new("--p--", "2026_aaaa-a");
         let before = fs::read(tree.session_path(&a)).unwrap();
         let err = tree
-            .write_control(&a, SessionFile::Leaf, &mut AppendStream::new(), b"nope\n")
+            .write_control(
+                &a,
+                SessionFile::Leaf,
+                &mut AppendStream::new(),
+                b"nope\n",
+                1,
+            )
             .unwrap_err();
         assert!(matches!(err, Error::EntryNotFound(_)));
         let err = tree
@@ -1593,6 +1662,7 @@ mod tests {
                 SessionFile::Append,
                 &mut AppendStream::new(),
                 br#"{"type":"label","targetId":"zz","label":"x"}"#,
+                1,
             )
             .unwrap_err();
         assert!(matches!(err, Error::EntryNotFound(_)));

@@ -174,7 +174,7 @@ pub fn resolve_leaf(index: &TreeIndex, leaf: LeafSel<'_>) -> Option<u32> {
 }
 
 fn stale(idx: u32) -> Error {
-    Error::Invalid(format!(
+    Error::Stale(format!(
         "the line of entry #{idx} changed on disk; reload the session"
     ))
 }

@@ -31,6 +31,11 @@ pub enum Error {
     /// written.
     #[error("{}: resolves outside the agent directory; not used", .0.display())]
     Outside(PathBuf),
+    /// The bytes at an indexed line are not that line any more: the file
+    /// changed under the session. Readers load the file again and retry
+    /// (see `docs/reliability.md`).
+    #[error("{0}")]
+    Stale(String),
     /// An entry id that does not exist in the session.
     #[error("Entry {0} not found")]
     EntryNotFound(String),
@@ -43,10 +48,6 @@ pub enum Error {
     /// A write was attempted on a read-only session or mount.
     #[error("read-only")]
     ReadOnly,
-    /// An earlier persistence error, latched: every later operation on the
-    /// session returns it.
-    #[error("session persistence failed earlier: {0}")]
-    Persistence(Arc<Error>),
     /// A database error of the prompt history.
     #[error("history database: {0}")]
     History(String),

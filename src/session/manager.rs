@@ -3,13 +3,18 @@
 //!
 //! * Appends go through [`Session::append`]; every append creates one entry
 //!   whose parent is the leaf and makes it the leaf.
-//! * Persistent sessions defer their first write until the session holds an
-//!   assistant message, then write the whole file atomically; after that
-//!   each entry is appended as one line, with one `write`, under an
-//!   exclusive advisory lock, after picking up lines that other writers
-//!   appended in the meantime.
-//! * The first persistence error is latched: logged once with the file
-//!   path, and returned by every later operation.
+//! * Persistent sessions created by the library defer their first write
+//!   until the session holds an assistant message (the reference's rule);
+//!   sessions opened with [`OpenOptions::write_through`] (the mount and the
+//!   command line: explicit user actions) write every entry when it is
+//!   appended. Each entry is appended as one line, with one `write`, under
+//!   the write locks (the reference's lockfile and `flock`), after picking
+//!   up lines that other writers appended in the meantime; its offset is
+//!   where the line actually landed (see `docs/engine.md`, "Appends").
+//! * Reading never writes: old versions are migrated in memory, and the
+//!   migrated file is written by the first write to the session.
+//! * A failed write is returned to its caller and logged; it is not
+//!   latched, so the next write after the cause is gone succeeds.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -55,6 +60,10 @@ pub struct OpenOptions {
     /// Where to keep the persistent index (docs/engine.md, "Persistent
     /// index"); `None` scans the whole file on every open.
     pub index: Option<IndexStore>,
+    /// Write every appended entry at once, also before the session's first
+    /// assistant message (writes by users and scripts are acknowledged only
+    /// once they are on disk).
+    pub write_through: bool,
 }
 
 impl Default for OpenOptions {
@@ -64,6 +73,7 @@ impl Default for OpenOptions {
             max_line: DEFAULT_MAX_LINE,
             confine: None,
             index: None,
+            write_through: false,
         }
     }
 }
@@ -103,6 +113,22 @@ pub enum Refresh {
     Reloaded,
 }
 
+/// Where a line is and a hash of its bytes: a change to bytes already
+/// indexed shows in the fingerprint of the last indexed entry's line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LineFingerprint {
+    offset: u64,
+    len: u32,
+    hash: u64,
+}
+
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
 /// The file as this session last saw it.
 #[derive(Debug, Clone, Copy)]
 struct DiskState {
@@ -111,7 +137,11 @@ struct DiskState {
     size: u64,
     identity: (u64, u64),
     mtime: SystemTime,
-    ends_with_newline: bool,
+    /// A complete object without its newline after `end` was indexed (a
+    /// growth may extend it: the file is then loaded again).
+    tail_indexed: bool,
+    /// The last indexed entry's line (see `refresh`).
+    last: Option<LineFingerprint>,
 }
 
 impl DiskState {
@@ -120,13 +150,14 @@ impl DiskState {
     /// reading: a writer that appends or replaces the file in between then
     /// shows up as a change on the next refresh instead of being mistaken
     /// for bytes already read.
-    fn observed(stat: FileStat, end: u64, size: u64, ends_with_newline: bool) -> Self {
+    fn observed(stat: FileStat, end: u64, size: u64) -> Self {
         DiskState {
             end,
             size,
             identity: stat.identity,
             mtime: stat.mtime,
-            ends_with_newline,
+            tail_indexed: false,
+            last: None,
         }
     }
 }
@@ -157,7 +188,11 @@ pub struct Session {
     disk: Option<DiskState>,
     reader: Option<Box<dyn RandomRead>>,
     writer: Option<Box<dyn AppendWriter>>,
-    latched: Option<Arc<Error>>,
+    /// The last failed write (cleared by the next one that succeeds).
+    last_failure: Option<Arc<Error>>,
+    write_through: bool,
+    /// Offset of the header line in the file.
+    header_offset: u64,
     report: LoadReport,
     /// For a file migrated in memory only (read-only): the file as it was
     /// before it was read, so a change to it is noticed and reloaded.
@@ -239,7 +274,9 @@ impl Session {
             disk: None,
             reader: None,
             writer: None,
-            latched: None,
+            last_failure: None,
+            write_through: false,
+            header_offset: 0,
             report: LoadReport::default(),
             memory_source: None,
         }
@@ -274,10 +311,11 @@ impl Session {
     }
 
     /// Opens a session file. A missing or empty file becomes a new session
-    /// at that path (written on the first assistant message); a file
-    /// without a valid header is [`Error::Unreadable`] and is not touched.
-    /// Old versions are migrated and, unless read-only, rewritten
-    /// atomically.
+    /// at that path (written on the first assistant message, or on the
+    /// first append with [`OpenOptions::write_through`]); a file without a
+    /// valid header is [`Error::Unreadable`] and is not touched. Opening
+    /// never writes: old versions are migrated in memory, and the migrated
+    /// file is written by the first write to the session.
     pub fn open(
         storage: Arc<dyn Storage>,
         blobs: Option<BlobStore>,
@@ -344,6 +382,7 @@ impl Session {
         session.confine = options.confine.clone();
         session.index_store = options.index.clone();
         session.index_use = index_use;
+        session.write_through = options.write_through;
         let Some(loaded) = loaded else {
             return Ok(session);
         };
@@ -367,14 +406,11 @@ impl Session {
         Self::open(storage, Some(blobs), path, &OpenOptions::default())
     }
 
-    /// Runs the migration on the whole file; rewrites it unless read-only.
+    /// Runs the migration on the whole file, in memory only: reading never
+    /// writes (see `docs/engine.md`, "Reading never writes"). The migrated
+    /// file is written by the first write ([`Session::write_migration`]).
     fn migrate(&mut self) -> Result<()> {
         let path = self.require_path()?.to_path_buf();
-        if !self.read_only {
-            if let Some(dir) = path.parent() {
-                crate::session::persistence::clean_stale_temps(&*self.storage, dir);
-            }
-        }
         // Identity and time before reading (see `DiskState::observed`).
         let before = self.storage.stat(&path).at(&path)?;
         let bytes = self.storage.read(&path).at(&path)?;
@@ -384,8 +420,8 @@ impl Session {
                 reason: "an old-version file that could not be migrated".into(),
             });
         };
-        log::info!(
-            "{}: migrating session from version {} to {CURRENT_VERSION}",
+        log::debug!(
+            "{}: migrated in memory from version {} to {CURRENT_VERSION}",
             path.display(),
             migrated.from_version
         );
@@ -395,30 +431,49 @@ impl Session {
                 reason,
             }
         })?;
-        if self.read_only {
-            self.mem = migrated.bytes;
-            self.install_loaded(loaded, None)?;
-            self.on_disk = false;
-            self.disk = None;
-            self.memory_source = Some(before);
-        } else {
-            let written = {
-                let _lock = self.storage.lock(&path).at(&path)?;
-                // The file must still be what we migrated.
-                let now = self.storage.read(&path).at(&path)?;
-                if now != bytes {
-                    return Err(Error::Conflict {
-                        path,
-                        reason: "changed while it was being migrated; try again".into(),
-                    });
-                }
-                atomic_write(&*self.storage, &path, &migrated.bytes)?;
-                // Still under the lock: nobody appended yet.
-                self.storage.stat(&path).at(&path)?
-            };
-            self.install_loaded(loaded, Some(written))?;
-        }
+        self.mem = migrated.bytes;
+        self.install_loaded(loaded, None)?;
+        self.on_disk = false;
+        self.disk = None;
+        self.memory_source = Some(before);
         self.report.migrated_from = Some(migrated.from_version);
+        Ok(())
+    }
+
+    /// Writes the migration of a file migrated in memory, under the write
+    /// locks, migrating the file as it is now (lines appended since it was
+    /// read are kept), then loads it; the leaf stays where it was when that
+    /// entry still exists.
+    fn write_migration(&mut self) -> Result<()> {
+        let path = self.require_path()?.to_path_buf();
+        let leaf = self.leaf_id().map(str::to_string);
+        let reset = self.leaf.is_none() && !self.index.is_empty();
+        let from = self.report.migrated_from;
+        if let Some(dir) = path.parent() {
+            crate::session::persistence::clean_stale_temps(&*self.storage, dir);
+        }
+        {
+            let _lock = self.storage.lock(&path).at(&path)?;
+            let bytes = self.storage.read(&path).at(&path)?;
+            // `None`: someone else migrated it meanwhile.
+            if let Some(migrated) = migrate_file(&bytes) {
+                log::info!(
+                    "{}: writing the migration from version {} to {CURRENT_VERSION}",
+                    path.display(),
+                    migrated.from_version
+                );
+                atomic_write(&*self.storage, &path, &migrated.bytes)?;
+            }
+        }
+        self.reload()?;
+        if reset {
+            self.reset_leaf();
+        } else if let Some(id) = leaf {
+            let _ = self.branch(&id);
+        }
+        if self.report.migrated_from.is_none() {
+            self.report.migrated_from = from;
+        }
         Ok(())
     }
 
@@ -434,6 +489,7 @@ impl Session {
         self.header_line = self
             .read_header_line(loaded.header_offset, in_memory)?
             .unwrap_or_else(|| header_line_for(&header.id, "", "", None));
+        self.header_offset = loaded.header_offset;
         self.header = header;
         let migrated_from = self.report.migrated_from;
         self.report = LoadReport {
@@ -448,15 +504,66 @@ impl Session {
         self.reader = None;
         self.writer = None;
         if let Some(stat) = disk {
-            self.disk = Some(DiskState::observed(
-                stat,
-                loaded.end,
-                loaded.scanned,
-                loaded.ends_with_newline,
-            ));
+            let mut state = DiskState::observed(stat, loaded.end, loaded.scanned);
+            state.tail_indexed = !loaded.ends_with_newline && !loaded.torn_tail;
+            self.disk = Some(state);
             self.on_disk = true;
+            self.note_last_line()?;
         }
         Ok(())
+    }
+
+    /// Records the fingerprint of the last indexed entry's line.
+    fn note_last_line(&mut self) -> Result<()> {
+        let last = match self.index.entries().last() {
+            Some(meta) if !meta.loc.in_memory => {
+                let loc = meta.loc;
+                let bytes = self.read_disk(loc.offset, loc.len as usize)?;
+                Some(LineFingerprint {
+                    offset: loc.offset,
+                    len: loc.len,
+                    hash: hash_bytes(&bytes),
+                })
+            }
+            _ => None,
+        };
+        if let Some(d) = self.disk.as_mut() {
+            d.last = last;
+        }
+        Ok(())
+    }
+
+    /// Reads bytes of the session file.
+    fn read_disk(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let path = self.require_path()?;
+        match &self.reader {
+            Some(r) => r.read_at(offset, len),
+            None => self.storage.read_at(path, offset, len),
+        }
+        .at(path)
+    }
+
+    /// True when the bytes already indexed still look as they did: the
+    /// header line and the last indexed entry's line (each followed by a
+    /// line end) are unchanged. A file rewritten in place (same inode,
+    /// truncated and written again, or rewritten at the same size) fails
+    /// this (see `docs/engine.md`, "Freshness").
+    fn indexed_bytes_unchanged(&self) -> Result<bool> {
+        let header = self.header_line.as_bytes();
+        let got = self.read_disk(self.header_offset, header.len() + 1)?;
+        if got.len() != header.len() + 1
+            || &got[..header.len()] != header
+            || !matches!(got[header.len()], b'\n' | b'\r')
+        {
+            return Ok(false);
+        }
+        let Some(last) = self.disk.and_then(|d| d.last) else {
+            return Ok(true);
+        };
+        let got = self.read_disk(last.offset, last.len as usize + 1)?;
+        Ok(got.len() > last.len as usize
+            && hash_bytes(&got[..last.len as usize]) == last.hash
+            && matches!(got[last.len as usize], b'\n' | b'\r'))
     }
 
     fn read_header_line(&self, offset: u64, in_memory: bool) -> Result<Option<String>> {
@@ -667,7 +774,7 @@ impl Session {
         }
         .at(path)?;
         if bytes.len() != loc.len as usize {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Stale(format!(
                 "{}: the file changed under the session; reload it",
                 path.display()
             )));
@@ -774,30 +881,23 @@ impl Session {
     // Appends
     // -----------------------------------------------------------------
 
-    /// The latched persistence error, if any.
+    /// The last failed write, if the writes since have not succeeded. It
+    /// does not block later writes (see `docs/reliability.md`).
     pub fn persistence_error(&self) -> Option<&Error> {
-        self.latched.as_deref()
+        self.last_failure.as_deref()
     }
 
-    fn check_latched(&self) -> Result<()> {
-        match &self.latched {
-            Some(e) => Err(Error::Persistence(e.clone())),
-            None => Ok(()),
-        }
-    }
-
-    fn latch(&mut self, err: Error) -> Error {
-        // A conflict wrote nothing: the session is still consistent with
-        // what it wrote before, and the next refresh reloads the file.
-        if self.latched.is_none() && !matches!(err, Error::Conflict { .. }) {
+    /// Logs a failed write and keeps it as the last failure.
+    fn failed(&mut self, err: Error) -> Error {
+        if !matches!(err, Error::Conflict { .. }) {
             log::error!(
-                "session {}: persistence failed: {err}",
+                "session {}: write failed: {err}",
                 self.path
                     .as_deref()
                     .map_or_else(|| "(memory)".into(), |p| p.display().to_string())
             );
-            self.latched = Some(Arc::new(err.clone()));
         }
+        self.last_failure = Some(Arc::new(err.clone()));
         err
     }
 
@@ -859,22 +959,27 @@ impl Session {
     }
 
     /// Appends an entry as a child of the leaf and makes it the leaf.
-    /// Returns the new entry's id. On error nothing changes.
+    /// Returns the new entry's id. On error nothing changes (a failed write
+    /// leaves no partial line behind; see `docs/reliability.md`).
     pub fn append(&mut self, entry: NewEntry) -> Result<String> {
         self.prepare_append()?;
         self.append_at_leaf(entry)
     }
 
-    /// What every append does first: refuse when latched or read-only, and
-    /// pick up what other writers appended (or created), so the parent is
-    /// decided on the file as it is now.
+    /// What every append does first: refuse when read-only, pick up what
+    /// other writers appended (or created), so the parent is decided on
+    /// the file as it is now, and write a migration held in memory.
     fn prepare_append(&mut self) -> Result<()> {
-        self.check_latched()?;
         if self.read_only {
             return Err(Error::ReadOnly);
         }
         if self.persist {
             self.refresh()?;
+            if self.memory_source.is_some() {
+                if let Err(e) = self.write_migration() {
+                    return Err(self.failed(e));
+                }
+            }
         }
         Ok(())
     }
@@ -906,9 +1011,14 @@ impl Session {
             }
         );
         let len = line.len() as u32;
-        if !self.persist || (!self.on_disk && !is_assistant && !self.index.has_assistant()) {
+        if !self.persist
+            || (!self.on_disk
+                && !self.write_through
+                && !is_assistant
+                && !self.index.has_assistant())
+        {
             // In memory: in-memory sessions, and persistent ones before their
-            // first assistant message.
+            // first assistant message (unless written through).
             let offset = self.mem.len() as u64;
             self.mem.extend_from_slice(line.as_bytes());
             self.mem.push(b'\n');
@@ -924,7 +1034,7 @@ impl Session {
             return Ok(id);
         }
         if !self.on_disk {
-            // The first assistant message: write the whole session.
+            // The first write: the header, the entries held so far, this one.
             let mut mem = std::mem::take(&mut self.mem);
             let offset = mem.len() as u64;
             mem.extend_from_slice(line.as_bytes());
@@ -932,7 +1042,7 @@ impl Session {
             if let Err(e) = self.first_write(&mem) {
                 mem.truncate(offset as usize);
                 self.mem = mem;
-                return Err(self.latch(e));
+                return Err(self.failed(e));
             }
             self.mem = mem;
             let base = self.header_line.len() as u64 + 1;
@@ -947,25 +1057,44 @@ impl Session {
             self.index.relocate_memory(base);
             self.mem = Vec::new();
             self.leaf = Some(idx);
+            if let Err(e) = self.note_last_line() {
+                return Err(self.failed(e));
+            }
+            self.last_failure = None;
             return Ok(id);
         }
-        let offset = match self.append_line(line.as_bytes()) {
-            Ok(o) => o,
-            Err(e) => return Err(self.latch(e)),
-        };
-        let idx = self.index.push(
-            scanned,
-            Loc {
-                offset,
-                len,
-                in_memory: false,
-            },
-        );
-        self.leaf = Some(idx);
-        Ok(id)
+        match self.append_line(line.as_bytes(), &id) {
+            Ok(()) => {
+                self.last_failure = None;
+                Ok(id)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
-    /// Writes header and buffered entries as a new file.
+    /// Writes the session's file now if it is not written yet: the header
+    /// and any entries held in memory (`sessionfs new`).
+    pub fn write_now(&mut self) -> Result<()> {
+        if self.on_disk || !self.persist || self.memory_source.is_some() {
+            return Ok(());
+        }
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let mem = std::mem::take(&mut self.mem);
+        if let Err(e) = self.first_write(&mem) {
+            self.mem = mem;
+            return Err(self.failed(e));
+        }
+        let base = self.header_line.len() as u64 + 1;
+        self.index.relocate_memory(base);
+        self.note_last_line()
+    }
+
+    /// Writes header and buffered entries to an empty or missing file: one
+    /// append under the write locks, refused (nothing written) when the file
+    /// is not empty then. Appending rather than renaming keeps the inode
+    /// that another program may hold open (an agent that created the file).
     fn first_write(&mut self, entries: &[u8]) -> Result<()> {
         let path = self.require_path()?.to_path_buf();
         if let Some(root) = &self.confine {
@@ -974,33 +1103,52 @@ impl Session {
         if let Some(dir) = path.parent() {
             self.storage.ensure_dir(dir).at(dir)?;
         }
-        match self.storage.stat(&path) {
-            Ok(st) if st.size > 0 => {
-                return Err(Error::Conflict {
-                    path,
-                    reason: "another writer created the file before the session's first write; \
-                             nothing was written, the file is loaded on the next access"
-                        .into(),
-                })
-            }
-            _ => {}
-        }
         let mut data = Vec::with_capacity(self.header_line.len() + 1 + entries.len());
         data.extend_from_slice(self.header_line.as_bytes());
         data.push(b'\n');
         data.extend_from_slice(entries);
-        atomic_write(&*self.storage, &path, &data)?;
+        let mut writer = self.storage.open_append(&path).at(&path)?;
+        let _lock = writer.lock().at(&path)?;
+        if writer.size().at(&path)? > 0 {
+            return Err(Error::Conflict {
+                path,
+                reason: "another writer created the file before the session's first write; \
+                         nothing was written, the file is loaded on the next access"
+                    .into(),
+            });
+        }
+        let at = writer.write_line(&data).at(&path)?;
+        if at != 0 {
+            // Another writer that takes no lock got there in between: our
+            // header is not at the start. Remove it if nothing follows.
+            if writer.size().at(&path)? == at + data.len() as u64 {
+                writer.truncate(at).at(&path)?;
+            }
+            return Err(Error::Conflict {
+                path,
+                reason: "another writer wrote to the file during the session's first write".into(),
+            });
+        }
+        writer.flush().at(&path)?;
         let stat = self.storage.stat(&path).at(&path)?;
         let size = data.len() as u64;
-        self.disk = Some(DiskState::observed(stat, size, size, true));
+        self.disk = Some(DiskState::observed(stat, size, size));
+        self.header_offset = 0;
         self.on_disk = true;
         self.reader = None;
-        self.writer = None;
+        self.writer = Some(writer);
         Ok(())
     }
 
-    /// Appends one line under the lock; returns the line's offset.
-    fn append_line(&mut self, line: &[u8]) -> Result<u64> {
+    /// How long an append waits for another writer to finish a line it is
+    /// in the middle of writing before taking the line for torn.
+    const PARTIAL_LINE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+    /// Appends one line of entry `id` under the write locks, then indexes
+    /// everything from the last indexed line to the end of the file —
+    /// other writers' lines before ours, ours at the offset where it
+    /// landed, and any after it — so the index is what a fresh load gives.
+    fn append_line(&mut self, line: &[u8], id: &str) -> Result<()> {
         let path = self.require_path()?.to_path_buf();
         if self.writer.is_none() {
             self.writer = Some(self.storage.open_append(&path).at(&path)?);
@@ -1009,12 +1157,13 @@ impl Session {
             return Err(Error::Invalid("internal: no writer".into()));
         };
         let _lock = writer.lock().at(&path)?;
-        // Another writer may have appended since refresh(): index it first.
         let stat = self.storage.stat(&path).at(&path)?;
         let Some(disk) = self.disk else {
             return Err(Error::Invalid("internal: no disk state".into()));
         };
         if stat.identity != disk.identity || stat.size < disk.size {
+            // Our descriptor may be on the replaced file: open it again.
+            self.writer = None;
             return Err(Error::Conflict {
                 path,
                 reason: "the file was replaced while appending; nothing was written, \
@@ -1022,17 +1171,26 @@ impl Session {
                     .into(),
             });
         }
-        let (ends_with_newline, size) = if stat.size > disk.size {
-            // Lines appeared between our refresh and the lock.
-            self.index_tail(&path)?;
-            let d = self.disk.unwrap_or(disk);
-            (d.ends_with_newline, d.size)
-        } else {
-            (disk.ends_with_newline, disk.size)
+        // Never extend a line another writer is in the middle of, and never
+        // add a blank line: wait a moment for a partial last line to be
+        // finished; only a line that stays unfinished is ended first.
+        let deadline = std::time::Instant::now() + Self::PARTIAL_LINE_WAIT;
+        let ends_line = loop {
+            let Some(writer) = self.writer.as_mut() else {
+                return Err(Error::Invalid("internal: no writer".into()));
+            };
+            match writer.last_byte().at(&path)? {
+                None | Some(b'\n') => break true,
+                Some(_) if std::time::Instant::now() >= deadline => break false,
+                Some(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
         };
         let mut buf = Vec::with_capacity(line.len() + 2);
-        if !ends_with_newline {
-            // Never extend a torn last line.
+        if !ends_line {
+            log::warn!(
+                "{}: the last line is unfinished; ending it before appending",
+                path.display()
+            );
             buf.push(b'\n');
         }
         buf.extend_from_slice(line);
@@ -1040,19 +1198,25 @@ impl Session {
         let Some(writer) = self.writer.as_mut() else {
             return Err(Error::Invalid("internal: no writer".into()));
         };
-        writer.write_line(&buf).at(&path)?;
+        let at = writer.write_line(&buf).at(&path)? + u64::from(!ends_line);
         writer.flush().at(&path)?;
-        let offset = size + u64::from(!ends_with_newline);
-        let stat = self.storage.stat(&path).at(&path)?;
-        let new_size = size + buf.len() as u64;
-        self.disk = Some(DiskState {
-            end: new_size,
-            size: new_size,
-            identity: stat.identity,
-            mtime: stat.mtime,
-            ends_with_newline: true,
-        });
-        Ok(offset)
+        self.index_tail(&path)?;
+        match self.index.position(id) {
+            Some(i) if self.index.get(i).is_some_and(|m| m.loc.offset == at) => {
+                if at + line.len() as u64 + 1 == self.disk.map_or(0, |d| d.end) {
+                    self.leaf = Some(i);
+                }
+                Ok(())
+            }
+            _ => {
+                log::error!(
+                    "{}: the line appended at {at} was not found there; loading the file again",
+                    path.display()
+                );
+                self.reload()?;
+                Ok(())
+            }
+        }
     }
 
     /// Indexes lines that appeared at the end of the file.
@@ -1071,27 +1235,39 @@ impl Session {
             path: path.to_path_buf(),
             reason,
         })?;
-        let n = loaded.entries.len();
-        self.index.extend_loaded(loaded.entries, false);
+        // An unfinished line indexed before (a complete object that lacked
+        // its newline) is not indexed twice.
+        let indexed_to = self
+            .index
+            .entries()
+            .last()
+            .filter(|m| !m.loc.in_memory)
+            .map(|m| m.loc.offset + u64::from(m.loc.len));
+        let entries: Vec<_> = loaded
+            .entries
+            .into_iter()
+            .filter(|e| indexed_to.is_none_or(|end| e.offset >= end))
+            .collect();
+        let n = entries.len();
+        self.index.extend_loaded(entries, false);
         self.report.skipped += loaded.skipped;
         self.report.blank += loaded.blank;
-        // An unterminated complete line was indexed but not consumed: the
-        // next change reloads the file.
-        self.disk = Some(DiskState::observed(
-            stat,
-            loaded.end,
-            loaded.scanned,
-            loaded.ends_with_newline,
-        ));
+        let last = disk.last;
+        let mut state = DiskState::observed(stat, loaded.end, loaded.scanned);
+        state.tail_indexed = !loaded.ends_with_newline && !loaded.torn_tail;
+        state.last = last;
+        self.disk = Some(state);
         if n > 0 {
             self.leaf = self.index.len().checked_sub(1).map(|i| i as u32);
+            self.note_last_line()?;
         }
         Ok(n)
     }
 
     /// Picks up changes made to the file by others: new lines are indexed
-    /// incrementally and the leaf moves to the last entry; a replaced or
-    /// shrunken file is loaded again.
+    /// incrementally and the leaf moves to the last entry; a file replaced,
+    /// shrunk, or changed in place (bytes already indexed differ: see
+    /// `docs/engine.md`, "Freshness") is loaded again.
     pub fn refresh(&mut self) -> Result<Refresh> {
         if !self.on_disk {
             return self.refresh_not_written();
@@ -1104,7 +1280,12 @@ impl Session {
         if same_file && stat.size == disk.size && stat.mtime == disk.mtime {
             return Ok(Refresh::Unchanged);
         }
-        if same_file && stat.size > disk.size && disk.ends_with_newline && disk.end == disk.size {
+        if same_file && stat.size >= disk.size && !self.indexed_bytes_unchanged()? {
+            log::info!("{}: changed in place; loading it again", path.display());
+            self.reload()?;
+            return Ok(Refresh::Reloaded);
+        }
+        if same_file && stat.size > disk.size && !disk.tail_indexed {
             let n = self.index_tail(&path)?;
             return Ok(Refresh::Grew(n));
         }
@@ -1166,17 +1347,17 @@ impl Session {
             max_line: self.max_line,
             confine: self.confine.clone(),
             index: self.index_store.clone(),
+            write_through: self.write_through,
         };
         let fresh = Session::open(self.storage.clone(), self.blobs.clone(), &path, &options)?;
-        let latched = self.latched.take();
+        let last_failure = self.last_failure.take();
         *self = fresh;
-        self.latched = latched;
+        self.last_failure = last_failure;
         Ok(())
     }
 
     /// Writes everything queued and fsyncs the session file.
     pub fn flush(&mut self) -> Result<()> {
-        self.check_latched()?;
         if !self.on_disk || self.read_only {
             return Ok(());
         }
@@ -1188,7 +1369,7 @@ impl Session {
             Some(w) => w.fsync().at(&path),
             None => Ok(()),
         };
-        result.map_err(|e| self.latch(e))
+        result.map_err(|e| self.failed(e))
     }
 
     /// Opens a reader kept for the following reads (context building of a
@@ -1367,9 +1548,17 @@ impl Session {
 
     /// Sets the header's `title` with an atomic rewrite of the file.
     pub fn set_title(&mut self, title: &str) -> Result<()> {
-        self.check_latched()?;
         if self.read_only {
             return Err(Error::ReadOnly);
+        }
+        if self.persist && self.memory_source.is_some() {
+            // A migration held in memory is written first.
+            self.refresh()?;
+            if self.memory_source.is_some() {
+                if let Err(e) = self.write_migration() {
+                    return Err(self.failed(e));
+                }
+            }
         }
         let mut obj_text = {
             let obj = RawObject::parse(&self.header_line)
@@ -1420,8 +1609,11 @@ impl Session {
             atomic_write(&*self.storage, &path, &out)
         })();
         match result {
-            Ok(()) => self.reload(),
-            Err(e) => Err(self.latch(e)),
+            Ok(()) => {
+                self.last_failure = None;
+                self.reload()
+            }
+            Err(e) => Err(self.failed(e)),
         }
     }
 

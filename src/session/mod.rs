@@ -20,6 +20,7 @@ pub mod index;
 pub mod index_store;
 pub mod json;
 pub mod loader;
+pub mod lockfile;
 pub mod manager;
 pub mod migration;
 pub mod paths;

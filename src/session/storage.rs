@@ -53,14 +53,28 @@ pub struct DirItem {
 
 /// An open append-only writer on one file (SPEC §9 `SessionStorageWriter`).
 pub trait AppendWriter: Send {
-    /// Writes one whole line (the caller includes the trailing `\n`) with a
-    /// single `write` call where the platform allows.
-    fn write_line(&mut self, line: &[u8]) -> io::Result<()>;
+    /// Writes one whole line (the caller includes the trailing `\n`) at the
+    /// end of the file, with a single `write` call where the platform
+    /// allows, and returns the offset where its first byte landed — which
+    /// is not the size seen before writing when another writer appended in
+    /// between (see `docs/engine.md`, "Appends"). A write that fails part
+    /// way removes the bytes it wrote when nobody wrote after them, so the
+    /// file ends at its last complete line again.
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64>;
+    /// The file's current size, as seen through this writer.
+    fn size(&mut self) -> io::Result<u64>;
+    /// The last byte of the file (`None` when empty).
+    fn last_byte(&mut self) -> io::Result<Option<u8>>;
+    /// Truncates the file to `size` (used only under the lock to remove a
+    /// partial line of our own).
+    fn truncate(&mut self, size: u64) -> io::Result<()>;
     /// Pushes buffered bytes to the operating system.
     fn flush(&mut self) -> io::Result<()>;
     /// Flushes and makes the data durable.
     fn fsync(&mut self) -> io::Result<()>;
-    /// Holds an exclusive advisory lock on the file until the guard drops.
+    /// Holds the file's write locks until the guard drops: for the real
+    /// filesystem the reference's lockfile and an exclusive `flock` (see
+    /// [`Storage::lock`]).
     fn lock(&mut self) -> io::Result<LockGuard>;
 }
 
@@ -144,7 +158,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Opens (creating with mode 0600 if needed) an append-only writer.
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>>;
-    /// Takes an exclusive advisory lock on an existing file.
+    /// Takes the write locks of an existing file: for the real filesystem
+    /// the reference's lockfile `.<name>.lock` (see
+    /// [`crate::session::lockfile`]) and then an exclusive `flock` on the
+    /// file, in that order everywhere.
     fn lock(&self, path: &Path) -> io::Result<LockGuard>;
     /// Opens a file for random-access reads.
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>>;
@@ -237,10 +254,14 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn lock_file(file: File) -> io::Result<LockGuard> {
+/// Takes the lockfile of `path`, then `flock` on `file` (the file at
+/// `path`); released in reverse order.
+fn lock_file(path: &Path, file: File) -> io::Result<LockGuard> {
+    let lockfile = crate::session::lockfile::Lockfile::acquire(path)?;
     flock(&file, libc::LOCK_EX)?;
     Ok(LockGuard::new(move || {
         let _ = flock(&file, libc::LOCK_UN);
+        drop(lockfile);
     }))
 }
 
@@ -261,13 +282,64 @@ fn file_stat(md: &fs::Metadata) -> FileStat {
 }
 
 struct FileAppendWriter {
+    path: PathBuf,
     file: File,
 }
 
 impl AppendWriter for FileAppendWriter {
-    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
-        // O_APPEND: one write(2) places the whole line at the end of file.
-        self.file.write_all(line)
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
+        // O_APPEND: one write(2) places the whole line at the end of the
+        // file and leaves the file offset just past it, whatever other
+        // writers did before: the offset tells where the line landed.
+        let mut start: Option<u64> = None;
+        let mut done = 0usize;
+        while done < line.len() {
+            let result = match self.file.write(&line[done..]) {
+                Ok(0) => Err(io::Error::new(io::ErrorKind::WriteZero, "short write")),
+                Ok(n) => self.file.stream_position().map(|end| (n, end)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+            let (n, end) = match result {
+                Ok(v) => v,
+                Err(e) => {
+                    self.undo_partial(start, done);
+                    return Err(e);
+                }
+            };
+            let at = end - n as u64;
+            match start {
+                None => start = Some(at),
+                // A later piece of the same line must follow the earlier one.
+                Some(s) if at == s + done as u64 => {}
+                Some(s) => {
+                    return Err(io::Error::other(format!(
+                        "the line was split by another writer at offset {}",
+                        s + done as u64
+                    )))
+                }
+            }
+            done += n;
+        }
+        start.ok_or_else(|| io::Error::other("empty line"))
+    }
+    fn size(&mut self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn last_byte(&mut self) -> io::Result<Option<u8>> {
+        let size = self.size()?;
+        if size == 0 {
+            return Ok(None);
+        }
+        let mut b = [0u8; 1];
+        match self.file.read_at(&mut b, size - 1) {
+            Ok(1) => Ok(Some(b[0])),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+    fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.file.set_len(size)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
@@ -277,7 +349,32 @@ impl AppendWriter for FileAppendWriter {
         self.file.sync_data()
     }
     fn lock(&mut self) -> io::Result<LockGuard> {
-        lock_file(self.file.try_clone()?)
+        lock_file(&self.path, self.file.try_clone()?)
+    }
+}
+
+impl FileAppendWriter {
+    /// After a failed write: removes the `done` bytes of ours that landed at
+    /// `start`, when they are still the end of the file (nobody appended
+    /// after them), so no partial line stays behind.
+    fn undo_partial(&mut self, start: Option<u64>, done: usize) {
+        let Some(start) = start else { return };
+        let end = start + done as u64;
+        match self.file.metadata() {
+            Ok(md) if md.len() == end => {
+                if let Err(e) = self.file.set_len(start) {
+                    log::error!(
+                        "{}: could not remove a partial line at {start}: {e}",
+                        self.path.display()
+                    );
+                }
+            }
+            Ok(_) => log::error!(
+                "{}: a partial line at {start} is followed by another writer's bytes; left",
+                self.path.display()
+            ),
+            Err(e) => log::error!("{}: {e}", self.path.display()),
+        }
     }
 }
 
@@ -379,15 +476,20 @@ impl Storage for FileStorage {
         File::open(dir)?.sync_all()
     }
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        // Readable too: an append looks at the last byte first.
         let file = OpenOptions::new()
+            .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
             .open(path)?;
-        Ok(Box::new(FileAppendWriter { file }))
+        Ok(Box::new(FileAppendWriter {
+            path: path.to_path_buf(),
+            file,
+        }))
     }
     fn lock(&self, path: &Path) -> io::Result<LockGuard> {
-        lock_file(OpenOptions::new().read(true).open(path)?)
+        lock_file(path, OpenOptions::new().read(true).open(path)?)
     }
     fn is_persistent(&self) -> bool {
         true
@@ -517,7 +619,8 @@ impl MemoryStorage {
         self.next_identity.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    fn append_bytes(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    /// Appends `bytes`; returns the offset where they landed.
+    fn append_bytes(&self, path: &Path, bytes: &[u8]) -> io::Result<u64> {
         let mut state = self.state();
         Self::check(&state, FaultOp::Append)?;
         let identity = self.new_identity();
@@ -526,9 +629,16 @@ impl MemoryStorage {
             mtime: SystemTime::now(),
             identity,
         });
+        let at = file.data.len() as u64;
         file.data.extend_from_slice(bytes);
         file.mtime = SystemTime::now();
-        Ok(())
+        Ok(at)
+    }
+
+    fn file_data<T>(&self, path: &Path, f: impl FnOnce(&mut MemFile) -> T) -> io::Result<T> {
+        let mut state = self.state();
+        let file = state.files.get_mut(path).ok_or_else(|| not_found(path))?;
+        Ok(f(file))
     }
 }
 
@@ -549,8 +659,21 @@ struct MemAppendWriter {
 }
 
 impl AppendWriter for MemAppendWriter {
-    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
         self.storage.append_bytes(&self.path, line)
+    }
+    fn size(&mut self) -> io::Result<u64> {
+        self.storage.file_data(&self.path, |f| f.data.len() as u64)
+    }
+    fn last_byte(&mut self) -> io::Result<Option<u8>> {
+        self.storage
+            .file_data(&self.path, |f| f.data.last().copied())
+    }
+    fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.storage.file_data(&self.path, |f| {
+            f.data.truncate(usize::try_from(size).unwrap_or(usize::MAX));
+            f.mtime = SystemTime::now();
+        })
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
