@@ -2,13 +2,14 @@
 //! leaf arguments, output helpers.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use clap::Args;
 
 use crate::session::index_store::IndexStore;
 use crate::session::manager::OpenOptions;
 use crate::session::paths::AgentDir;
+use crate::session::pg::{PgStorage, PgUrl};
 use crate::session::storage::{FileStorage, Storage};
 use crate::session::{blobs::BlobStore, Error, LeafSel, Result, Session};
 
@@ -70,16 +71,57 @@ impl LeafArg {
     }
 }
 
-/// The real filesystem as a shared storage.
-pub fn file_storage() -> Arc<dyn Storage> {
-    Arc::new(FileStorage::new())
+/// The global `--storage URL` (or `$SESSIONFS_STORAGE`), set once by
+/// [`crate::cli::run`].
+static STORAGE_URL: OnceLock<Option<String>> = OnceLock::new();
+
+/// Sets where sessions live for this process (`None`: the agent
+/// directory's files).
+pub fn set_storage_url(url: Option<String>) {
+    let _ = STORAGE_URL.set(url.filter(|u| !u.is_empty()));
+}
+
+fn storage_url() -> Option<&'static str> {
+    STORAGE_URL.get().and_then(|u| u.as_deref())
+}
+
+/// True when `--storage` names a database.
+pub fn uses_database() -> bool {
+    storage_url().is_some()
+}
+
+/// Where the sessions of `agent` live: its files, or the database of
+/// `--storage` (`docs/team.md`), connected once per process.
+pub fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
+    let Some(url) = storage_url() else {
+        return Ok(Arc::new(FileStorage::new()));
+    };
+    static OPEN: Mutex<Option<(PathBuf, Arc<dyn Storage>)>> = Mutex::new(None);
+    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((root, storage)) = &*open {
+        if root == agent.root() {
+            return Ok(storage.clone());
+        }
+    }
+    let parsed = PgUrl::parse(url).map_err(|e| Error::Invalid(format!("--storage: {e}")))?;
+    let pg: Arc<dyn Storage> = Arc::new(
+        PgStorage::connect(&parsed, agent)
+            .map_err(|e| Error::io(format!("database table {}", parsed.table), e))?,
+    );
+    *open = Some((agent.root().to_path_buf(), pg.clone()));
+    Ok(pg)
 }
 
 /// Opens an existing session file for a command. A missing or empty file
 /// is an error here (only `append` and `new` start sessions). Reading
 /// never writes: an old version is migrated in memory.
 pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
+<<<<<<< HEAD
     let storage = file_storage();
+=======
+    let agent = args.agent();
+    let storage = storage(&agent)?;
+>>>>>>> dc29cbc (PostgreSQL storage: the reference's omp_session_files rows behind the Storage trait (guarded appends and rewrites, byte-offset reads through a local mirror, blobs table, path prefix, chunks layout); --storage / SESSIONFS_STORAGE for every command and the mount; sessionfs pg install-trigger; engine suites run on a throwaway server started by the tests)
     match storage.stat(file) {
         Ok(st) if st.size > 0 => {}
         Ok(_) => {
@@ -137,10 +179,11 @@ fn open_file(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> 
 /// prefix of a session id (looked up in the agent dir by file name).
 pub fn resolve_file(agent: &AgentDir, arg: &str) -> Result<PathBuf> {
     let path = PathBuf::from(arg);
-    if path.exists() || arg.contains('/') || arg.ends_with(".jsonl") {
+    let storage = storage(agent)?;
+    if storage.exists(&path) || arg.contains('/') || arg.ends_with(".jsonl") {
         return Ok(path);
     }
-    crate::session::discovery::resolve_session(&*file_storage(), agent, arg)
+    crate::session::discovery::resolve_session(&*storage, agent, arg)
 }
 
 /// Writes text to stdout; a closed pipe (`| head`) is not an error.

@@ -47,13 +47,17 @@ pub fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
 /// `/`, links as `name -> target`; a file path prints its name.
 pub fn run(args: LsArgs) -> crate::Result<i32> {
     let agent = AgentDir::resolve(args.agent_dir.as_deref());
-    let tree = Tree::new(TreeConfig {
-        agent,
-        // Listing never writes (no migration on disk).
-        read_only: true,
-        index: None,
-        cache_bytes: 64 << 20,
-    });
+    let storage = crate::cli::common::storage(&agent)?;
+    let tree = Tree::with_storage(
+        TreeConfig {
+            agent,
+            // Listing never writes (no migration on disk).
+            read_only: true,
+            index: None,
+            cache_bytes: 64 << 20,
+        },
+        storage,
+    );
     let path = args.path.unwrap_or_default();
     let node = resolve(&tree, &path).map_err(|e| match e {
         Error::EntryNotFound(_) => Error::Invalid(format!(

@@ -10,6 +10,7 @@ pub mod ls;
 pub mod mount;
 pub mod mountopts;
 pub mod progress;
+pub mod pg;
 pub mod sessions;
 pub mod store;
 
@@ -20,6 +21,11 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "sessionfs", version, about)]
 pub struct Cli {
+    /// Where the sessions live: a PostgreSQL URL
+    /// (`postgres://…?table=NAME&prefix=PATH&layout=rows|chunks`, see
+    /// docs/team.md) [default: the agent directory's files].
+    #[arg(long, global = true, env = "SESSIONFS_STORAGE", value_name = "URL")]
+    pub storage: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -78,6 +84,9 @@ pub enum Command {
     Gc(store::GcArgs),
     /// Move a session (and its artifacts) to another working directory.
     Move(store::MoveArgs),
+    /// PostgreSQL storage chores (with --storage).
+    #[command(subcommand)]
+    Pg(pg::PgCommand),
 }
 
 impl Cli {
@@ -101,6 +110,7 @@ impl Cli {
 
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
+    common::set_storage_url(cli.storage.clone());
     let result = match cli.command {
         Command::Context(args) => inspect::context(&args),
         Command::Tree(args) => inspect::tree(&args),
@@ -124,6 +134,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Check(args) => store::check(&args),
         Command::Gc(args) => store::gc(&args),
         Command::Move(args) => store::move_session(&args),
+        Command::Pg(cmd) => pg::run(cmd, cli.storage.as_deref()),
     };
     match result {
         Ok(code) => code,

@@ -157,6 +157,11 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
             store
         }
     });
+    if crate::cli::common::uses_database() {
+        config.storage = Some(crate::cli::common::storage(&agent)?);
+        // The persistent index is for local files (docs/team.md).
+        config.index = None;
+    }
 
     let lock = MountLock::acquire(&mountpoint).map_err(|e| crate::Error::io(&mountpoint, e))?;
     let mut pid_guard = None;

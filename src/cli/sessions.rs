@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{file_storage, open_existing, print_out, resolve_file, AgentArgs};
+use crate::cli::common::{open_existing, print_out, resolve_file, storage, AgentArgs};
 use crate::cli::inspect::one_line;
 use crate::cli::progress::Progress;
 use crate::session::discovery::{list_all_with_progress, list_sessions, recent_sessions};
@@ -40,7 +40,7 @@ pub struct ListArgs {
 
 pub fn list(args: &ListArgs) -> Result<i32> {
     let agent = args.agent.agent();
-    let storage = file_storage();
+    let storage = storage(&agent)?;
     let infos = if args.all {
         let progress = Progress::new("listing projects");
         let tick = progress.callback();
@@ -91,7 +91,7 @@ pub struct RecentArgs {
 
 pub fn recent(args: &RecentArgs) -> Result<i32> {
     let agent = args.agent.agent();
-    let storage = file_storage();
+    let storage = storage(&agent)?;
     let dir = agent.project_dir(&cwd_or_current(&args.cwd)?);
     let recent = recent_sessions(&*storage, &dir, args.limit)?;
     if args.json {

@@ -29,6 +29,7 @@ use crate::fs::tree::{Tree, TreeConfig};
 use crate::fs::{watch, SessionFs};
 use crate::session::index_store::IndexStore;
 use crate::session::paths::AgentDir;
+use crate::session::storage::Storage;
 
 /// What to mount where.
 #[derive(Debug, Clone)]
@@ -54,6 +55,8 @@ pub struct MountConfig {
     pub threads: usize,
     /// The persistent index sessions are loaded with (and written to).
     pub index: Option<IndexStore>,
+    /// Where the sessions live (`None`: the agent directory's files).
+    pub storage: Option<Arc<dyn Storage>>,
 }
 
 impl MountConfig {
@@ -71,6 +74,7 @@ impl MountConfig {
             kernel_options: Vec::new(),
             threads: 4,
             index: None,
+            storage: None,
         }
     }
 }
@@ -215,12 +219,16 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     block_signals();
     limit_malloc_arenas();
 
-    let tree = Arc::new(Tree::new(TreeConfig {
+    let tree_config = TreeConfig {
         agent: config.agent.clone(),
         read_only: config.read_only,
         index: config.index.clone(),
         cache_bytes: usize::try_from(config.cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
-    }));
+    };
+    let tree = Arc::new(match &config.storage {
+        Some(storage) => Tree::with_storage(tree_config, storage.clone()),
+        None => Tree::new(tree_config),
+    });
     let inodes = Arc::new(InodeTable::new());
     let fs = SessionFs::new(tree.clone(), inodes.clone());
 

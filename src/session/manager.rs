@@ -39,7 +39,7 @@ use crate::session::json::{json_string, pretty, RawObject};
 use crate::session::loader::{self, Loaded, Phase, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
 use crate::session::paths::{session_file_name, session_id_from_file_name, AgentDir};
-use crate::session::persistence::atomic_write;
+use crate::session::persistence::{atomic_write, atomic_write_expecting};
 use crate::session::sizecontrol::apply_size_controls;
 use crate::session::storage::{AppendWriter, FileStat, MemoryStorage, RandomRead, Storage};
 use crate::session::time::now_iso;
@@ -462,7 +462,10 @@ impl Session {
                     path.display(),
                     migrated.from_version
                 );
-                atomic_write(&*self.storage, &path, &migrated.bytes)?;
+                // Guarded by the size read (storages without locks,
+                // docs/team.md).
+                let expected = Some(bytes.len() as u64);
+                atomic_write_expecting(&*self.storage, &path, &migrated.bytes, expected)?;
             }
         }
         self.reload()?;
@@ -1606,7 +1609,7 @@ impl Session {
             out.extend_from_slice(&bytes[..pos]);
             out.extend_from_slice(obj_text.as_bytes());
             out.extend_from_slice(&bytes[pos + disk_header.len()..]);
-            atomic_write(&*self.storage, &path, &out)
+            atomic_write_expecting(&*self.storage, &path, &out, Some(bytes.len() as u64))
         })();
         match result {
             Ok(()) => {

@@ -26,6 +26,7 @@ pub mod migration;
 pub mod paths;
 pub mod persistence;
 pub mod relocate;
+pub mod pg;
 pub mod sizecontrol;
 pub mod storage;
 pub mod time;

@@ -33,6 +33,31 @@ pub fn is_temp_name_for(name: &str, target_name: &str) -> bool {
 /// directory, fsync it, rename it over the target, fsync the directory. On
 /// failure the temp file is removed and the original is left intact.
 pub fn atomic_write(storage: &dyn Storage, target: &Path, data: &[u8]) -> Result<()> {
+    atomic_write_expecting(storage, target, data, None)
+}
+
+/// [`atomic_write`] of a file that must still be `expected` bytes long
+/// (`Some(0)`: missing or empty). A storage that replaces content in place
+/// (a database row, `docs/team.md`) checks the size in the same step and
+/// reports a miss as [`Error::Conflict`]; on a real file the caller checks
+/// under its lock and the temp file and rename follow.
+pub fn atomic_write_expecting(
+    storage: &dyn Storage,
+    target: &Path,
+    data: &[u8],
+    expected: Option<u64>,
+) -> Result<()> {
+    if let Some(done) = storage.replace_in_place(target, data, expected) {
+        return match done.at(target)? {
+            true => Ok(()),
+            false => Err(Error::Conflict {
+                path: target.to_path_buf(),
+                reason: "another writer changed it while it was being rewritten; \
+                         nothing was written"
+                    .into(),
+            }),
+        };
+    }
     // A symlink stays a link: the file it points to is rewritten.
     let resolved = match storage.canonicalize(target) {
         Ok(real) => real,

@@ -76,6 +76,15 @@ pub trait AppendWriter: Send {
     /// filesystem the reference's lockfile and an exclusive `flock` (see
     /// [`Storage::lock`]).
     fn lock(&mut self) -> io::Result<LockGuard>;
+    /// Appends `line` only while the file is exactly `expected` bytes
+    /// long; returns false, writing nothing, when it is not. For storages
+    /// whose other writers take no lock (a database row, `docs/team.md`).
+    /// The default writes unconditionally: on a real file the caller holds
+    /// the lock and has just looked at the size.
+    fn write_line_at(&mut self, expected: u64, line: &[u8]) -> io::Result<bool> {
+        let _ = expected;
+        self.write_line(line).map(|()| true)
+    }
 }
 
 /// Releases an advisory lock when dropped.
@@ -84,7 +93,8 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    fn new(release: impl FnOnce() + Send + 'static) -> Self {
+    /// A guard that runs `release` when dropped.
+    pub fn new(release: impl FnOnce() + Send + 'static) -> Self {
         LockGuard {
             release: Some(Box::new(release)),
         }
@@ -192,6 +202,20 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// in-memory storage has neither.
     fn copy_attributes(&self, _from: &Path, _to: &Path) -> io::Result<()> {
         Ok(())
+    }
+    /// Replaces a file's whole content in one step, in place, only while
+    /// it is exactly `expected` bytes long (`Some(0)`: also when it is
+    /// missing; `None`: whatever it holds); `Ok(false)`, writing nothing,
+    /// when it is not. `None` (the default): the storage cannot, and the
+    /// caller writes a temp file and renames it over the target
+    /// (`persistence::atomic_write`), the size checked under its lock.
+    fn replace_in_place(
+        &self,
+        _path: &Path,
+        _data: &[u8],
+        _expected: Option<u64>,
+    ) -> Option<io::Result<bool>> {
+        None
     }
     /// Reads a file from `start` to its end in chunks of up to `chunk`
     /// bytes, calling `f(offset, bytes)` for each until it returns false.

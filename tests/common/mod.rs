@@ -1,10 +1,13 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sessionfs::session::paths::AgentDir;
+use sessionfs::session::pg::{PgStorage, PgUrl};
 use sessionfs::session::storage::{FileStorage, MemoryStorage, Storage};
 
 /// The repository's `fixtures/` directory.
@@ -57,9 +60,52 @@ pub fn load_into_memory(storage: &MemoryStorage, from: &Path, to: &Path) {
 pub enum Backend {
     File,
     Memory,
+    /// A table of the shared test server (`docs/team.md`).
+    Postgres,
 }
 
-pub const BACKENDS: [Backend; 2] = [Backend::File, Backend::Memory];
+/// Every backend an engine test runs on: files, memory, and PostgreSQL
+/// where a server can be started (see `pg::server`).
+#[derive(Debug, Clone, Copy)]
+pub struct Backends;
+
+pub const BACKENDS: Backends = Backends;
+
+impl IntoIterator for Backends {
+    type Item = Backend;
+    type IntoIter = std::vec::IntoIter<Backend>;
+    fn into_iter(self) -> Self::IntoIter {
+        let mut all = vec![Backend::File, Backend::Memory];
+        if pg::server().is_some() {
+            all.push(Backend::Postgres);
+        }
+        all.into_iter()
+    }
+}
+
+/// Copies a real directory tree into a storage at the same paths.
+pub fn load_into(storage: &dyn Storage, from: &Path, to: &Path) {
+    storage.ensure_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            load_into(storage, &entry.path(), &target);
+        } else {
+            storage
+                .write(&target, &std::fs::read(entry.path()).unwrap())
+                .unwrap();
+        }
+    }
+}
+
+/// A PostgreSQL storage over a fresh table of the test server, for the
+/// agent directory `agent`; `None` when there is no server.
+pub fn pg_storage(agent: &AgentDir, extra: &str) -> Option<PgStorage> {
+    let server = pg::server()?;
+    let url = PgUrl::parse(&server.url(extra)).unwrap();
+    Some(PgStorage::connect(&url, agent).unwrap())
+}
 
 /// A storage and an agent dir holding the fixtures, on either backend.
 pub struct Env {
@@ -79,6 +125,22 @@ fn env_over(backend: Backend, tmp: tempfile::TempDir) -> Env {
             let mem = MemoryStorage::new();
             load_into_memory(&mem, tmp.path(), tmp.path());
             (Arc::new(mem.clone()), Some(mem))
+        }
+        Backend::Postgres => {
+            let pg = pg_storage(&agent, "").expect("a PostgreSQL server");
+            // Sessions become rows and blobs rows of the blob table; the
+            // local copies go (other paths stay on disk).
+            let sessions = agent.sessions_dir();
+            if sessions.exists() {
+                load_into(&pg, &sessions, &sessions);
+                std::fs::remove_dir_all(&sessions).unwrap();
+            }
+            let blobs = agent.blobs_dir();
+            if blobs.exists() {
+                load_into(&pg, &blobs, &blobs);
+                std::fs::remove_dir_all(&blobs).unwrap();
+            }
+            (Arc::new(pg), None)
         }
     };
     Env {

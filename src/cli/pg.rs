@@ -1,0 +1,49 @@
+//! `sessionfs pg …`: PostgreSQL storage chores (`docs/team.md`).
+
+use clap::{Args, Subcommand};
+
+use crate::cli::common::{print_out, AgentArgs};
+use crate::session::paths::AgentDir;
+use crate::session::pg::{PgStorage, PgUrl};
+use crate::session::{Error, Result};
+
+/// Subcommands of `sessionfs pg`.
+#[derive(Debug, Subcommand)]
+pub enum PgCommand {
+    /// Install (or replace) a trigger that NOTIFYs every changed row, so
+    /// mounts see other writers' changes at once instead of at their next
+    /// look (optional).
+    InstallTrigger(InstallTriggerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallTriggerArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+fn connect(url: Option<&str>, agent: &AgentDir) -> Result<PgStorage> {
+    let url = url.ok_or_else(|| {
+        Error::Invalid("sessionfs pg needs --storage postgres://… (or SESSIONFS_STORAGE)".into())
+    })?;
+    let parsed = PgUrl::parse(url).map_err(|e| Error::Invalid(format!("--storage: {e}")))?;
+    PgStorage::connect(&parsed, agent)
+        .map_err(|e| Error::io(format!("database table {}", parsed.table), e))
+}
+
+/// Runs a `sessionfs pg` subcommand.
+pub fn run(cmd: PgCommand, url: Option<&str>) -> Result<i32> {
+    match cmd {
+        PgCommand::InstallTrigger(args) => {
+            let pg = connect(url, &args.agent.agent())?;
+            pg.install_trigger()
+                .map_err(|e| Error::io(format!("database table {}", pg.table()), e))?;
+            print_out(&format!(
+                "installed trigger {}_notify: changes are sent on channel {}\n",
+                pg.table(),
+                pg.channel()
+            ))?;
+            Ok(0)
+        }
+    }
+}

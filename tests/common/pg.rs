@@ -1,0 +1,202 @@
+//! A throwaway PostgreSQL server for the tests: Debian's `initdb` and
+//! `pg_ctl` in a temp directory, listening only on a Unix socket in that
+//! directory, run by an unprivileged user (`nobody` when the tests run as
+//! root, which PostgreSQL refuses). One server per test process, stopped
+//! at exit; every test takes its own table.
+//!
+//! Where no server can be started the tests print the reason and skip,
+//! unless `SESSIONFS_REQUIRE_PG=1` (as `.ci/run` sets), where they fail.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// A running server.
+pub struct Server {
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+static NEXT_TABLE: AtomicU32 = AtomicU32::new(0);
+
+fn required() -> bool {
+    std::env::var("SESSIONFS_REQUIRE_PG").is_ok_and(|v| v == "1")
+}
+
+/// The directory with `initdb` and `pg_ctl`: `$PG_BIN`, the newest
+/// `/usr/lib/postgresql/*/bin`, or the PATH.
+fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Some(bin);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+    })
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs a server program, as `nobody` when we are root.
+fn run_as_owner(bin: &Path, program: &str, args: &[&str]) -> Result<(), String> {
+    let mut cmd = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "nobody", "--"]).arg(bin.join(program));
+        c
+    } else {
+        Command::new(bin.join(program))
+    };
+    let out = cmd
+        .args(args)
+        .env("LC_ALL", "C")
+        .output()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+extern "C" fn stop_at_exit() {
+    if let Some(Ok(server)) = SERVER.get() {
+        let data = server.dir.join("data");
+        let _ = run_as_owner(
+            &server.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                &data.to_string_lossy(),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
+        );
+        let _ = std::fs::remove_dir_all(&server.dir);
+    }
+}
+
+fn start() -> Result<Server, String> {
+    let bin = bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
+    let dir = tempfile::Builder::new()
+        .prefix("sessionfs-pg-")
+        .tempdir()
+        .map_err(|e| format!("temp dir: {e}"))?
+        .keep();
+    if is_root() {
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534))
+            .map_err(|e| format!("chown {}: {e}", dir.display()))?;
+    }
+    let server = Server {
+        dir: dir.clone(),
+        bin: bin.clone(),
+    };
+    let data = dir.join("data");
+    let data_s = data.to_string_lossy().into_owned();
+    run_as_owner(
+        &bin,
+        "initdb",
+        &[
+            "-D",
+            &data_s,
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ],
+    )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&dir);
+    })?;
+    let options = format!(
+        "-k {} -c listen_addresses='' -F -c max_connections=200",
+        dir.display()
+    );
+    let log = dir.join("log").to_string_lossy().into_owned();
+    if let Err(e) = run_as_owner(
+        &bin,
+        "pg_ctl",
+        &["-D", &data_s, "-o", &options, "-l", &log, "-w", "start"],
+    ) {
+        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("{e}\n{log_text}"));
+    }
+    // SAFETY: registers a plain extern "C" function.
+    unsafe {
+        libc::atexit(stop_at_exit);
+    }
+    Ok(server)
+}
+
+/// The shared server, or why there is none (panics instead when a server
+/// is required).
+pub fn server() -> Option<&'static Server> {
+    match SERVER.get_or_init(start) {
+        Ok(s) => Some(s),
+        Err(reason) => {
+            if required() {
+                panic!("SESSIONFS_REQUIRE_PG=1 but no PostgreSQL server: {reason}");
+            }
+            static SAID: OnceLock<()> = OnceLock::new();
+            SAID.get_or_init(|| eprintln!("skipping PostgreSQL tests: {reason}"));
+            None
+        }
+    }
+}
+
+impl Server {
+    /// The connection string (Unix socket in the server's directory).
+    pub fn conn(&self) -> String {
+        format!("postgres://postgres@/postgres?host={}", self.dir.display())
+    }
+
+    /// A table name no other test of this process uses.
+    pub fn fresh_table(&self) -> String {
+        format!(
+            "t{}_{}",
+            std::process::id(),
+            NEXT_TABLE.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// A `--storage` URL with a fresh table and extra parameters.
+    pub fn url(&self, extra: &str) -> String {
+        format!("{}&table={}{extra}", self.conn(), self.fresh_table())
+    }
+
+    /// A direct client (for outside writes and checks).
+    pub fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.conn(), postgres::NoTls)
+            .expect("connect to the test server")
+    }
+}
