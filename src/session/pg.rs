@@ -829,6 +829,7 @@ impl PgStorage {
             is_dir: false,
             is_file: true,
             is_symlink: false,
+            owner: None,
         }
     }
 }
@@ -1055,6 +1056,25 @@ impl Storage for PgStorage {
     fn is_persistent(&self) -> bool {
         true
     }
+    fn read_in_dir(&self, dir: &Path, name: &str) -> io::Result<Vec<u8>> {
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name:?} is not a plain file name"),
+            ));
+        }
+        let path = dir.join(name);
+        match self.place(&path) {
+            // The table first, then the local blob directory (without
+            // following symlinks there).
+            Place::Blob(hex) => match self.blob(&hex)? {
+                Some(data) => Ok(data),
+                None => self.inner.local.read_in_dir(dir, name),
+            },
+            Place::Session(_) => self.read(&path),
+            Place::Local => self.inner.local.read_in_dir(dir, name),
+        }
+    }
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
         match self.place(path) {
             Place::Local => self.inner.local.canonicalize(path),
@@ -1130,6 +1150,7 @@ impl PgStorage {
                     is_dir: false,
                     is_file: true,
                     is_symlink: false,
+                    owner: None,
                 });
             }
         }
@@ -1144,6 +1165,7 @@ impl PgStorage {
             is_dir: true,
             is_file: false,
             is_symlink: false,
+            owner: None,
         })
     }
 }

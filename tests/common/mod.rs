@@ -99,6 +99,11 @@ pub fn load_into(storage: &dyn Storage, from: &Path, to: &Path) {
     }
 }
 
+/// A PostgreSQL storage for `agent` at a full `--storage` URL.
+pub fn pg_storage_at(agent: &AgentDir, url: &str) -> PgStorage {
+    PgStorage::connect(&PgUrl::parse(url).unwrap(), agent).unwrap()
+}
+
 /// A PostgreSQL storage over a fresh table of the test server, for the
 /// agent directory `agent`; `None` when there is no server.
 pub fn pg_storage(agent: &AgentDir, extra: &str) -> Option<PgStorage> {
