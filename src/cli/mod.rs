@@ -9,8 +9,8 @@ pub mod inspect;
 pub mod ls;
 pub mod mount;
 pub mod mountopts;
-pub mod progress;
 pub mod pg;
+pub mod progress;
 pub mod sessions;
 pub mod store;
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{file_storage, print_out, resolve_file, AgentArgs};
+use crate::cli::common::{print_out, resolve_file, storage, AgentArgs};
 use crate::cli::progress::Progress;
 use crate::session::check::{Checker, Problem};
 use crate::session::discovery::{project_dirs, session_files_in};
@@ -35,7 +35,7 @@ pub struct CheckArgs {
 /// Runs `check`: exit 0 when nothing is wrong, 1 when problems were found.
 pub fn check(args: &CheckArgs) -> Result<i32> {
     let agent = args.agent.agent();
-    let storage = file_storage();
+    let storage = storage(&agent)?;
     let checker = Checker::new(&*storage, agent.blobs_dir());
     if let Some(new) = &args.repair_into {
         let [file] = args.files.as_slice() else {
@@ -229,7 +229,7 @@ pub fn move_session(args: &MoveArgs) -> Result<i32> {
         .to_str()
         .ok_or_else(|| Error::Invalid(format!("{} is not UTF-8", cwd.display())))?
         .to_string();
-    let storage = file_storage();
+    let storage = storage(&agent)?;
     let moved = relocate::move_session(&*storage, &agent, &path, &cwd)?;
     let mut out = format!("{}\n", moved.to.display());
     if let Some((from, to)) = &moved.artifacts {
