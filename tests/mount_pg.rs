@@ -175,3 +175,72 @@ fn browse_append_branch_label_and_see_outside_writes() {
     assert!(!t.tmp.path().join("sessions").exists());
     drop(m);
 }
+
+#[test]
+fn several_namespaces_are_top_level_directories() {
+    if !fuse_ok("several_namespaces_are_top_level_directories") {
+        return;
+    }
+    let Some(server) = pg::server() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let table = server.fresh_table();
+    let url = format!("{}&table={table}&prefix=/srv/ns/", server.conn());
+    let agent = AgentDir::new(tmp.path());
+    let pg = common::pg_storage_at(&agent, &url);
+    // Alice's and Bob's `~/proj` encode to the same project name.
+    let header = |id: &str| {
+        format!(
+            "{{\"type\":\"session\",\"version\":3,\"id\":\"{id}\",\"timestamp\":\"2026-02-01T10:00:00.000Z\",\"cwd\":\"/home/proj\"}}\n"
+        )
+    };
+    let sessions = agent.sessions_dir();
+    let alice = sessions.join(format!(
+        "alice/{PROJECT}/2026-02-01T10-00-00-000Z_aaaaaaaaaaaaaaaa.jsonl"
+    ));
+    let bob = sessions.join(format!(
+        "bob/{PROJECT}/2026-02-01T10-00-00-000Z_bbbbbbbbbbbbbbbb.jsonl"
+    ));
+    pg.write(
+        &alice,
+        (header("aaaaaaaaaaaaaaaa") + LINES[1] + "\n").as_bytes(),
+    )
+    .unwrap();
+    pg.write(&bob, header("bbbbbbbbbbbbbbbb").as_bytes())
+        .unwrap();
+    let m = Mount::start(tmp.path(), &["--storage", &url]);
+    let (_, out, _) = sh(m.path(), "ls");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["alice", "bob", "by-id"]
+    );
+    let (_, out, _) = sh(m.path(), "ls alice bob");
+    assert_eq!(out.matches(PROJECT).count(), 2, "{out}");
+    let a = m.join(format!(
+        "alice/{PROJECT}/2026-02-01T10-00-00-000Z_aaaaaaaaaaaaaaaa"
+    ));
+    assert_eq!(read(&a.join("leaf")), "u1\n");
+    assert_eq!(
+        fs::read_link(m.join("by-id/bbbbbbbbbbbbbbbb")).unwrap(),
+        PathBuf::from(format!(
+            "../bob/{PROJECT}/2026-02-01T10-00-00-000Z_bbbbbbbbbbbbbbbb"
+        ))
+    );
+    assert!(m.join("by-id/aaaaaaaaaaaaaaaa/entries/u1").is_dir());
+    // Appends land in the namespace's row.
+    run_ok(
+        &a,
+        r#"printf '{"type":"custom","customType":"ns"}\n' >> append"#,
+    );
+    let mut c = server.client();
+    let content: String = c
+        .query_one(
+            &format!("SELECT content FROM {table} WHERE path = $1"),
+            &[&format!(
+                "/srv/ns/alice/{PROJECT}/2026-02-01T10-00-00-000Z_aaaaaaaaaaaaaaaa.jsonl"
+            )],
+        )
+        .unwrap()
+        .get(0);
+    assert!(content.contains("\"customType\":\"ns\""), "{content}");
+    drop(m);
+}

@@ -516,3 +516,69 @@ fn two_processes_and_direct_sql_on_one_row() {
     assert_eq!(unique.len(), all.len());
     assert_eq!(all.len(), 2 + 4 * N);
 }
+
+#[test]
+fn a_trigger_tells_listeners_which_row_changed() {
+    let Some(env) = pg_env("") else { return };
+    let (_s, path) = started(&env);
+    env.pg.install_trigger().unwrap();
+    // Installing it again replaces it.
+    env.pg.install_trigger().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let listener = env
+        .pg
+        .listen(Box::new(move |p: &Path| {
+            let _ = tx.lock().unwrap().send(p.to_path_buf());
+        }))
+        .unwrap();
+    let mut c = pg::server().unwrap().client();
+    reference_append(
+        &mut c,
+        env.pg.table(),
+        path.to_str().unwrap(),
+        &outside_line("n1"),
+    );
+    let got = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert_eq!(got, path);
+    // A row outside the prefix is not reported.
+    reference_append(
+        &mut c,
+        env.pg.table(),
+        "/elsewhere/p/x.jsonl",
+        &outside_line("n2"),
+    );
+    reference_append(
+        &mut c,
+        env.pg.table(),
+        path.to_str().unwrap(),
+        &outside_line("n3"),
+    );
+    let got = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert_eq!(got, path);
+    drop(listener);
+}
+
+#[test]
+fn namespaces_are_told_apart_from_projects() {
+    let Some(server) = pg::server() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = AgentDir::new(tmp.path());
+    let table = server.fresh_table();
+    let url = format!("{}&table={table}&prefix=/srv/ns/", server.conn());
+    let pg =
+        PgStorage::connect(&sessionfs::session::pg::PgUrl::parse(&url).unwrap(), &agent).unwrap();
+    let mut c = server.client();
+    assert!(!pg.namespaced().unwrap(), "an empty prefix holds projects");
+    reference_append(&mut c, &table, "/srv/ns/alice/--p--/s.jsonl", "{}\n");
+    assert!(pg.namespaced().unwrap());
+    assert!(pg.has_namespaces(&agent.sessions_dir()));
+    // A session's artifact rows below a project do not make namespaces.
+    let other = server.fresh_table();
+    let url = format!("{}&table={other}&prefix=/srv/one/", server.conn());
+    let pg =
+        PgStorage::connect(&sessionfs::session::pg::PgUrl::parse(&url).unwrap(), &agent).unwrap();
+    reference_append(&mut c, &other, "/srv/one/--p--/s.jsonl", "{}\n");
+    reference_append(&mut c, &other, "/srv/one/--p--/s/sub.jsonl", "{}\n");
+    assert!(!pg.namespaced().unwrap());
+}

@@ -116,12 +116,7 @@ pub fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
 /// is an error here (only `append` and `new` start sessions). Reading
 /// never writes: an old version is migrated in memory.
 pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
-<<<<<<< HEAD
-    let storage = file_storage();
-=======
-    let agent = args.agent();
-    let storage = storage(&agent)?;
->>>>>>> dc29cbc (PostgreSQL storage: the reference's omp_session_files rows behind the Storage trait (guarded appends and rewrites, byte-offset reads through a local mirror, blobs table, path prefix, chunks layout); --storage / SESSIONFS_STORAGE for every command and the mount; sessionfs pg install-trigger; engine suites run on a throwaway server started by the tests)
+    let storage = storage(&args.agent())?;
     match storage.stat(file) {
         Ok(st) if st.size > 0 => {}
         Ok(_) => {
@@ -139,7 +134,7 @@ pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<S
 /// a project directory starts a new session there (as the mount does);
 /// anything else must be an existing session.
 pub fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
-    let storage = file_storage();
+    let storage = storage(&args.agent())?;
     let fresh = match storage.stat(file) {
         Ok(st) => st.size == 0,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
@@ -164,11 +159,12 @@ pub fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
 /// `docs/reliability.md`).
 fn open_file(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
     let agent = args.agent();
-    let storage = file_storage();
+    let storage = storage(&agent)?;
     let blobs = BlobStore::new(storage.clone(), agent.blobs_dir());
     let options = OpenOptions {
         read_only,
-        index: args.index(),
+        // The persistent index is for local files (docs/team.md).
+        index: if uses_database() { None } else { args.index() },
         write_through: true,
         ..OpenOptions::default()
     };

@@ -166,7 +166,7 @@ pub fn new_session(args: &NewArgs) -> Result<i32> {
         None => std::env::current_dir().map_err(|e| Error::io(".", e))?,
     };
     let cwd = cwd.to_string_lossy().into_owned();
-    let mut session = Session::create(crate::cli::common::file_storage(), &agent, &cwd)?;
+    let mut session = Session::create(crate::cli::common::storage(&agent)?, &agent, &cwd)?;
     session.write_now()?;
     let path = session
         .path()

@@ -77,6 +77,7 @@ pub fn hash_ino(node: &Node, salt: u32) -> u64 {
         Node::ById => (1, "", "", "", 0),
         Node::Link { id, key } => (2, &key.project, &key.session, id, 0),
         Node::Project(p) => (3, p, "", "", 0),
+        Node::Namespace(n) => (12, n, "", "", 0),
         Node::Session(k) => (4, &k.project, &k.session, "", 0),
         Node::File(k, f) => (5, &k.project, &k.session, "", session_file_tag(*f)),
         Node::Entries(k) => (6, &k.project, &k.session, "", 0),

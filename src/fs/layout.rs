@@ -283,6 +283,9 @@ pub enum Node {
         id: Arc<str>,
         key: SessionKey,
     },
+    /// `<namespace>/` (a database prefix over several namespaces,
+    /// `docs/team.md`); its projects are `Project("<namespace>/<name>")`.
+    Namespace(Arc<str>),
     /// `<project>/`
     Project(Arc<str>),
     /// `<project>/<session>/`
@@ -307,7 +310,7 @@ impl Node {
             | Node::Entries(key)
             | Node::EntryDir(key, _, _)
             | Node::EntryFile(key, _, _, _) => Some(key),
-            Node::Root | Node::ById | Node::Project(_) => None,
+            Node::Root | Node::ById | Node::Namespace(_) | Node::Project(_) => None,
         }
     }
 
@@ -316,6 +319,7 @@ impl Node {
             self,
             Node::Root
                 | Node::ById
+                | Node::Namespace(_)
                 | Node::Project(_)
                 | Node::Session(_)
                 | Node::Entries(_)

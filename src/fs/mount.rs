@@ -269,6 +269,20 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     let watcher = watch::start(tree.clone(), inodes, Some(notifier))?;
     let sender = watcher.sender();
     tree.set_change_sink(move |c| sender.send(c));
+    // A storage that is told of other writers' changes (a database
+    // trigger, docs/team.md) refreshes their sessions at once.
+    let told = tree.clone();
+    let _listener = match tree
+        .storage()
+        .watch(Box::new(move |path| told.refresh_path(path)))
+    {
+        Some(Ok(listener)) => Some(listener),
+        Some(Err(e)) => {
+            log::warn!("no change notifications ({e}); changes are found by looking");
+            None
+        }
+        None => None,
+    };
     ready();
 
     let ended = loop {

@@ -90,6 +90,9 @@ type ChangeSink = Box<dyn Fn(Change) + Send>;
 pub struct Tree {
     sessions_dir: PathBuf,
     storage: Arc<dyn Storage>,
+    /// The sessions directory holds namespaces of projects
+    /// (`Storage::has_namespaces`).
+    namespaced: bool,
     blobs: BlobStore,
     read_only: bool,
     index: Option<IndexStore>,
@@ -141,6 +144,7 @@ struct Stamp {
 enum StampKey {
     Root,
     ById,
+    Namespace(Arc<str>),
     Project(Arc<str>),
     Session(SessionKey),
 }
@@ -160,9 +164,11 @@ impl Tree {
     /// agent directory's paths are the storage's.
     pub fn with_storage(config: TreeConfig, storage: Arc<dyn Storage>) -> Self {
         let blobs = BlobStore::new(storage.clone(), config.agent.blobs_dir());
+        let namespaced = storage.has_namespaces(&config.agent.sessions_dir());
         Tree {
             sessions_dir: config.agent.sessions_dir(),
             storage,
+            namespaced,
             blobs,
             read_only: config.read_only,
             index: config.index,
@@ -222,7 +228,35 @@ impl Tree {
     /// (`discovery::project_dirs`): not hidden, names in UTF-8, symlinks
     /// only when they resolve inside the agent directory.
     pub fn projects(&self) -> Result<Vec<String>> {
-        Ok(project_dirs(&*self.storage, &self.sessions_dir)?
+        if self.namespaced {
+            let mut out = Vec::new();
+            for ns in self.namespaces()? {
+                for p in self.projects_in(&ns)? {
+                    out.push(format!("{ns}/{p}"));
+                }
+            }
+            return Ok(out);
+        }
+        self.projects_in("")
+    }
+
+    /// The namespaces (`Storage::has_namespaces`), sorted; none when the
+    /// sessions directory holds projects.
+    pub fn namespaces(&self) -> Result<Vec<String>> {
+        if !self.namespaced {
+            return Ok(Vec::new());
+        }
+        self.projects_in("")
+    }
+
+    /// The project directories of a namespace (`""`: of the sessions
+    /// directory), names only.
+    fn projects_in(&self, namespace: &str) -> Result<Vec<String>> {
+        let dir = match namespace {
+            "" => self.sessions_dir.clone(),
+            ns => self.sessions_dir.join(ns),
+        };
+        Ok(project_dirs(&*self.storage, &dir)?
             .into_iter()
             .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
             .collect())
@@ -272,7 +306,12 @@ impl Tree {
     }
 
     fn project_exists(&self, project: &str) -> bool {
-        if project.is_empty() || project.contains('/') || project.starts_with('.') {
+        let plain = |p: &str| !p.is_empty() && !p.contains('/') && !p.starts_with('.');
+        let valid = match project.split_once('/') {
+            Some((ns, p)) if self.namespaced => plain(ns) && plain(p),
+            _ => !self.namespaced && plain(project),
+        };
+        if !valid {
             return false;
         }
         let path = self.sessions_dir.join(project);
@@ -283,6 +322,36 @@ impl Tree {
                     && link_stays_inside(&*self.storage, &path, self.agent_root())
             }
             _ => false,
+        }
+    }
+
+    /// A namespace directory (`Storage::has_namespaces`).
+    fn namespace_exists(&self, ns: &str) -> bool {
+        self.namespaced
+            && !ns.is_empty()
+            && !ns.contains('/')
+            && !ns.starts_with('.')
+            && self
+                .storage
+                .stat(&self.sessions_dir.join(ns))
+                .is_ok_and(|m| m.is_dir)
+    }
+
+    /// Picks up a change of the session file at `path` that a storage
+    /// reported (`Storage::watch`), as the watcher does for inotify.
+    pub fn refresh_path(&self, path: &Path) {
+        let Ok(rel) = path.strip_prefix(&self.sessions_dir) else {
+            return;
+        };
+        let (Some(dir), Some(name)) = (rel.parent(), rel.file_name().and_then(|n| n.to_str()))
+        else {
+            return;
+        };
+        let (Some(project), Some(stem)) = (dir.to_str(), name.strip_suffix(".jsonl")) else {
+            return;
+        };
+        if self.project_exists(project) {
+            self.refresh_loaded(&SessionKey::new(project, stem));
         }
     }
 
@@ -539,6 +608,13 @@ impl Tree {
                     Unescaped::Hashed => return self.find_in_listing(parent, name),
                     Unescaped::Invalid => return Err(missing()),
                 };
+                if self.namespaced {
+                    return if self.namespace_exists(&project) {
+                        Ok(Node::Namespace(project.into()))
+                    } else {
+                        Err(missing())
+                    };
+                }
                 if self.project_exists(&project) {
                     Ok(Node::Project(project.into()))
                 } else {
@@ -554,6 +630,19 @@ impl Tree {
                     .find(|(i, _)| *i == id)
                     .map(|(id, key)| Node::Link { id: id.into(), key })
                     .ok_or_else(missing)
+            }
+            Node::Namespace(ns) => {
+                let project = match unescape_name(name) {
+                    Unescaped::Exact(p) => p,
+                    Unescaped::Hashed => return self.find_in_listing(parent, name),
+                    Unescaped::Invalid => return Err(missing()),
+                };
+                let project = format!("{ns}/{project}");
+                if self.project_exists(&project) {
+                    Ok(Node::Project(project.into()))
+                } else {
+                    Err(missing())
+                }
             }
             Node::Project(project) => {
                 let stem = match unescape_name(name) {
@@ -621,6 +710,25 @@ impl Tree {
     /// The children of a directory, by name (without `.` and `..`).
     pub fn list(&self, dir: &Node) -> Result<Vec<(String, Node)>> {
         match dir {
+            Node::Root if self.namespaced => {
+                let mut out: Vec<(String, Node)> = self
+                    .namespaces()?
+                    .into_iter()
+                    .map(|n| (escape_name(&n), Node::Namespace(n.into())))
+                    .collect();
+                out.push(("by-id".into(), Node::ById));
+                Ok(out)
+            }
+            Node::Namespace(ns) => {
+                if !self.namespace_exists(ns) {
+                    return Err(not_found(ns));
+                }
+                Ok(self
+                    .projects_in(ns)?
+                    .into_iter()
+                    .map(|p| (escape_name(&p), Node::Project(format!("{ns}/{p}").into())))
+                    .collect())
+            }
             Node::Root => {
                 let mut out: Vec<(String, Node)> = self
                     .projects()?
@@ -747,7 +855,11 @@ impl Tree {
     /// The parent directory of a node (for `..`).
     pub fn parent_of(&self, node: &Node) -> Node {
         match node {
-            Node::Root | Node::ById | Node::Project(_) => Node::Root,
+            Node::Root | Node::ById | Node::Namespace(_) => Node::Root,
+            Node::Project(p) => match p.split_once('/') {
+                Some((ns, _)) => Node::Namespace(ns.into()),
+                None => Node::Root,
+            },
             Node::Link { .. } => Node::ById,
             Node::Session(key) => Node::Project(key.project.clone()),
             Node::File(key, _) | Node::Entries(key) => Node::Session(key.clone()),
@@ -774,9 +886,10 @@ impl Tree {
                 if self.session_file_meta(key).is_none() {
                     return Err(not_found(&key.session));
                 }
+                let project: Vec<String> = key.project.split('/').map(escape_name).collect();
                 Ok(format!(
                     "../{}/{}",
-                    escape_name(&key.project),
+                    project.join("/"),
                     escape_name(&key.session)
                 ))
             }
@@ -813,6 +926,16 @@ impl Tree {
                 let mtime = self.stamp(StampKey::ById, real, || {
                     let links = self.links()?;
                     Ok(hash_of(&links.iter().map(|(id, _)| id).collect::<Vec<_>>()))
+                })?;
+                Ok(dir(mtime))
+            }
+            Node::Namespace(ns) => {
+                if !self.namespace_exists(ns) {
+                    return Err(not_found(ns));
+                }
+                let real = self.dir_mtime(&self.sessions_dir.join(&**ns));
+                let mtime = self.stamp(StampKey::Namespace(ns.clone()), real, || {
+                    Ok(hash_of(&self.projects_in(ns)?))
                 })?;
                 Ok(dir(mtime))
             }

@@ -37,10 +37,12 @@ use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use postgres::{Client, NoTls};
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement, Transaction};
 
 use crate::session::paths::AgentDir;
 use crate::session::storage::{
@@ -255,7 +257,7 @@ impl Sql {
 
 struct Inner {
     conn: postgres::Config,
-    client: Mutex<Option<Client>>,
+    client: Mutex<Option<Conn>>,
     sql: Sql,
     sessions_dir: PathBuf,
     prefix: String,
@@ -263,6 +265,48 @@ struct Inner {
     local: FileStorage,
     mirrors: Mutex<HashMap<String, Arc<Mutex<Mirror>>>>,
     uses: std::sync::atomic::AtomicU64,
+}
+
+/// A connection with its prepared statements (each statement is prepared
+/// once per connection, then only executed: one round trip).
+struct Conn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+impl Conn {
+    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+    fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, postgres::Error> {
+        let s = self.statement(sql)?;
+        self.client.query(&s, params)
+    }
+    fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, postgres::Error> {
+        let s = self.statement(sql)?;
+        self.client.query_opt(&s, params)
+    }
+    fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, postgres::Error> {
+        let s = self.statement(sql)?;
+        self.client.query_one(&s, params)
+    }
+    fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, postgres::Error> {
+        let s = self.statement(sql)?;
+        self.client.execute(&s, params)
+    }
+    fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        self.client.batch_execute(sql)
+    }
+    fn transaction(&mut self) -> Result<Transaction<'_>, postgres::Error> {
+        self.client.transaction()
+    }
 }
 
 /// Sessions in a PostgreSQL table (see the module documentation).
@@ -395,11 +439,14 @@ impl PgStorage {
     /// broken connection is replaced at the next call.
     fn with_client<T>(
         &self,
-        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
     ) -> io::Result<T> {
         let mut guard = lock(&self.inner.client);
-        if guard.as_ref().is_none_or(|c| c.is_closed()) {
-            *guard = Some(self.inner.conn.connect(NoTls).map_err(db_error)?);
+        if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
+            *guard = Some(Conn {
+                client: self.inner.conn.connect(NoTls).map_err(db_error)?,
+                statements: HashMap::new(),
+            });
         }
         let Some(client) = guard.as_mut() else {
             return Err(io::Error::other("PostgreSQL: no connection"));
@@ -1099,6 +1146,21 @@ impl Storage for PgStorage {
             Place::Local => None,
         }
     }
+    fn has_namespaces(&self, sessions_dir: &Path) -> bool {
+        if sessions_dir != self.inner.sessions_dir {
+            return false;
+        }
+        match self.namespaced() {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("cannot tell whether the prefix holds namespaces: {e}");
+                false
+            }
+        }
+    }
+    fn watch(&self, on_change: Box<dyn Fn(&Path) + Send>) -> Option<io::Result<Box<dyn Send>>> {
+        Some(self.listen(on_change).map(|l| Box::new(l) as Box<dyn Send>))
+    }
     fn scan(
         &self,
         path: &Path,
@@ -1128,7 +1190,97 @@ impl Storage for PgStorage {
     }
 }
 
+/// Delivers the paths of changed rows (LISTEN on the trigger's channel)
+/// until dropped.
+pub struct Listener {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl PgStorage {
+    /// True when the prefix holds namespaces: session rows two levels
+    /// below it (`<ns>/<project>/<file>.jsonl`) and none one level below
+    /// (`<project>/<file>.jsonl`, which makes it a plain prefix).
+    pub fn namespaced(&self) -> io::Result<bool> {
+        let p = Self::dir_prefix(&self.inner.prefix);
+        let from = i32::try_from(p.chars().count() + 1).unwrap_or(i32::MAX);
+        let sql = format!(
+            "SELECT coalesce(bool_or(d = 2), false), coalesce(bool_or(d = 3), false) FROM \
+             (SELECT array_length(string_to_array(substr(path, $2), '/'), 1) AS d FROM {} \
+             WHERE starts_with(path, $1) AND right(path, 6) = '.jsonl') x",
+            self.inner.sql.files()
+        );
+        let row = self.with_client(|c| c.query_one(&sql, &[&p, &from]))?;
+        let (projects, namespaces): (bool, bool) = (row.get(0), row.get(1));
+        Ok(namespaces && !projects)
+    }
+
+    /// LISTENs on [`channel`](Self::channel) with a connection of its own
+    /// and calls `on_change` with the file path of every row a
+    /// notification names (rows outside the prefix are skipped). Nothing
+    /// arrives until a trigger is installed (`sessionfs pg
+    /// install-trigger`); a lost connection is made again.
+    pub fn listen(&self, on_change: Box<dyn Fn(&Path) + Send>) -> io::Result<Listener> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let listen = format!("LISTEN {}", self.channel());
+        let mut client = self.new_client()?;
+        client.batch_execute(&listen).map_err(db_error)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let storage = self.clone();
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("sessionfs-listen".into())
+            .spawn(move || {
+                let mut client = Some(client);
+                while !stopped.load(Ordering::Relaxed) {
+                    let Some(c) = client.as_mut() else {
+                        std::thread::sleep(Duration::from_secs(1));
+                        client = storage
+                            .new_client()
+                            .ok()
+                            .and_then(|mut c| c.batch_execute(&listen).ok().map(|()| c));
+                        continue;
+                    };
+                    let mut lost = false;
+                    {
+                        let mut notes = c.notifications();
+                        let mut it = notes.timeout_iter(Duration::from_millis(200));
+                        loop {
+                            match it.next() {
+                                Ok(Some(n)) => {
+                                    if let Some(path) = storage.path_of_row(n.payload()) {
+                                        on_change(&path);
+                                    }
+                                }
+                                Ok(None) => break,
+                                Err(e) => {
+                                    log::warn!("PostgreSQL notifications: {e}; connecting again");
+                                    lost = true;
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    if lost {
+                        client = None;
+                    }
+                }
+            })?;
+        Ok(Listener {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
     fn stat_session(&self, path: &Path, key: &str) -> io::Result<FileStat> {
         if !self.is_root(key) {
             if let Some((size, mtime, identity)) = self.row_stat(key)? {

@@ -217,6 +217,21 @@ pub trait Storage: Send + Sync + fmt::Debug {
     ) -> Option<io::Result<bool>> {
         None
     }
+    /// True when the sessions directory holds namespaces, each with its own
+    /// project directories (a database prefix over several users' rows,
+    /// `docs/team.md`): the mount shows each namespace as a top-level
+    /// directory with its projects inside. Decided when asked (the mount
+    /// asks once, at its start).
+    fn has_namespaces(&self, _sessions_dir: &Path) -> bool {
+        false
+    }
+    /// Calls `on_change` with the path of every file another writer
+    /// changes, until the returned value is dropped, for storages that are
+    /// told of changes (a database trigger, `docs/team.md`). `None`: the
+    /// storage is not told; changes are found by looking (`stat`).
+    fn watch(&self, _on_change: Box<dyn Fn(&Path) + Send>) -> Option<io::Result<Box<dyn Send>>> {
+        None
+    }
     /// Reads a file from `start` to its end in chunks of up to `chunk`
     /// bytes, calling `f(offset, bytes)` for each until it returns false.
     /// Returns the offset where reading stopped.
