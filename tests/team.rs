@@ -138,14 +138,20 @@ struct InterleavedWriter {
 }
 
 impl AppendWriter for InterleavedWriter {
-    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
-        self.inner.write_line(line)
-    }
-    fn write_line_at(&mut self, expected: u64, line: &[u8]) -> io::Result<bool> {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
         if self.armed.swap(false, Ordering::SeqCst) {
             self.other.write_line(outside_line("raced").as_bytes())?;
         }
-        self.inner.write_line_at(expected, line)
+        self.inner.write_line(line)
+    }
+    fn size(&mut self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn last_byte(&mut self) -> io::Result<Option<u8>> {
+        self.inner.last_byte()
+    }
+    fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.inner.truncate(size)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
@@ -233,13 +239,18 @@ fn raced_append_is_indexed_and_retried(layout: &str) {
         &env.agent,
     )
     .unwrap();
-    let armed = Arc::new(AtomicBool::new(true));
+    let armed = Arc::new(AtomicBool::new(false));
     let storage: Arc<dyn Storage> = Arc::new(Interleaved {
         inner: env.pg.clone(),
         other,
         armed: armed.clone(),
     });
     let mut s = Session::open_in(storage.clone(), &env.agent, &path).unwrap();
+    let first = s.append_message(user("first")).unwrap();
+    // The other writer appends after the engine looked at the row and
+    // before its line lands; the writer's guard (the row's end after
+    // `first`) misses.
+    armed.store(true, Ordering::SeqCst);
     let mine = s.append_message(user("mine")).unwrap();
     assert!(!armed.load(Ordering::SeqCst), "the other writer went first");
     // Nothing lost or doubled, in the order the row holds them.
@@ -248,7 +259,8 @@ fn raced_append_is_indexed_and_retried(layout: &str) {
     assert_eq!(text.matches(&format!("\"id\":\"{mine}\"")).count(), 1);
     let fresh = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
     assert_eq!(ids(&s), ids(&fresh));
-    assert_eq!(ids(&s)[2], "raced");
+    assert_eq!(ids(&s)[2], first);
+    assert_eq!(ids(&s)[3], "raced");
     // The engine's offsets point at the lines as they landed.
     let own = s.entry_json(&mine).unwrap();
     assert!(own.contains("\"mine\""), "{own}");
@@ -279,18 +291,30 @@ fn a_guarded_append_at_a_stale_length_writes_nothing() {
         let Some(env) = pg_env(layout) else { return };
         let (_s, path) = started(&env);
         let before = env.storage.read(&path).unwrap();
-        let mut w = env.storage.open_append(&path).unwrap();
         let size = before.len() as u64;
-        assert!(!w.write_line_at(size - 1, b"x\n").unwrap());
-        assert!(!w.write_line_at(size + 1, b"x\n").unwrap());
+        assert!(!env.pg.append_guarded(&path, size - 1, b"x\n").unwrap());
+        assert!(!env.pg.append_guarded(&path, size + 1, b"x\n").unwrap());
         assert_eq!(env.storage.read(&path).unwrap(), before);
-        assert!(w
-            .write_line_at(size, outside_line("ok").as_bytes())
-            .unwrap());
+        let ok = outside_line("ok");
+        assert!(env.pg.append_guarded(&path, size, ok.as_bytes()).unwrap());
         assert_eq!(
             env.storage.stat(&path).unwrap().size,
-            size + outside_line("ok").len() as u64
+            size + ok.len() as u64
         );
+        // A writer whose last append is no longer the end misses, looks
+        // again and reports where its line really landed.
+        let (w1, w2) = (outside_line("w1"), outside_line("w2"));
+        let mut w = env.storage.open_append(&path).unwrap();
+        let end = size + ok.len() as u64;
+        assert_eq!(w.write_line(w1.as_bytes()).unwrap(), end);
+        let o2 = outside_line("o2");
+        let mut other = env.storage.open_append(&path).unwrap();
+        let after_w1 = end + w1.len() as u64;
+        assert_eq!(other.write_line(o2.as_bytes()).unwrap(), after_w1);
+        let at = w.write_line(w2.as_bytes()).unwrap();
+        assert_eq!(at, after_w1 + o2.len() as u64);
+        let text = env.storage.read(&path).unwrap();
+        assert_eq!(&text[at as usize..], w2.as_bytes());
     }
 }
 

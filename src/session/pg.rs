@@ -56,6 +56,9 @@ pub const DEFAULT_TABLE: &str = "omp_session_files";
 /// mirror is dropped first).
 const MAX_MIRRORS: usize = 256;
 
+/// How often an append is tried when other writers keep appending first.
+const MAX_APPEND_ATTEMPTS: u32 = 64;
+
 /// Bytes of the mirror's end fetched again with every tail, to notice a
 /// row whose content was replaced behind the mirror.
 const OVERLAP: u64 = 64;
@@ -804,6 +807,71 @@ impl PgStorage {
         Ok(done)
     }
 
+    /// The length of a row (0 when there is none).
+    fn row_size(&self, key: &str) -> io::Result<u64> {
+        Ok(self.row_stat(key)?.map_or(0, |(size, _, _)| size))
+    }
+
+    /// The last byte of a row (`None` when empty or missing): from the
+    /// mirror when it holds the whole row, else the last character's.
+    fn last_byte(&self, key: &str) -> io::Result<Option<u8>> {
+        let size = self.row_size(key)?;
+        if size == 0 {
+            return Ok(None);
+        }
+        if let Some(m) = lock(&self.inner.mirrors).get(key) {
+            let m = lock(m);
+            if m.len == size {
+                let mut b = [0u8; 1];
+                m.file.read_exact_at(&mut b, size - 1)?;
+                return Ok(Some(b[0]));
+            }
+        }
+        let sql = match self.inner.sql.layout {
+            Layout::Rows => format!(
+                "SELECT right(content, 1) FROM {} WHERE path = $1",
+                self.inner.sql.t
+            ),
+            Layout::Chunks => format!(
+                "SELECT right(content, 1) FROM {} WHERE path = $1 ORDER BY seq DESC LIMIT 1",
+                self.inner.sql.chunks()
+            ),
+        };
+        let row = self.with_client(|c| c.query_opt(&sql, &[&key]))?;
+        Ok(row
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .and_then(|s| s.as_bytes().last().copied()))
+    }
+
+    /// Cuts a row to its first `size` bytes (the engine removes a partial
+    /// line of its own this way).
+    fn truncate_row(&self, key: &str, size: u64) -> io::Result<()> {
+        let Some(all) = self.fetch_from(key, 0)? else {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no such row"));
+        };
+        let cut = usize::try_from(size).unwrap_or(usize::MAX).min(all.len());
+        if !self.replace_row(key, &all[..cut], Some(all.len() as u64))? {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "another writer changed the row while it was cut",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Appends `line` to the row at `path` only while the row is exactly
+    /// `expected` bytes long (a missing row counts as empty); false,
+    /// writing nothing, when it is not (`docs/team.md`).
+    pub fn append_guarded(&self, path: &Path, expected: u64, line: &[u8]) -> io::Result<bool> {
+        match self.place(path) {
+            Place::Session(key) => self.append_row(&key, line, Some(expected)),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a session row",
+            )),
+        }
+    }
+
     fn row_exists(&self, key: &str) -> io::Result<bool> {
         Ok(self.row_stat(key)?.is_some())
     }
@@ -896,14 +964,44 @@ impl RandomRead for PgReader {
 struct PgAppendWriter {
     storage: PgStorage,
     key: String,
+    /// Where the row ended after our last append (the next guard).
+    next: Option<u64>,
 }
 
 impl AppendWriter for PgAppendWriter {
-    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
-        self.storage.append_row(&self.key, line, None).map(|_| ())
+    /// A guarded append: lands only where the row still ends at the length
+    /// looked at; on a miss (another writer appended first) the length is
+    /// looked at again and the append tried again. Returns where the line
+    /// landed; the engine then indexes everything from its old end on,
+    /// the other writers' lines and ours (`docs/team.md`).
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
+        for _ in 0..MAX_APPEND_ATTEMPTS {
+            let at = match self.next.take() {
+                Some(at) => at,
+                None => self.storage.row_size(&self.key)?,
+            };
+            if self.storage.append_row(&self.key, line, Some(at))? {
+                self.next = Some(at + line.len() as u64);
+                return Ok(at);
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!(
+                "other writers appended before each of {MAX_APPEND_ATTEMPTS} attempts; \
+                 nothing was written"
+            ),
+        ))
     }
-    fn write_line_at(&mut self, expected: u64, line: &[u8]) -> io::Result<bool> {
-        self.storage.append_row(&self.key, line, Some(expected))
+    fn size(&mut self) -> io::Result<u64> {
+        self.storage.row_size(&self.key)
+    }
+    fn last_byte(&mut self) -> io::Result<Option<u8>> {
+        self.storage.last_byte(&self.key)
+    }
+    fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.next = None;
+        self.storage.truncate_row(&self.key, size)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -1061,6 +1159,7 @@ impl Storage for PgStorage {
             Place::Session(key) => Ok(Box::new(PgAppendWriter {
                 storage: self.clone(),
                 key,
+                next: None,
             })),
             Place::Blob(_) => Err(io::Error::new(
                 io::ErrorKind::Unsupported,

@@ -76,15 +76,6 @@ pub trait AppendWriter: Send {
     /// filesystem the reference's lockfile and an exclusive `flock` (see
     /// [`Storage::lock`]).
     fn lock(&mut self) -> io::Result<LockGuard>;
-    /// Appends `line` only while the file is exactly `expected` bytes
-    /// long; returns false, writing nothing, when it is not. For storages
-    /// whose other writers take no lock (a database row, `docs/team.md`).
-    /// The default writes unconditionally: on a real file the caller holds
-    /// the lock and has just looked at the size.
-    fn write_line_at(&mut self, expected: u64, line: &[u8]) -> io::Result<bool> {
-        let _ = expected;
-        self.write_line(line).map(|()| true)
-    }
 }
 
 /// Releases an advisory lock when dropped.
