@@ -352,10 +352,33 @@ fn context_keeps_a_persistent_index() {
     let plain = stdout(&run(root, &["context", f, "--no-index"], None));
     assert!(index_files(root).is_empty());
 
-    // The first run writes the index; the next ones use it (no rewrite).
+    // The first run writes the index and the rendered context; the next
+    // ones use them (no rewrite).
     assert_eq!(stdout(&run(root, &["context", f], None)), plain);
-    let files = index_files(root);
-    assert_eq!(files.len(), 1, "{files:?}");
+    let all = index_files(root);
+    let files: Vec<PathBuf> = all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "idx"))
+        .cloned()
+        .collect();
+    assert_eq!(files.len(), 1, "{all:?}");
+    let ctx = files[0].with_extension("ctx");
+    assert!(ctx.exists(), "{all:?}");
+    assert_eq!(all.len(), 2, "no temporary files: {all:?}");
+    // The stored rendering is what is printed: a damaged one is ignored.
+    let rendered = std::fs::read(&ctx).unwrap();
+    let mut damaged = rendered.clone();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 0x20;
+    std::fs::write(&ctx, &damaged).unwrap();
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(std::fs::read(&ctx).unwrap(), rendered, "rewritten");
+    // Other leaves and the compact form are built, not taken from it.
+    let compact = stdout(&run(root, &["context", f, "--compact", "--no-index"], None));
+    assert_eq!(
+        stdout(&run(root, &["context", f, "--compact"], None)),
+        compact
+    );
     let written = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
     let bytes = std::fs::read(&files[0]).unwrap();
     assert_eq!(stdout(&run(root, &["context", f], None)), plain);
@@ -370,9 +393,15 @@ fn context_keeps_a_persistent_index() {
         "reading never writes the session"
     );
 
-    // A damaged index is ignored and rebuilt.
+    // A damaged index is ignored and rebuilt (by a command that loads the
+    // session: the stored pretty context needs no index).
     std::fs::write(&files[0], b"not an index").unwrap();
     assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), b"not an index");
+    assert_eq!(
+        stdout(&run(root, &["context", f, "--compact"], None)),
+        compact
+    );
     assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
 
     // An outside append: the index is extended, the context shows it.

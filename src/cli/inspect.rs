@@ -4,9 +4,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{open_existing, print_out, write_out, AgentArgs, LeafArg};
+use crate::cli::common::{file_storage, open_existing, print_out, write_out, AgentArgs, LeafArg};
 use crate::session::format::{EntryKind, Facts};
 use crate::session::index::EntryMeta;
+use crate::session::index_store::pretty_context_variant;
 use crate::session::json::RawObject;
 use crate::session::{Result, Session};
 
@@ -27,23 +28,69 @@ pub struct ContextArgs {
 }
 
 pub fn context(args: &ContextArgs) -> Result<i32> {
+    // The context at the last entry, pretty, is kept with the persistent
+    // index (docs/engine.md, "Persistent index"): an unchanged file prints
+    // it without loading the session.
+    let variant = pretty_context_variant(Some(&args.agent.agent().blobs_dir()));
+    let stored = args.leaf.is_none() && !args.compact;
+    if stored {
+        if let Some(store) = args.agent.index() {
+            if let Some(text) = store.stored_context(&*file_storage(), &args.file, &variant, None) {
+                write_out(|out| out.write_all(&text))?;
+                return Ok(0);
+            }
+        }
+    }
     let mut session = open_existing(&args.agent, &args.file, false)?;
     session.prepare_reads();
     let ctx = match &args.leaf {
         Some(leaf) => session.context_at(leaf.sel())?,
         None => session.context()?,
     };
+    // A rendering with a blob ref left (a blob missing now may appear
+    // later) is not kept.
+    let keep = if stored
+        && ctx.leaf() == session.leaf()
+        && !ctx
+            .as_json()
+            .contains(crate::session::blobs::BLOB_REF_PREFIX)
+    {
+        session.stored_context_writer()
+    } else {
+        None
+    };
     // Written in pieces: a big context is not held twice (compact and
     // pretty) in memory.
     write_out(|out| {
         if args.compact {
             out.write_all(ctx.as_json().as_bytes())?;
+        } else if let Some(mut keep) = keep {
+            let mut tee = Tee(&mut *out, &mut keep);
+            ctx.write_pretty(&mut tee)?;
+            std::io::Write::write_all(&mut tee, b"\n")?;
+            keep.finish();
+            return Ok(());
         } else {
             ctx.write_pretty(out)?;
         }
         out.write_all(b"\n")
     })?;
     Ok(0)
+}
+
+/// Writes to two writers; the second's errors are its own business (see
+/// `ContextWriter`).
+struct Tee<'a>(&'a mut dyn std::io::Write, &'a mut dyn std::io::Write);
+
+impl std::io::Write for Tee<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf)?;
+        self.1.write_all(buf)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// `sessionfs tree FILE`

@@ -1473,6 +1473,16 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
             if let Some(data) = extend_rendered_context(st, s, key)? {
                 return Ok(data);
             }
+            // An unchanged session's first rendering may be stored with its
+            // persistent index (docs/engine.md, "Persistent index").
+            if st.context.is_none() {
+                if let Some(text) = s.stored_context() {
+                    let data = Arc::new(text);
+                    st.context = Some((key, data.clone()));
+                    st.context_fold = None;
+                    return Ok(data);
+                }
+            }
             let (ctx, fold) = s.context_fold()?;
             let json = ctx.as_json();
             let mut buf = Vec::with_capacity(json.len() + json.len() / 2 + 64);
@@ -1498,6 +1508,14 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
                 }
             }
             buf.push(b'\n');
+            if !json.contains(crate::session::blobs::BLOB_REF_PREFIX) {
+                if let Some(mut keep) = s.stored_context_writer() {
+                    use std::io::Write;
+                    if keep.write_all(&buf).is_ok() {
+                        keep.finish();
+                    }
+                }
+            }
             let data = Arc::new(buf);
             st.context = Some((key, data.clone()));
             return Ok(data);
@@ -1752,6 +1770,66 @@ mod tests {
         append(&[msg("m7", "o1", "assistant", "x")]);
         assert_eq!(read(), fresh());
         assert_eq!(extensions(), Some(5));
+    }
+
+    /// A mount with a persistent index stores its first rendering of an
+    /// unchanged session's `context.json`, and the next mount serves it
+    /// from there without building it.
+    #[test]
+    fn context_json_comes_from_the_stored_rendering() {
+        let (tmp, _) = setup(64 << 20);
+        let store = IndexStore::new(tmp.path().join("idx"));
+        let mount = || {
+            Tree::new(TreeConfig {
+                agent: AgentDir::new(tmp.path()),
+                read_only: false,
+                index: Some(store.clone()),
+                cache_bytes: 64 << 20,
+            })
+        };
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let path = mount().session_path(&a);
+        {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            writeln!(f, r#"{{"type":"message","id":"m1","parentId":"e4","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"hello"}}}}"#).unwrap();
+        }
+        let read = |tree: &Tree| {
+            tree.read(&Node::File(a.clone(), SessionFile::Context))
+                .unwrap()
+                .to_vec()
+        };
+        let first = read(&mount());
+        assert!(String::from_utf8_lossy(&first).contains("hello"));
+        let ctx = store.context_file_for(&fs::canonicalize(&path).unwrap());
+        let stored = fs::read(&ctx).unwrap();
+        assert!(stored.windows(first.len()).any(|w| w == first.as_slice()));
+        // Served from the store: a (consistently) edited stored text shows.
+        let at = stored.len() - 8 - first.len();
+        let mut edited = stored[..stored.len() - 8].to_vec();
+        let pos = at + edited[at..].windows(5).position(|w| w == b"hello").unwrap();
+        edited[pos..pos + 5].copy_from_slice(b"HELLO");
+        let sum = xxhash_rust::xxh3::xxh3_64(&edited[at..]);
+        edited.extend_from_slice(&sum.to_le_bytes());
+        fs::write(&ctx, &edited).unwrap();
+        let second = read(&mount());
+        assert_eq!(
+            second,
+            String::from_utf8_lossy(&first)
+                .replace("hello", "HELLO")
+                .into_bytes()
+        );
+        // Once the file changes, it is built again.
+        {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            writeln!(f, r#"{{"type":"message","id":"m2","parentId":"m1","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"again"}}}}"#).unwrap();
+        }
+        let third = String::from_utf8(read(&mount())).unwrap();
+        assert!(
+            third.contains("hello") && third.contains("again"),
+            "{third}"
+        );
     }
 
     #[test]

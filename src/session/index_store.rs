@@ -244,22 +244,38 @@ impl IndexStore {
         stat: &FileStat,
         max_line: usize,
     ) -> Result<(Option<Loaded>, IndexUse)> {
+        self.load_file_fingerprinted(storage, path, stat, max_line)
+            .map(|(loaded, used, _)| (loaded, used))
+    }
+
+    /// [`IndexStore::load_file`], also giving the fingerprint of the bytes
+    /// the result describes when the index stands for them (`None` when
+    /// it does not: a torn tail, a file that needs a migration).
+    pub fn load_file_fingerprinted(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        stat: &FileStat,
+        max_line: usize,
+    ) -> Result<(Option<Loaded>, IndexUse, Option<Fingerprint>)> {
         let canonical = storage
             .canonicalize(path)
             .unwrap_or_else(|_| path.to_path_buf());
         if let Some(stored) = self.read(&canonical) {
+            let fingerprint = stored.fingerprint;
             if let Some((loaded, used)) = self.apply(storage, path, stat, stored, max_line)? {
-                if used == IndexUse::Extended {
-                    self.store(storage, path, &canonical, stat, &loaded);
-                }
-                return Ok((Some(loaded), used));
+                let fingerprint = match used {
+                    IndexUse::Extended => self.store(storage, path, &canonical, stat, &loaded),
+                    _ => Some(fingerprint),
+                };
+                return Ok((Some(loaded), used, fingerprint));
             }
         }
         let loaded = loader::load_file(storage, path, max_line)?;
-        if let Some(l) = &loaded {
-            self.store(storage, path, &canonical, stat, l);
-        }
-        Ok((loaded, IndexUse::FullScan))
+        let fingerprint = loaded
+            .as_ref()
+            .and_then(|l| self.store(storage, path, &canonical, stat, l));
+        Ok((loaded, IndexUse::FullScan, fingerprint))
     }
 
     /// Uses a stored index if it verifies against the file.
@@ -305,7 +321,8 @@ impl IndexStore {
 
     /// Stores the index of a load result, when it describes a file that
     /// ends with a complete line (a torn or unterminated tail is not
-    /// stored: the next load scans it again) and needs no migration.
+    /// stored: the next load scans it again) and needs no migration;
+    /// returns the fingerprint it was stored with.
     fn store(
         &self,
         storage: &dyn Storage,
@@ -313,23 +330,18 @@ impl IndexStore {
         canonical: &Path,
         stat: &FileStat,
         loaded: &Loaded,
-    ) {
-        let Some(header) = &loaded.header else { return };
+    ) -> Option<Fingerprint> {
+        let header = loaded.header.as_ref()?;
         if header.needs_migration()
             || loaded.id_less_objects > 0
             || !loaded.ends_with_newline
             || loaded.torn_tail
             || loaded.end != loaded.scanned
         {
-            return;
+            return None;
         }
-        let Some(header_end) = header_line_end(storage, path, loaded.header_offset) else {
-            return;
-        };
-        let Ok(fingerprint) = Fingerprint::compute(storage, path, stat, loaded.end, header_end)
-        else {
-            return;
-        };
+        let header_end = header_line_end(storage, path, loaded.header_offset)?;
+        let fingerprint = Fingerprint::compute(storage, path, stat, loaded.end, header_end).ok()?;
         // The file may have been replaced since `stat`: its head and tail
         // were hashed from what is there now, but the identity is the one
         // seen before the scan; a replaced file fails the check next time.
@@ -338,7 +350,204 @@ impl IndexStore {
             loaded: loaded.clone(),
         };
         self.write(canonical, &stored);
+        Some(fingerprint)
     }
+
+    /// The file of the stored rendering of a session's context.
+    pub fn context_file_for(&self, canonical: &Path) -> PathBuf {
+        self.file_for(canonical).with_extension("ctx")
+    }
+
+    /// The stored rendering of the context of `path` at its last entry in
+    /// the form `variant` names, when the file is unchanged since it was
+    /// rendered (the same checks as for an index: identity, size, mtime,
+    /// head and tail hashes) and the stored text is intact.
+    /// With `expect`, only a rendering of exactly those bytes is taken.
+    pub fn stored_context(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+    ) -> Option<Vec<u8>> {
+        let canonical = storage.canonicalize(path).ok()?;
+        let mut bytes = std::fs::read(self.context_file_for(&canonical)).ok()?;
+        let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+        let mut r = Reader { data: body, pos: 0 };
+        if r.take(CTX_MAGIC.len())? != CTX_MAGIC
+            || r.str()? != ENGINE_HASH
+            || r.bytes()? != canonical.as_os_str().as_encoded_bytes()
+            || r.str()? != variant
+        {
+            return None;
+        }
+        let fp = read_fingerprint(&mut r)?;
+        if expect.is_some_and(|e| *e != fp) {
+            return None;
+        }
+        let text_start = r.pos;
+        if xxh3_64(&body[text_start..]) != u64::from_le_bytes(sum.try_into().ok()?) {
+            return None;
+        }
+        let stat = storage.stat(path).ok()?;
+        if stat.size != fp.size || stat.mtime != fp.mtime || !fp.bytes_match(storage, path, &stat) {
+            return None;
+        }
+        bytes.truncate(bytes.len() - 8);
+        bytes.drain(..text_start);
+        Some(bytes)
+    }
+
+    /// A writer that stores a rendering of the context of the session file
+    /// `canonical` (at its last entry, in the form `variant` names) as it
+    /// is produced; [`ContextWriter::finish`] puts it in place. `None`
+    /// when the store is read-only or the file cannot be created.
+    pub fn context_writer(
+        &self,
+        canonical: &Path,
+        fingerprint: &Fingerprint,
+        variant: &str,
+    ) -> Option<ContextWriter> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        if !self.writable {
+            return None;
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .ok()?;
+        let target = self.context_file_for(canonical);
+        let tmp = self.dir.join(format!(
+            ".ctx.{}.{}.tmp",
+            std::process::id(),
+            crate::session::ids::random_hex(4)
+        ));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .ok()?;
+        let mut w = Writer { out: Vec::new() };
+        w.out.extend_from_slice(CTX_MAGIC);
+        w.str(ENGINE_HASH);
+        w.bytes(canonical.as_os_str().as_encoded_bytes());
+        w.str(variant);
+        write_fingerprint(&mut w, fingerprint);
+        if file.write_all(&w.out).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return None;
+        }
+        Some(ContextWriter {
+            file: std::io::BufWriter::with_capacity(256 << 10, file),
+            hasher: xxhash_rust::xxh3::Xxh3::new(),
+            tmp,
+            target,
+            failed: false,
+            finished: false,
+        })
+    }
+}
+
+/// The name of the stored rendering of the pretty context at the last
+/// entry with the blobs of `blobs_dir` (what `sessionfs context` prints and
+/// the mount's `context.json` holds).
+pub fn pretty_context_variant(blobs_dir: Option<&Path>) -> String {
+    match blobs_dir {
+        Some(dir) => format!("pretty-last-entry\0{}", dir.display()),
+        None => "pretty-last-entry".into(),
+    }
+}
+
+/// The first bytes of a stored context rendering.
+const CTX_MAGIC: &[u8; 8] = b"SFSCTX\x00\x01";
+
+/// Stores a context rendering while it is written (see
+/// [`IndexStore::context_writer`]). Its `Write` never fails: a failure
+/// only drops the stored copy.
+pub struct ContextWriter {
+    file: std::io::BufWriter<std::fs::File>,
+    hasher: xxhash_rust::xxh3::Xxh3,
+    tmp: PathBuf,
+    target: PathBuf,
+    failed: bool,
+    finished: bool,
+}
+
+impl std::io::Write for ContextWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.failed {
+            self.hasher.update(buf);
+            self.failed = self.file.write_all(buf).is_err();
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ContextWriter {
+    /// Puts the stored rendering in place (checksum, then rename). A
+    /// writer dropped without it (the reader went away) leaves nothing.
+    pub fn finish(mut self) {
+        use std::io::Write;
+        let sum = self.hasher.digest().to_le_bytes();
+        let done = !self.failed
+            && self.file.write_all(&sum).is_ok()
+            && self.file.flush().is_ok()
+            && std::fs::rename(&self.tmp, &self.target).is_ok();
+        // Drop removes the temporary file unless it was renamed.
+        self.failed = !done;
+        self.finished = done;
+    }
+}
+
+impl Drop for ContextWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+fn write_fingerprint(w: &mut Writer, fp: &Fingerprint) {
+    w.u64(fp.identity.0);
+    w.u64(fp.identity.1);
+    w.u64(fp.size);
+    let (secs, nanos, before) = system_time_parts(fp.mtime);
+    w.u64(secs);
+    w.u32(nanos);
+    w.u8(u8::from(before));
+    w.u64(fp.head_len);
+    w.u128(fp.head_hash);
+    w.u64(fp.tail_start);
+    w.u128(fp.tail_hash);
+}
+
+fn read_fingerprint(r: &mut Reader<'_>) -> Option<Fingerprint> {
+    let identity = (r.u64()?, r.u64()?);
+    let size = r.u64()?;
+    let (secs, nanos, before) = (r.u64()?, r.u32()?, r.u8()?);
+    let mtime = system_time_of(secs, nanos, before != 0)?;
+    let head_len = r.u64()?;
+    let head_hash = r.u128()?;
+    let tail_start = r.u64()?;
+    let tail_hash = r.u128()?;
+    if head_len > size || tail_start > size {
+        return None;
+    }
+    Some(Fingerprint {
+        identity,
+        size,
+        mtime,
+        head_len,
+        head_hash,
+        tail_start,
+        tail_hash,
+    })
 }
 
 /// The offset just past the header line's `\n`.
@@ -527,18 +736,7 @@ fn encode(canonical: &Path, stored: &StoredIndex) -> Vec<u8> {
     w.out.extend_from_slice(MAGIC);
     w.str(ENGINE_HASH);
     w.bytes(canonical.as_os_str().as_encoded_bytes());
-    let fp = &stored.fingerprint;
-    w.u64(fp.identity.0);
-    w.u64(fp.identity.1);
-    w.u64(fp.size);
-    let (secs, nanos, before) = system_time_parts(fp.mtime);
-    w.u64(secs);
-    w.u32(nanos);
-    w.u8(u8::from(before));
-    w.u64(fp.head_len);
-    w.u128(fp.head_hash);
-    w.u64(fp.tail_start);
-    w.u128(fp.tail_hash);
+    write_fingerprint(&mut w, &stored.fingerprint);
 
     let Some(h) = &loaded.header else {
         // Never stored without a header (see `IndexStore::store`).
@@ -700,26 +898,8 @@ pub fn decode_unchecked(body: &[u8], canonical: Option<&Path>) -> Option<StoredI
     if canonical.is_some_and(|c| c.as_os_str().as_encoded_bytes() != path) {
         return None;
     }
-    let identity = (r.u64()?, r.u64()?);
-    let size = r.u64()?;
-    let (secs, nanos, before) = (r.u64()?, r.u32()?, r.u8()?);
-    let mtime = system_time_of(secs, nanos, before != 0)?;
-    let head_len = r.u64()?;
-    let head_hash = r.u128()?;
-    let tail_start = r.u64()?;
-    let tail_hash = r.u128()?;
-    if head_len > size || tail_start > size {
-        return None;
-    }
-    let fingerprint = Fingerprint {
-        identity,
-        size,
-        mtime,
-        head_len,
-        head_hash,
-        tail_start,
-        tail_hash,
-    };
+    let fingerprint = read_fingerprint(&mut r)?;
+    let size = fingerprint.size;
     let id = r.str()?.to_string();
     let version = match r.u8()? {
         0 => None,

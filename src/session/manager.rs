@@ -34,7 +34,9 @@ use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::{scan_line, EntryKind, HeaderInfo, LineKind, CURRENT_VERSION};
 use crate::session::ids::{new_entry_id, new_session_id};
 use crate::session::index::{EntryMeta, Loc, TreeIndex};
-use crate::session::index_store::{IndexStore, IndexUse};
+use crate::session::index_store::{
+    pretty_context_variant, ContextWriter, Fingerprint, IndexStore, IndexUse,
+};
 use crate::session::json::{json_string, pretty, RawObject};
 use crate::session::loader::{self, Loaded, Phase, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
@@ -176,6 +178,8 @@ pub struct Session {
     index_store: Option<IndexStore>,
     /// How the last load used the persistent index.
     index_use: Option<IndexUse>,
+    /// The fingerprint of the bytes the last load's index stands for.
+    index_fingerprint: Option<Fingerprint>,
     header: HeaderInfo,
     /// The header line as stored (without `\n`).
     header_line: String,
@@ -265,6 +269,7 @@ impl Session {
             confine: None,
             index_store: None,
             index_use: None,
+            index_fingerprint: None,
             header,
             header_line,
             index: TreeIndex::new(),
@@ -328,13 +333,16 @@ impl Session {
         // Identity and time before reading (see `DiskState::observed`).
         let before = storage.stat(path).ok();
         let mut index_use = None;
+        let mut index_fingerprint = None;
         let loaded = match (&options.index, &before) {
             (Some(store), Some(stat))
                 if storage.supports_persistent_index() && !stat.is_dir && stat.size > 0 =>
             {
-                let (loaded, used) = store.load_file(&*storage, path, stat, options.max_line)?;
+                let (loaded, used, fingerprint) =
+                    store.load_file_fingerprinted(&*storage, path, stat, options.max_line)?;
                 log::debug!("{}: loaded with the index: {used:?}", path.display());
                 index_use = Some(used);
+                index_fingerprint = fingerprint;
                 loaded
             }
             _ => loader::load_file(&*storage, path, options.max_line)?,
@@ -383,6 +391,7 @@ impl Session {
         session.index_store = options.index.clone();
         session.index_use = index_use;
         session.write_through = options.write_through;
+        session.index_fingerprint = index_fingerprint;
         let Some(loaded) = loaded else {
             return Ok(session);
         };
@@ -629,6 +638,41 @@ impl Session {
     /// How the last (re)load used the persistent index (`None`: no index).
     pub fn index_use(&self) -> Option<IndexUse> {
         self.index_use
+    }
+
+    /// The stored rendering of the pretty context at the last entry (see
+    /// [`IndexStore::stored_context`]), when the session is exactly the
+    /// state it was rendered for and its leaf is the last entry.
+    pub fn stored_context(&self) -> Option<Vec<u8>> {
+        let (store, fp) = self.indexed_state()?;
+        if self.leaf? as usize + 1 != self.index.len() {
+            return None;
+        }
+        let variant = pretty_context_variant(self.blobs.as_ref().map(|b| b.dir()));
+        store.stored_context(&*self.storage, self.path.as_deref()?, &variant, Some(fp))
+    }
+
+    /// A writer that stores the pretty context at the last entry as it is
+    /// rendered (see [`IndexStore::context_writer`]), when the session is
+    /// the state its index stands for and its leaf is the last entry.
+    pub fn stored_context_writer(&self) -> Option<ContextWriter> {
+        let (store, fp) = self.indexed_state()?;
+        if self.leaf? as usize + 1 != self.index.len() {
+            return None;
+        }
+        let variant = pretty_context_variant(self.blobs.as_ref().map(|b| b.dir()));
+        let canonical = self.storage.canonicalize(self.path.as_deref()?).ok()?;
+        store.context_writer(&canonical, fp, &variant)
+    }
+
+    /// The persistent index the session is loaded with and the fingerprint
+    /// of the file's bytes its entries stand for — while they are all it
+    /// holds (nothing appended or indexed since the load).
+    pub fn indexed_state(&self) -> Option<(&IndexStore, &Fingerprint)> {
+        let fp = self.index_fingerprint.as_ref()?;
+        let store = self.index_store.as_ref()?;
+        let unchanged = self.disk.is_some_and(|d| d.end == fp.size) && self.mem.is_empty();
+        unchanged.then_some((store, fp))
     }
     pub fn report(&self) -> &LoadReport {
         &self.report
