@@ -109,11 +109,32 @@ side_by_side() {
 
 # --- whole process -------------------------------------------------------------
 say "sessionfs context on the 100k file vs cat (target ≤ 5×)"
-side_by_side context_100k "cat $F100K" "$BIN context $F100K"
+# The persistent index lives in a private cache directory (docs/engine.md,
+# "Persistent index"); the first-time rows turn it off.
+export XDG_CACHE_HOME=$DATA/xdg-cache
+rm -rf "$XDG_CACHE_HOME"
+side_by_side context_100k "cat $F100K" "$BIN context --no-index $F100K"
+
+say "sessionfs context, file unchanged since indexed (target ≤ 5 ms)"
+"$BIN" context "$F100K" >/dev/null # writes the index and the stored rendering
+side_by_side context_100k_indexed "cat $F100K" "$BIN context $F100K"
+side_by_side leaf_100k_indexed "$BIN leaf --no-index $F100K" "$BIN leaf $F100K"
+/usr/bin/time -v "$BIN" context "$F100K" >/dev/null 2>"$OUT/rss_context_indexed.txt"
+RSS_IDX=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$OUT/rss_context_indexed.txt")
+printf 'RESULT %-28s %10d KiB  file %9d KiB  ratio %s×\n' \
+    rss_context_100k_indexed "$RSS_IDX" $((SIZE100K / 1024)) "$(ratio "$RSS_IDX" $((SIZE100K / 1024)))"
+
+if [ -n "${REF_CACHE:-}" ]; then
+    say "the reference in-process (bun + SessionManager), for scale"
+    BUN=${BUN:-$REF_CACHE/node_modules/.bin/bun}
+    "$BUN" "$ROOT/scripts/reference/context_bench.ts" "$REF_CACHE" "$F100K" 5 | tail -1
+else
+    say "reference row skipped: set REF_CACHE to the directory holding node_modules/@oh-my-pi"
+fi
 
 say "peak RSS of sessionfs context on the 100k file vs file size (target ≤ 0.5×)"
 /usr/bin/time -v cat "$F100K" >/dev/null 2>"$OUT/rss_cat.txt"
-/usr/bin/time -v "$BIN" context "$F100K" >/dev/null 2>"$OUT/rss_context.txt"
+/usr/bin/time -v "$BIN" context --no-index "$F100K" >/dev/null 2>"$OUT/rss_context.txt"
 RSS_CAT=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$OUT/rss_cat.txt")
 RSS_CTX=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$OUT/rss_context.txt")
 printf 'RESULT %-28s %10d KiB  file %9d KiB  ratio %s×  (cat: %d KiB)\n' \

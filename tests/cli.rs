@@ -20,8 +20,8 @@ fn run(agent: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         .arg("--agent-dir")
         .arg(agent)
         .env_remove("PI_CODING_AGENT_DIR")
-        // The persistent index goes to the agent directory's cache.
-        .env_remove("XDG_CACHE_HOME")
+        // The persistent index goes to a cache inside the test's directory.
+        .env("XDG_CACHE_HOME", agent.join("cache"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

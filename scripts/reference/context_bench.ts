@@ -15,7 +15,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 
 const args = process.argv.slice(2);
-const cache = process.env.REF_CACHE ?? args.shift();
+const cache = process.env.REF_CACHE && args[0]?.endsWith(".jsonl") ? process.env.REF_CACHE : args.shift();
 const file = args[0];
 const runs = Number(args[1] ?? 5);
 if (!cache || !file) {

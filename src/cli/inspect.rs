@@ -35,8 +35,18 @@ pub fn context(args: &ContextArgs) -> Result<i32> {
     let stored = args.leaf.is_none() && !args.compact;
     if stored {
         if let Some(store) = args.agent.index() {
-            if let Some(text) = store.stored_context(&*file_storage(), &args.file, &variant, None) {
-                write_out(|out| out.write_all(&text))?;
+            let mut printed = false;
+            write_out(|out| {
+                printed = store.write_stored_context(
+                    &*file_storage(),
+                    &args.file,
+                    &variant,
+                    None,
+                    out,
+                )?;
+                Ok(())
+            })?;
+            if printed {
                 return Ok(0);
             }
         }

@@ -152,13 +152,14 @@ impl IndexStore {
     }
 
     /// The default place: `$XDG_CACHE_HOME/sessionfs/index` when that
-    /// variable holds an absolute path; else `cache/sessionfs/index` under
-    /// the agent directory when it exists; else `~/.cache/sessionfs/index`.
+    /// variable holds an absolute path, else `~/.cache/sessionfs/index`
+    /// (the XDG default) — outside the agent directory, so that reading
+    /// sessions writes nothing there; `cache/sessionfs/index` in the agent
+    /// directory only without a home directory.
     pub fn default_for(agent_root: &Path) -> Self {
         let sub = |dir: PathBuf| IndexStore::new(dir.join("sessionfs").join("index"));
         match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
             Some(dir) if dir.is_absolute() => sub(dir),
-            _ if agent_root.is_dir() => sub(agent_root.join("cache")),
             _ => match std::env::var_os("HOME").map(PathBuf::from) {
                 Some(home) if home.is_absolute() => sub(home.join(".cache")),
                 _ => sub(agent_root.join("cache")),
@@ -370,32 +371,94 @@ impl IndexStore {
         variant: &str,
         expect: Option<&Fingerprint>,
     ) -> Option<Vec<u8>> {
-        let canonical = storage.canonicalize(path).ok()?;
-        let mut bytes = std::fs::read(self.context_file_for(&canonical)).ok()?;
-        let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
-        let mut r = Reader { data: body, pos: 0 };
-        if r.take(CTX_MAGIC.len())? != CTX_MAGIC
-            || r.str()? != ENGINE_HASH
-            || r.bytes()? != canonical.as_os_str().as_encoded_bytes()
-            || r.str()? != variant
-        {
-            return None;
+        let mut out = Vec::new();
+        match self.write_stored_context(storage, path, variant, expect, &mut out) {
+            Ok(true) => Some(out),
+            _ => None,
         }
-        let fp = read_fingerprint(&mut r)?;
-        if expect.is_some_and(|e| *e != fp) {
-            return None;
+    }
+
+    /// [`IndexStore::stored_context`] written to `out` in pieces (the text
+    /// is checked whole first, then copied: it is never held in memory).
+    /// `Ok(false)` when there is no usable rendering; errors are `out`'s.
+    pub fn write_stored_context(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        const PIECE: usize = 256 << 10;
+        let Ok(canonical) = storage.canonicalize(path) else {
+            return Ok(false);
+        };
+        let Ok(file) = std::fs::File::open(self.context_file_for(&canonical)) else {
+            return Ok(false);
+        };
+        let Ok(len) = file.metadata().map(|m| m.len()) else {
+            return Ok(false);
+        };
+        let mut head = vec![0u8; len.min(64 << 10) as usize];
+        if len < 8 || file.read_exact_at(&mut head, 0).is_err() {
+            return Ok(false);
         }
-        let text_start = r.pos;
-        if xxh3_64(&body[text_start..]) != u64::from_le_bytes(sum.try_into().ok()?) {
-            return None;
+        let text_end = len - 8;
+        let checked = (|| {
+            let mut r = Reader {
+                data: &head,
+                pos: 0,
+            };
+            if r.take(CTX_MAGIC.len())? != CTX_MAGIC
+                || r.str()? != ENGINE_HASH
+                || r.bytes()? != canonical.as_os_str().as_encoded_bytes()
+                || r.str()? != variant
+            {
+                return None;
+            }
+            let fp = read_fingerprint(&mut r)?;
+            if expect.is_some_and(|e| *e != fp) || r.pos as u64 > text_end {
+                return None;
+            }
+            let stat = storage.stat(path).ok()?;
+            if stat.size != fp.size
+                || stat.mtime != fp.mtime
+                || !fp.bytes_match(storage, path, &stat)
+            {
+                return None;
+            }
+            Some(r.pos as u64)
+        })();
+        let Some(text_start) = checked else {
+            return Ok(false);
+        };
+        let mut sum = [0u8; 8];
+        if file.read_exact_at(&mut sum, text_end).is_err() {
+            return Ok(false);
         }
-        let stat = storage.stat(path).ok()?;
-        if stat.size != fp.size || stat.mtime != fp.mtime || !fp.bytes_match(storage, path, &stat) {
-            return None;
+        let mut buf = vec![0u8; PIECE];
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut at = text_start;
+        while at < text_end {
+            let n = ((text_end - at) as usize).min(PIECE);
+            if file.read_exact_at(&mut buf[..n], at).is_err() {
+                return Ok(false);
+            }
+            hasher.update(&buf[..n]);
+            at += n as u64;
         }
-        bytes.truncate(bytes.len() - 8);
-        bytes.drain(..text_start);
-        Some(bytes)
+        if hasher.digest() != u64::from_le_bytes(sum) {
+            return Ok(false);
+        }
+        let mut at = text_start;
+        while at < text_end {
+            let n = ((text_end - at) as usize).min(PIECE);
+            file.read_exact_at(&mut buf[..n], at)?;
+            out.write_all(&buf[..n])?;
+            at += n as u64;
+        }
+        Ok(true)
     }
 
     /// A writer that stores a rendering of the context of the session file

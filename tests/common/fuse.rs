@@ -141,6 +141,8 @@ impl Mount {
             .arg("--foreground")
             .args(args)
             .arg(&mountpoint)
+            // The persistent index stays in the test's directory.
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
