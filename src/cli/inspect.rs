@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{file_storage, open_existing, print_out, write_out, AgentArgs, LeafArg};
+use crate::cli::common::{open_existing, print_out, storage, write_out, AgentArgs, LeafArg};
 use crate::session::format::{EntryKind, Facts};
 use crate::session::index::EntryMeta;
 use crate::session::index_store::pretty_context_variant;
@@ -33,17 +33,12 @@ pub fn context(args: &ContextArgs) -> Result<i32> {
     // it without loading the session.
     let variant = pretty_context_variant(Some(&args.agent.agent().blobs_dir()));
     let stored = args.leaf.is_none() && !args.compact;
-    if stored {
+    let files = storage(&args.agent.agent())?;
+    if stored && files.supports_persistent_index() {
         if let Some(store) = args.agent.index() {
             let mut printed = false;
             write_out(|out| {
-                printed = store.write_stored_context(
-                    &*file_storage(),
-                    &args.file,
-                    &variant,
-                    None,
-                    out,
-                )?;
+                printed = store.write_stored_context(&*files, &args.file, &variant, None, out)?;
                 Ok(())
             })?;
             if printed {
