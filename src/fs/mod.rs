@@ -9,6 +9,7 @@
 //! * [`watch`]: the worker that keeps kernel caches fresh;
 //! * [`errno`]: engine errors → errno;
 //! * [`mount`]: mounting, signals and unmounting;
+//! * [`requestlog`]: `--debug`, one log line per request;
 //! * [`owner`]: owners and modes of the nodes;
 //! * [`demo`]: the bundled example sessions.
 

@@ -1133,12 +1133,16 @@ impl Tree {
             .session_file_meta(key)
             .ok_or_else(|| not_found(&key.session))?;
         let stamp = (meta.identity, meta.size, meta.mtime);
-        let mut cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((seen, data)) = cache.get(key) {
-            if *seen == stamp {
-                return Ok(data.clone());
+        {
+            let cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((seen, data)) = cache.get(key) {
+                if *seen == stamp {
+                    return Ok(data.clone());
+                }
             }
         }
+        // Checked without the cache's lock: other sessions' reports are
+        // not held up by a big file.
         let checker = Checker::new(&*self.storage, self.blobs.dir());
         let mut text = String::new();
         for p in checker.check_file(&path) {
@@ -1148,6 +1152,7 @@ impl Tree {
             text.push_str(&format!("{}: {}\n", p.kind.name(), p.message));
         }
         let data = Arc::new(text.into_bytes());
+        let mut cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= PROBLEMS_CACHE {
             cache.clear();
         }
