@@ -170,12 +170,35 @@ fn store() -> Store {
             crumb_target.file_name().unwrap().to_string_lossy()
         ),
     );
+    // A directory linked from inside the agent directory is walked; a link
+    // to a directory outside is not (its ref does not keep a blob).
+    let h = blob("session behind a symlinked directory inside");
+    let linked = agent.root().join("linked-sessions");
+    write(
+        &linked.join("2026-01-06T00-00-00-000Z_2222222222222222.jsonl"),
+        &format!(
+            "{}\n{}\n",
+            header("2222222222222222", "/x"),
+            image_entry("e1", &h)
+        ),
+    );
+    std::os::unix::fs::symlink(&linked, p.join("linked")).unwrap();
+    let foreign = outside.join("foreign");
+    let bytes = b"referenced only from outside".to_vec();
+    let foreign_hex = sha(&bytes);
+    fs::write(blobs.join(&foreign_hex), &bytes).unwrap();
+    age(&blobs.join(&foreign_hex));
+    write(
+        &foreign.join("notes.md"),
+        &format!("blob:sha256:{foreign_hex}\n"),
+    );
+    std::os::unix::fs::symlink(&foreign, p.join("foreign")).unwrap();
     // A display copy of a referenced blob is kept with it.
     let (first, _) = kept[0].clone();
     fs::write(blobs.join(format!("{first}.png")), b"blob for session").unwrap();
     age(&blobs.join(format!("{first}.png")));
 
-    let mut garbage = Vec::new();
+    let mut garbage = vec![foreign_hex];
     for n in 0..3 {
         let bytes = format!("garbage {n}").into_bytes();
         let hex = sha(&bytes);
@@ -228,8 +251,8 @@ fn gc_dry_run_lists_only_unreferenced_blobs_and_apply_deletes_them() {
         assert!(!stdout.contains(k.as_str()), "{what} listed:\n{stdout}");
     }
     assert!(!stdout.contains(&s.recent));
-    assert_eq!(stdout.lines().count(), 4, "{stdout}");
-    assert!(stderr.contains("3 unreferenced"), "{stderr}");
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    assert!(stderr.contains("4 unreferenced"), "{stderr}");
     assert!(stderr.contains("younger than"), "{stderr}");
     assert!(stderr.contains("--apply"), "{stderr}");
 
@@ -245,8 +268,8 @@ fn gc_dry_run_lists_only_unreferenced_blobs_and_apply_deletes_them() {
     assert!(after.contains(&format!("{}.png", s.kept[0].0)));
     assert!(after.contains(&s.recent));
     assert!(after.contains(&"README".to_string()));
-    assert_eq!(after.len(), before.len() - 4, "{after:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("deleted 4 files"));
+    assert_eq!(after.len(), before.len() - 5, "{after:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("deleted 5 files"));
     let _ = &s.outside;
 }
 

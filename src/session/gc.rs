@@ -128,9 +128,14 @@ fn read_for_scan(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Every regular file under `root` (following symlinks, each directory
-/// once). A missing root is empty.
-fn walk(root: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<String>) {
+/// Every regular file under `root` (each directory once). Symlinks to
+/// files are followed; symlinks to directories only when they resolve
+/// inside `inside` (the agent directory), so a link to `/` or a home
+/// directory is not walked. A missing root is empty.
+fn walk(root: &Path, inside: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<String>) {
+    let inside = inside
+        .canonicalize()
+        .unwrap_or_else(|_| inside.to_path_buf());
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -161,8 +166,17 @@ fn walk(root: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<String>) {
                 }
             };
             let path = entry.path();
+            let link = entry.file_type().is_ok_and(|t| t.is_symlink());
             match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => stack.push(path),
+                Ok(m) if m.is_dir() => {
+                    let followed = !link
+                        || path
+                            .canonicalize()
+                            .is_ok_and(|target| target.starts_with(&inside));
+                    if followed {
+                        stack.push(path);
+                    }
+                }
                 Ok(m) if m.is_file() => files.push(path),
                 Ok(_) => {}
                 // A dangling link refers to nothing.
@@ -214,9 +228,10 @@ pub fn referenced(
 ) -> (HashSet<String>, usize, Vec<String>) {
     let mut files = Vec::new();
     let mut errors = Vec::new();
-    walk(&agent.sessions_dir(), &mut files, &mut errors);
+    walk(&agent.sessions_dir(), agent.root(), &mut files, &mut errors);
     walk(
         &agent.root().join("archive").join("sessions"),
+        agent.root(),
         &mut files,
         &mut errors,
     );
