@@ -7,8 +7,9 @@
 //! completely (temp file, fsync, rename), then the old file is renamed to
 //! a hidden name next to it; bytes another writer appended in the meantime
 //! are copied over; then the old file is removed and the artifacts
-//! directory renamed. The old file is locked throughout. A file the engine
-//! cannot read is refused and never changed.
+//! directory renamed. The old file is held under the session locks
+//! (`Storage::lock`: the reference's lockfile and `flock`) throughout. A
+//! file the engine cannot read is refused and never changed.
 
 use std::path::{Path, PathBuf};
 
