@@ -1,4 +1,4 @@
-//! Discovery (SPEC §10) on both storages.
+//! Discovery (`docs/engine.md`) on both storages.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Prompt history (SPEC §11): schema, dedup, search, limits, concurrency,
+//! Prompt history (`docs/engine.md`): schema, dedup, search, limits, concurrency,
 //! the background writer, FTS rebuild, sqlite3 compatibility and the CLI.
 
 use std::collections::BTreeSet;

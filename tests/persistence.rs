@@ -1,4 +1,4 @@
-//! Persistence (SPEC §7–9): deferred writes, failed writes, atomic
+//! Persistence (`docs/reliability.md`, `docs/format.md`): deferred writes, failed writes, atomic
 //! rewrites, other writers, torn lines, size controls and blobs — on the
 //! real and the in-memory storage where it applies.
 

@@ -1,4 +1,4 @@
-//! One test per rule of SPEC §3–6 that the corpus does not already pin,
+//! One test per rule of `docs/format.md` (lines, versions, entries, context) that the corpus does not already pin,
 //! on hand-written files, on both storages.
 
 mod common;

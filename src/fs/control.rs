@@ -1,4 +1,4 @@
-//! Parsers of the control files' commands (SPEC §12, "Control files").
+//! Parsers of the control files' commands (`docs/filesystem.md`, "Control files").
 //!
 //! * `append` takes a stream of JSON objects. [`AppendStream`] splits the
 //!   bytes of successive writes into objects without parsing them (it only
@@ -14,7 +14,7 @@ use crate::session::error::{Error, Result};
 
 /// The largest single object accepted by `append` (32 MiB). A 3 MB entry
 /// (bigger than any one FUSE write) fits easily; the engine then cuts
-/// strings over 500,000 characters (SPEC §8).
+/// strings over 500,000 characters (`docs/format.md`, "Size limits on write").
 pub const MAX_APPEND_COMMAND: usize = 32 << 20;
 
 /// The longest `leaf` or `labels` command line (64 KiB).

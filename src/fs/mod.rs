@@ -1,4 +1,4 @@
-//! The FUSE filesystem (SPEC §12): a thin adapter from `fuser` requests to
+//! The FUSE filesystem (`docs/filesystem.md`): a thin adapter from `fuser` requests to
 //! the tree model ([`tree::Tree`]), which works on the engine's public API.
 //!
 //! * [`layout`]: nodes, names, escaping of ids;

@@ -1,4 +1,4 @@
-//! Content-addressed blob store for images (SPEC §8).
+//! Content-addressed blob store for images (`docs/format.md`, "Blob references").
 //!
 //! Before an entry is written, large inline images are moved into
 //! `<agent-dir>/blobs/<sha256>` (64 lowercase hex of the SHA-256 of the
@@ -230,7 +230,7 @@ impl BlobStore {
         Ok(Some(bytes))
     }
 
-    /// Moves large inline images into the blob store (SPEC §8), at every
+    /// Moves large inline images into the blob store (`docs/format.md`, "Blob references"), at every
     /// place the agent does (see [`for_each_blob_slot`]): base64 data is
     /// decoded, stored with [`put`](Self::put), and replaced by
     /// `blob:sha256:<hex>`; an image data URL is stored as its UTF-8 bytes.

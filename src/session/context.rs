@@ -1,4 +1,4 @@
-//! Context reconstruction (SPEC §6): what the model sees at a leaf.
+//! Context reconstruction (`docs/format.md`, "Entries"): what the model sees at a leaf.
 //!
 //! The walk and the state (thinking level, models, TTSR rules, mode) use only
 //! the index; entry lines are read just for the messages that are emitted.

@@ -1,4 +1,4 @@
-//! Session discovery (SPEC §10): recent sessions of a directory from a
+//! Session discovery (`docs/engine.md`): recent sessions of a directory from a
 //! 4096-byte prefix of each file, the most recent session, listings of one
 //! project or all projects, lookup by id prefix, and terminal breadcrumbs
 //! for `continue_recent`.

@@ -1,4 +1,4 @@
-//! The session file format (SPEC §2): the header, the eleven entry types,
+//! The session file format (`docs/format.md`): the header, the eleven entry types,
 //! and the per-line scan that turns one JSONL line into the small amount of
 //! metadata the engine indexes. Entry bodies are never kept parsed: the
 //! index points at the line's bytes and reads them again on demand, so
@@ -150,7 +150,7 @@ pub enum Facts {
     Unknown(Box<str>),
 }
 
-/// An entry id: opaque text (SPEC §1), kept inline in 16 bytes when it is
+/// An entry id: opaque text (`docs/format.md`, "Entries"), kept inline in 16 bytes when it is
 /// short — entry ids are 8 hex characters — so that indexing a file does
 /// not allocate per id; longer ids (UUIDs) live on the heap. Dereferences
 /// to `str`.

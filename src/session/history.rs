@@ -1,4 +1,4 @@
-//! Prompt history (SPEC §11): an SQLite database `<agent-dir>/history.db`
+//! Prompt history (`docs/engine.md`): an SQLite database `<agent-dir>/history.db`
 //! with a full-text index (FTS5).
 //!
 //! # Schema

@@ -1,4 +1,4 @@
-//! Identifiers (SPEC §1): time-ordered 16-hex session ids, random 8-hex entry
+//! Identifiers (`docs/format.md`): time-ordered 16-hex session ids, random 8-hex entry
 //! ids, and random suffixes for temp files.
 
 use std::sync::atomic::{AtomicU64, Ordering};

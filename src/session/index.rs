@@ -1,4 +1,4 @@
-//! The tree index (SPEC §5): per-entry metadata in file order, ids, parent
+//! The tree index (`docs/format.md`, "Entries"): per-entry metadata in file order, ids, parent
 //! links, children, roots and labels. Entry bodies stay in the file; an
 //! entry's [`Loc`] says where its line is.
 

@@ -1,4 +1,4 @@
-//! Lenient loading (SPEC §3): a streaming line splitter and the rules that
+//! Lenient loading (`docs/format.md`, "Lines"): a streaming line splitter and the rules that
 //! turn a session file into a header plus indexed entries. Blank lines are
 //! skipped; lines that are not JSON objects are skipped and counted; a torn
 //! last line (no trailing newline, not parseable) is dropped; a UTF-8 BOM is

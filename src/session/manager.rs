@@ -1,5 +1,5 @@
 //! The session manager: one open session — its header, tree index and leaf —
-//! and the write pipeline that keeps the JSONL file in step (SPEC §5, §7).
+//! and the write pipeline that keeps the JSONL file in step (`docs/format.md`, "Entries"; `docs/reliability.md`).
 //!
 //! * Appends go through [`Session::append`]; every append creates one entry
 //!   whose parent is the leaf and makes it the leaf.
@@ -1430,7 +1430,7 @@ impl Session {
     }
 
     // -----------------------------------------------------------------
-    // Typed appends (SPEC §5)
+    // Typed appends (`docs/format.md`, "Entries")
     // -----------------------------------------------------------------
 
     fn append_fields(

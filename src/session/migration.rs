@@ -1,4 +1,4 @@
-//! Versions and migration (SPEC §4). v1 → v2 gives every entry a fresh id
+//! Versions and migration (`docs/format.md`, "Versions"). v1 → v2 gives every entry a fresh id
 //! and links entries into a linear chain in file order, turning a
 //! compaction's `firstKeptEntryIndex` into `firstKeptEntryId`; v2 → v3
 //! renames the message role `hookMessage` to `custom`. The header's

@@ -1,4 +1,4 @@
-//! The session engine (SPEC §1–11): format, loading, migrations, tree and
+//! The session engine (`docs/engine.md`, `docs/format.md`): format, loading, migrations, tree and
 //! leaf, context reconstruction, persistence, size controls and blobs,
 //! storage, discovery and prompt history.
 

@@ -1,4 +1,4 @@
-//! On-disk layout (SPEC §1): the agent directory, session directories named
+//! On-disk layout (`docs/format.md`, "Where sessions live"): the agent directory, session directories named
 //! by encoded working directory, session file names, blobs, breadcrumbs and
 //! the history database.
 

@@ -1,4 +1,4 @@
-//! Durable persistence (SPEC §7): the atomic full rewrite shared by
+//! Durable persistence (`docs/reliability.md`): the atomic full rewrite shared by
 //! migrations, rewrites and the blob store. The append pipeline lives in
 //! [`crate::session::manager`], which owns the per-session write state.
 

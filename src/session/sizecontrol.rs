@@ -1,4 +1,4 @@
-//! Size controls applied to an entry right before it is persisted (SPEC §8).
+//! Size controls applied to an entry right before it is persisted (`docs/format.md`, "Size limits on write").
 //!
 //! - Every string value (at any depth; object keys are not touched) longer
 //!   than [`MAX_PERSIST_CHARS`] is cut and ends with [`TRUNCATION_NOTICE`], the
@@ -31,7 +31,7 @@
 //!   replay. Strings under the signature keys themselves are never cut
 //!   either, wherever they sit.
 //!
-//! Image externalisation (the other half of SPEC §8) lives in
+//! Image externalisation (`docs/format.md`, "Blob references") lives in
 //! [`crate::session::blobs`]; callers run
 //! [`BlobStore::externalize_images`](crate::session::blobs::BlobStore::externalize_images)
 //! first, so that a large inline image becomes a blob instead of being cut.

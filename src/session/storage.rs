@@ -1,4 +1,4 @@
-//! Storage abstraction (SPEC §9): every filesystem operation the engine uses,
+//! Storage abstraction (`docs/engine.md`): every filesystem operation the engine uses,
 //! behind one trait, with a real-filesystem implementation and an in-memory one
 //! (for tests, fault injection and non-persistent sessions).
 
@@ -51,7 +51,7 @@ pub struct DirItem {
     pub is_file: bool,
 }
 
-/// An open append-only writer on one file (SPEC §9 `SessionStorageWriter`).
+/// An open append-only writer on one file (the reference's `SessionStorageWriter`; `docs/engine.md`).
 pub trait AppendWriter: Send {
     /// Writes one whole line (the caller includes the trailing `\n`) at the
     /// end of the file, with a single `write` call where the platform
