@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::storage::{
-    AppendWriter, DirItem, FileStat, FileStorage, LockGuard, RandomRead, Storage,
+use common::live::{
+    lockfile, plain_append, small_session_text, write_session, Intercept, Intercepted,
 };
+use sessionfs::session::paths::AgentDir;
+use sessionfs::session::storage::{AppendWriter, FileStorage, LockGuard, Storage};
 use sessionfs::session::{Refresh, Session};
 
 const PROJECT: &str = "--work-live--";
@@ -29,26 +30,10 @@ fn custom(id: &str, parent: &str, marker: &str) -> String {
 /// An agent dir with one session (header, u1, a1).
 fn setup() -> (tempfile::TempDir, AgentDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("sessions").join(PROJECT);
-    fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{STEM}.jsonl"));
-    let lines = [
-        r#"{"type":"session","version":3,"id":"5555666655556666","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/work/live"}"#,
-        r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"q1"}}"#,
-        r#"{"type":"message","id":"a1","parentId":"u1","timestamp":"2026-03-01T10:00:02.000Z","message":{"role":"assistant","provider":"p","model":"m","content":[]}}"#,
-    ];
-    fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let text = small_session_text("5555666655556666", "/work/live");
+    let file = write_session(tmp.path(), PROJECT, STEM, &text);
     let agent = AgentDir::new(tmp.path());
     (tmp, agent, file)
-}
-
-fn plain_append(path: &Path, text: &str) {
-    fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
 }
 
 /// The session's view equals a fresh load: same entries at the same
@@ -93,7 +78,6 @@ fn no_blank_or_torn_lines(path: &Path) {
 /// exactly the race between our `stat` and our `write`.
 #[derive(Debug)]
 struct SlipsInBeforeOurWrite {
-    inner: FileStorage,
     armed: Arc<Mutex<Vec<String>>>,
 }
 
@@ -130,55 +114,13 @@ impl AppendWriter for SlippingWriter {
     }
 }
 
-impl Storage for SlipsInBeforeOurWrite {
-    fn ensure_dir(&self, p: &Path) -> io::Result<()> {
-        self.inner.ensure_dir(p)
-    }
-    fn exists(&self, p: &Path) -> bool {
-        self.inner.exists(p)
-    }
-    fn read(&self, p: &Path) -> io::Result<Vec<u8>> {
-        self.inner.read(p)
-    }
-    fn read_prefix(&self, p: &Path, max: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_prefix(p, max)
-    }
-    fn read_at(&self, p: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_at(p, offset, len)
-    }
-    fn write(&self, p: &Path, data: &[u8]) -> io::Result<()> {
-        self.inner.write(p, data)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn unlink(&self, p: &Path) -> io::Result<()> {
-        self.inner.unlink(p)
-    }
-    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>> {
-        self.inner.list(dir)
-    }
-    fn stat(&self, p: &Path) -> io::Result<FileStat> {
-        self.inner.stat(p)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn open_append(&self, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
+impl Intercept for SlipsInBeforeOurWrite {
+    fn open_append(&self, inner: &dyn Storage, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
         Ok(Box::new(SlippingWriter {
-            inner: self.inner.open_append(p)?,
+            inner: inner.open_append(p)?,
             path: p.to_path_buf(),
             armed: self.armed.clone(),
         }))
-    }
-    fn lock(&self, p: &Path) -> io::Result<LockGuard> {
-        self.inner.lock(p)
-    }
-    fn open_read(&self, p: &Path) -> io::Result<Box<dyn RandomRead>> {
-        self.inner.open_read(p)
-    }
-    fn is_persistent(&self) -> bool {
-        true
     }
 }
 
@@ -197,9 +139,11 @@ fn a_line_that_lands_between_our_stat_and_our_write_is_indexed_and_ours_found() 
     for armed_lines in cases {
         let (_tmp, agent, path) = setup();
         let armed = Arc::new(Mutex::new(Vec::new()));
-        let storage = Arc::new(SlipsInBeforeOurWrite {
-            inner: FileStorage::new(),
-            armed: armed.clone(),
+        let storage = Arc::new(Intercepted {
+            inner: Arc::new(FileStorage::new()),
+            hooks: SlipsInBeforeOurWrite {
+                armed: armed.clone(),
+            },
         });
         let mut s = Session::open_in(storage, &agent, &path).unwrap();
         *armed.lock().unwrap() = armed_lines.clone();
@@ -316,13 +260,6 @@ fn a_same_size_rewrite_is_noticed() {
 // ---------------------------------------------------------------------------
 // The reference's lockfile
 // ---------------------------------------------------------------------------
-
-fn lockfile(path: &Path) -> PathBuf {
-    path.with_file_name(format!(
-        ".{}.lock",
-        path.file_name().unwrap().to_string_lossy()
-    ))
-}
 
 #[test]
 fn appends_wait_for_the_reference_lockfile_and_fail_closed() {

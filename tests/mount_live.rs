@@ -21,16 +21,15 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::js_json;
+use common::live::{
+    append_markers_until, assert_each_once, lockfile, small_session_text, write_session,
+};
 use fuse::{fuse_ok, Mount};
 use sessionfs::session::paths::AgentDir;
 use sessionfs::session::{FileStorage, Session};
 
 const PROJECT: &str = "--work-live--";
 const STEM: &str = "2026-03-01T10-00-00-000Z_5555666655556666";
-
-const HEADER: &str = r#"{"type":"session","version":3,"id":"5555666655556666","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/work/live"}"#;
-const U1: &str = r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"q1"}}"#;
-const A1: &str = r#"{"type":"message","id":"a1","parentId":"u1","timestamp":"2026-03-01T10:00:02.000Z","message":{"role":"assistant","provider":"p","model":"m","content":[]}}"#;
 
 /// A version-1 session: no version, entries without ids.
 const V1_TEXT: &str = concat!(
@@ -44,15 +43,11 @@ const V1_TEXT: &str = concat!(
 
 /// Writes a session file under `root` (an agent dir); its path.
 fn session_at(root: &Path, text: &str) -> PathBuf {
-    let dir = root.join("sessions").join(PROJECT);
-    fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{STEM}.jsonl"));
-    fs::write(&file, text).unwrap();
-    file
+    write_session(root, PROJECT, STEM, text)
 }
 
 fn current_session(root: &Path) -> PathBuf {
-    session_at(root, &format!("{HEADER}\n{U1}\n{A1}\n"))
+    session_at(root, &small_session_text("5555666655556666", "/work/live"))
 }
 
 fn custom_line(marker: &str) -> String {
@@ -377,10 +372,7 @@ fn a_truncated_object_fails_close_with_einval_and_last_error_names_it() {
 /// under test: `O_EXCL` create of `.<name>.lock`, `pid:ms\n`, verify,
 /// append one line with one write, remove the lockfile.
 fn reference_protocol_append(file: &Path, line: &str) -> bool {
-    let lock = file.with_file_name(format!(
-        ".{}.lock",
-        file.file_name().unwrap().to_string_lossy()
-    ));
+    let lock = lockfile(file);
     let deadline = Instant::now() + Duration::from_millis(500);
     loop {
         let record = format!(
@@ -460,20 +452,7 @@ fn stress_mount_appenders_an_unlocked_appender_a_lockfile_appender_and_readers()
         spawn(
             "mount appender",
             Box::new(move |dir: &Path, _file: &Path, stop: &AtomicBool| {
-                let mut f = fs::OpenOptions::new()
-                    .append(true)
-                    .open(dir.join("append"))
-                    .unwrap();
-                let mut acked = Vec::new();
-                let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let marker = format!("m{w}-{i}");
-                    let line = custom_line(&marker);
-                    if f.write(line.as_bytes()).is_ok_and(|n| n == line.len()) {
-                        acked.push(marker);
-                    }
-                    i += 1;
-                }
+                let acked = append_markers_until(&dir.join("append"), &format!("m{w}"), stop);
                 (acked, 0)
             }),
         );
@@ -597,15 +576,7 @@ fn stress_mount_appenders_an_unlocked_appender_a_lockfile_appender_and_readers()
         );
     }
     // Nothing lost or doubled; no torn or blank line.
-    let found = markers(&file);
-    let mut count: HashMap<&str, usize> = HashMap::new();
-    for f in &found {
-        *count.entry(f.as_str()).or_default() += 1;
-    }
-    for a in &acked {
-        assert_eq!(count.get(a.as_str()), Some(&1), "{a} exactly once");
-    }
-    assert!(count.values().all(|&n| n == 1), "no line twice");
+    assert_each_once(&markers(&file), &acked);
 
     // The mount's view equals a fresh load.
     let fresh = Session::open_in(

@@ -6,16 +6,17 @@ mod common;
 #[path = "common/fuse.rs"]
 mod fuse;
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::js_json;
+use common::live::{
+    append_markers_until, assert_each_once, flock_append, small_session_text, write_session,
+};
 use fuse::{fuse_ok, Mount};
 use sessionfs::session::Session;
 
@@ -24,15 +25,8 @@ const STEM: &str = "2026-03-01T10-00-00-000Z_1234123412341234";
 
 fn setup() -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("sessions").join(PROJECT);
-    fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{STEM}.jsonl"));
-    let lines = [
-        r#"{"type":"session","version":3,"id":"1234123412341234","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/work/stress"}"#,
-        r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"q1"}}"#,
-        r#"{"type":"message","id":"a1","parentId":"u1","timestamp":"2026-03-01T10:00:02.000Z","message":{"role":"assistant","provider":"p","model":"m","content":[]}}"#,
-    ];
-    fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let text = small_session_text("1234123412341234", "/work/stress");
+    let file = write_session(tmp.path(), PROJECT, STEM, &text);
     (tmp, file)
 }
 
@@ -57,23 +51,6 @@ fn markers(file: &Path) -> Vec<String> {
         }
     }
     out
-}
-
-/// Every acknowledged marker is in the file exactly once, and no marker is
-/// there twice.
-fn assert_each_once(found: &[String], acked: &[String]) {
-    let mut c: HashMap<&str, usize> = HashMap::new();
-    for m in found {
-        *c.entry(m.as_str()).or_default() += 1;
-    }
-    for a in acked {
-        assert_eq!(
-            c.get(a.as_str()),
-            Some(&1),
-            "acknowledged {a} is in the file exactly once"
-        );
-    }
-    assert!(c.values().all(|&n| n == 1), "no entry twice");
 }
 
 #[test]
@@ -131,15 +108,6 @@ fn sigkill_during_appends_loses_no_acknowledged_entry() {
     assert_eq!(s.entries().len(), 2 + found.len() + 1);
 }
 
-/// Appends a line the way another process would: flock, one write.
-fn outside_append(path: &Path, line: &str) {
-    let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
-    // SAFETY: flock on an open descriptor.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    f.write_all(format!("{line}\n").as_bytes()).unwrap();
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
-}
-
 /// A test thread's body: runs until `stop`, returns what it acknowledged.
 type Worker = Box<dyn FnOnce(&Path, &AtomicBool) -> Vec<String> + Send>;
 
@@ -167,21 +135,7 @@ fn concurrent_readers_writers_and_an_outside_writer() {
         spawn(
             "appender",
             Box::new(move |dir: &Path, stop: &AtomicBool| {
-                let mut f = fs::OpenOptions::new()
-                    .append(true)
-                    .open(dir.join("append"))
-                    .unwrap();
-                let mut acked = Vec::new();
-                let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let marker = format!("m{w}-{i}");
-                    let line = format!("{{\"type\":\"custom\",\"customType\":\"{marker}\"}}\n");
-                    if f.write(line.as_bytes()).is_ok_and(|n| n == line.len()) {
-                        acked.push(marker);
-                    }
-                    i += 1;
-                }
-                acked
+                append_markers_until(&dir.join("append"), &format!("m{w}"), stop)
             }),
         );
     }
@@ -250,7 +204,7 @@ fn concurrent_readers_writers_and_an_outside_writer() {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 let marker = format!("o-{i}");
-                outside_append(
+                flock_append(
                     &outside_file,
                     &format!(
                         r#"{{"type":"custom","id":"out{i:05}","parentId":"u1","timestamp":"2026-03-01T10:00:05.000Z","customType":"{marker}"}}"#

@@ -4,15 +4,13 @@
 
 mod common;
 
-use std::io::{self, Write};
-use std::os::unix::io::AsRawFd;
+use std::io;
 use std::path::Path;
 
+use common::live::{flock_append, Intercept, Intercepted};
 use common::{empty_env, js_json, Backend, BACKENDS};
 use serde_json::json;
-use sessionfs::session::storage::{
-    AppendWriter, DirItem, FaultOp, FileStat, LockGuard, RandomRead,
-};
+use sessionfs::session::storage::{FaultOp, Storage};
 use sessionfs::session::{Error, Session};
 
 fn user(text: &str) -> serde_json::Value {
@@ -145,15 +143,6 @@ fn set_title_rewrites_atomically_and_keeps_entries() {
     }
 }
 
-/// Appends a line the way another writer would: flock, one write.
-fn outside_append(path: &std::path::Path, line: &str) {
-    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
-    // SAFETY: flock on an open descriptor.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    f.write_all(format!("{line}\n").as_bytes()).unwrap();
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
-}
-
 #[test]
 fn another_writer_between_two_appends() {
     let env = empty_env(Backend::File);
@@ -173,7 +162,7 @@ fn another_writer_between_two_appends() {
     assert!(status.success());
     let ours = s.append_message(assistant("ours")).unwrap();
     assert_eq!(s.entry(&ours).unwrap().parent_id(), Some("outside1"));
-    outside_append(
+    flock_append(
         &path,
         &format!(
             r#"{{"type":"custom","id":"outside2","parentId":"{ours}","timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}}"#
@@ -224,7 +213,7 @@ fn a_grown_file_is_read_incrementally_and_a_replaced_one_reloaded() {
     let mut s = written(&env);
     let path = s.path().unwrap().to_path_buf();
     let leaf = s.leaf_id().unwrap().to_string();
-    outside_append(
+    flock_append(
         &path,
         &format!(
             r#"{{"type":"custom","id":"x1","parentId":"{leaf}","timestamp":"2026-01-01T00:00:00.000Z","customType":"c"}}"#
@@ -441,7 +430,6 @@ fn fork_from_another_project() {
 /// "remember how big it was"), once per armed line.
 #[derive(Debug)]
 struct AppendsAfterScan {
-    inner: std::sync::Arc<dyn sessionfs::session::Storage>,
     armed: std::sync::Mutex<Vec<String>>,
 }
 
@@ -451,68 +439,16 @@ impl AppendsAfterScan {
     }
 }
 
-impl sessionfs::session::Storage for AppendsAfterScan {
-    fn ensure_dir(&self, p: &Path) -> io::Result<()> {
-        self.inner.ensure_dir(p)
-    }
-    fn exists(&self, p: &Path) -> bool {
-        self.inner.exists(p)
-    }
-    fn read(&self, p: &Path) -> io::Result<Vec<u8>> {
-        self.inner.read(p)
-    }
-    fn read_prefix(&self, p: &Path, max: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_prefix(p, max)
-    }
-    fn read_at(&self, p: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_at(p, offset, len)
-    }
-    fn write(&self, p: &Path, data: &[u8]) -> io::Result<()> {
-        self.inner.write(p, data)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn unlink(&self, p: &Path) -> io::Result<()> {
-        self.inner.unlink(p)
-    }
-    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>> {
-        self.inner.list(dir)
-    }
-    fn stat(&self, p: &Path) -> io::Result<FileStat> {
-        self.inner.stat(p)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn open_append(&self, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
-        self.inner.open_append(p)
-    }
-    fn lock(&self, p: &Path) -> io::Result<LockGuard> {
-        self.inner.lock(p)
-    }
-    fn open_read(&self, p: &Path) -> io::Result<Box<dyn RandomRead>> {
-        self.inner.open_read(p)
-    }
-    fn is_persistent(&self) -> bool {
-        self.inner.is_persistent()
-    }
-    fn scan(
-        &self,
-        p: &Path,
-        start: u64,
-        chunk: usize,
-        f: &mut dyn FnMut(u64, &[u8]) -> bool,
-    ) -> io::Result<u64> {
-        let end = self.inner.scan(p, start, chunk, f)?;
+impl Intercept for AppendsAfterScan {
+    fn after_scan(&self, inner: &dyn Storage, p: &Path) -> io::Result<()> {
         let pending: Vec<String> = std::mem::take(&mut *self.armed.lock().unwrap());
         for line in pending {
-            let mut w = self.inner.open_append(p)?;
+            let mut w = inner.open_append(p)?;
             let _lock = w.lock()?;
             w.write_line(format!("{line}\n").as_bytes())?;
             w.flush()?;
         }
-        Ok(end)
+        Ok(())
     }
 }
 
@@ -524,9 +460,11 @@ fn a_line_appended_right_after_a_read_is_not_lost() {
         let path = s.path().unwrap().to_path_buf();
         let leaf = s.leaf_id().unwrap().to_string();
         drop(s);
-        let racy = std::sync::Arc::new(AppendsAfterScan {
+        let racy = std::sync::Arc::new(Intercepted {
             inner: env.storage.clone(),
-            armed: std::sync::Mutex::new(Vec::new()),
+            hooks: AppendsAfterScan {
+                armed: std::sync::Mutex::new(Vec::new()),
+            },
         });
         let custom = |id: &str, parent: &str| {
             format!(
@@ -534,7 +472,7 @@ fn a_line_appended_right_after_a_read_is_not_lost() {
             )
         };
         // While the session is opened.
-        racy.arm(custom("x1", &leaf));
+        racy.hooks.arm(custom("x1", &leaf));
         let mut s = Session::open_in(racy.clone(), &env.agent, &path).unwrap();
         assert_eq!(s.entries().len(), 2, "{backend:?}: x1 came after the read");
         assert_eq!(
@@ -544,7 +482,7 @@ fn a_line_appended_right_after_a_read_is_not_lost() {
         );
         assert_eq!(s.leaf_id(), Some("x1"), "{backend:?}");
         // While new lines are read incrementally.
-        racy.arm(custom("x3", "x2"));
+        racy.hooks.arm(custom("x3", "x2"));
         let mut w = env.storage.open_append(&path).unwrap();
         w.write_line(format!("{}\n", custom("x2", "x1")).as_bytes())
             .unwrap();

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod live;
 pub mod pg;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,186 @@
+//! Helpers for tests of live agent directories (docs/reliability.md,
+//! "Other writers"): a small session to start from, other writers that take
+//! none of our locks or only `flock`, and a storage that lets a test step
+//! in at the racy moments.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use sessionfs::session::storage::{
+    AppendWriter, DirItem, FileStat, LockGuard, RandomRead, Storage,
+};
+
+/// Writes `sessions/<project>/<stem>.jsonl` under the agent dir `root`
+/// holding `text`; its path.
+pub fn write_session(root: &Path, project: &str, stem: &str, text: &str) -> PathBuf {
+    let dir = root.join("sessions").join(project);
+    fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{stem}.jsonl"));
+    fs::write(&file, text).unwrap();
+    file
+}
+
+/// A current-version session with one exchange: the header (`id`, `cwd`),
+/// `u1` and `a1`, each line ended.
+pub fn small_session_text(id: &str, cwd: &str) -> String {
+    [
+        format!(
+            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2026-03-01T10:00:00.000Z","cwd":"{cwd}"}}"#
+        ),
+        r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"q1"}}"#.to_string(),
+        r#"{"type":"message","id":"a1","parentId":"u1","timestamp":"2026-03-01T10:00:02.000Z","message":{"role":"assistant","provider":"p","model":"m","content":[]}}"#.to_string(),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// Appends `text` as another writer that takes no lock at all would: its
+/// own descriptor, one write.
+pub fn plain_append(path: &Path, text: &str) {
+    fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+}
+
+/// Appends `line` and a newline the way another process would: `flock`,
+/// one write.
+pub fn flock_append(path: &Path, line: &str) {
+    let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+    // SAFETY: flock on an open descriptor.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+}
+
+/// The reference's lockfile for a session file: `.<name>.lock` beside it.
+pub fn lockfile(path: &Path) -> PathBuf {
+    path.with_file_name(format!(
+        ".{}.lock",
+        path.file_name().unwrap().to_string_lossy()
+    ))
+}
+
+/// Appends `{"type":"custom","customType":"<prefix>-<i>"}` lines to a
+/// mount's `append` file, one `write` each, until `stop`; the markers whose
+/// write was acknowledged in full.
+pub fn append_markers_until(append: &Path, prefix: &str, stop: &AtomicBool) -> Vec<String> {
+    let mut f = fs::OpenOptions::new().append(true).open(append).unwrap();
+    let mut acked = Vec::new();
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let marker = format!("{prefix}-{i}");
+        let line = format!("{{\"type\":\"custom\",\"customType\":\"{marker}\"}}\n");
+        if f.write(line.as_bytes()).is_ok_and(|n| n == line.len()) {
+            acked.push(marker);
+        }
+        i += 1;
+    }
+    acked
+}
+
+/// Every acknowledged marker is in `found` exactly once, and no marker is
+/// there twice.
+pub fn assert_each_once(found: &[String], acked: &[String]) {
+    let mut c: HashMap<&str, usize> = HashMap::new();
+    for m in found {
+        *c.entry(m.as_str()).or_default() += 1;
+    }
+    for a in acked {
+        assert_eq!(
+            c.get(a.as_str()),
+            Some(&1),
+            "acknowledged {a} is in the file exactly once"
+        );
+    }
+    assert!(c.values().all(|&n| n == 1), "no entry twice");
+}
+
+/// What an [`Intercepted`] storage does differently from the one it wraps.
+/// Both hooks default to the inner storage's behaviour.
+pub trait Intercept: Send + Sync + fmt::Debug {
+    /// Opens an append-only writer.
+    fn open_append(&self, inner: &dyn Storage, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        inner.open_append(path)
+    }
+    /// Runs when a read of `path` to its end (a `scan`) has finished.
+    fn after_scan(&self, _inner: &dyn Storage, _path: &Path) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Another storage, except where `hooks` step in (the race windows of
+/// docs/reliability.md, "Other writers"). The provided methods that it
+/// does not forward (`lstat`, `canonicalize`, …) keep their defaults.
+#[derive(Debug)]
+pub struct Intercepted<H> {
+    pub inner: Arc<dyn Storage>,
+    pub hooks: H,
+}
+
+impl<H: Intercept> Storage for Intercepted<H> {
+    fn ensure_dir(&self, p: &Path) -> io::Result<()> {
+        self.inner.ensure_dir(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        self.inner.exists(p)
+    }
+    fn read(&self, p: &Path) -> io::Result<Vec<u8>> {
+        self.inner.read(p)
+    }
+    fn read_prefix(&self, p: &Path, max: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_prefix(p, max)
+    }
+    fn read_at(&self, p: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_at(p, offset, len)
+    }
+    fn write(&self, p: &Path, data: &[u8]) -> io::Result<()> {
+        self.inner.write(p, data)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn unlink(&self, p: &Path) -> io::Result<()> {
+        self.inner.unlink(p)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>> {
+        self.inner.list(dir)
+    }
+    fn stat(&self, p: &Path) -> io::Result<FileStat> {
+        self.inner.stat(p)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn open_append(&self, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        self.hooks.open_append(&*self.inner, p)
+    }
+    fn lock(&self, p: &Path) -> io::Result<LockGuard> {
+        self.inner.lock(p)
+    }
+    fn open_read(&self, p: &Path) -> io::Result<Box<dyn RandomRead>> {
+        self.inner.open_read(p)
+    }
+    fn is_persistent(&self) -> bool {
+        self.inner.is_persistent()
+    }
+    fn scan(
+        &self,
+        p: &Path,
+        start: u64,
+        chunk: usize,
+        f: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> io::Result<u64> {
+        let end = self.inner.scan(p, start, chunk, f)?;
+        self.hooks.after_scan(&*self.inner, p)?;
+        Ok(end)
+    }
+}
