@@ -336,20 +336,7 @@ fn reset_boundaries_start_the_context() {
         entry("e", Some("r2"), 7, user("fresh")),
     ]);
     let at = |id: &str| common::js_json(s.context_at(LeafSel::Id(id)).unwrap().as_json());
-    let texts = |ctx: &Value| -> Vec<String> {
-        ctx["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| {
-                m["content"]
-                    .as_str()
-                    .or(m["summary"].as_str())
-                    .unwrap()
-                    .to_string()
-            })
-            .collect()
-    };
+    let texts = common::message_texts;
     assert_eq!(texts(&at("b")), ["after"]);
     assert_eq!(texts(&at("r")), Vec::<String>::new());
     // The later compaction wins: summary, kept entries from `a`, the tail.

@@ -36,6 +36,13 @@ fn setup() -> (tempfile::TempDir, AgentDir, PathBuf) {
     (tmp, agent, file)
 }
 
+/// [`setup`], and the session opened on the real filesystem.
+fn setup_opened() -> (tempfile::TempDir, AgentDir, PathBuf, Session) {
+    let (tmp, agent, path) = setup();
+    let s = Session::open_in(Arc::new(FileStorage::new()), &agent, &path).unwrap();
+    (tmp, agent, path, s)
+}
+
 /// The session's view equals a fresh load: same entries at the same
 /// places, every entry's JSON, the leaf, the context.
 fn assert_same_as_fresh(s: &Session, agent: &AgentDir, path: &Path) {
@@ -163,8 +170,7 @@ fn a_line_that_lands_between_our_stat_and_our_write_is_indexed_and_ours_found() 
 
 #[test]
 fn an_append_waits_for_a_line_another_writer_is_in_the_middle_of() {
-    let (_tmp, agent, path) = setup();
-    let mut s = Session::open_in(Arc::new(FileStorage::new()), &agent, &path).unwrap();
+    let (_tmp, agent, path, mut s) = setup_opened();
     let line = custom("o1", "a1", "outside");
     let (head, tail) = line.split_at(40);
     plain_append(&path, head);
@@ -187,8 +193,7 @@ fn an_append_waits_for_a_line_another_writer_is_in_the_middle_of() {
 
 #[test]
 fn a_line_that_stays_unfinished_is_ended_not_extended() {
-    let (_tmp, agent, path) = setup();
-    let mut s = Session::open_in(Arc::new(FileStorage::new()), &agent, &path).unwrap();
+    let (_tmp, agent, path, mut s) = setup_opened();
     plain_append(&path, r#"{"type":"custom","id":"torn""#);
     let ours = s.append_custom("ours", None).unwrap();
     let text = fs::read_to_string(&path).unwrap();
@@ -221,8 +226,7 @@ fn rewrite_in_place(path: &Path, text: &str) {
 
 #[test]
 fn a_file_rewritten_in_place_and_longer_is_reloaded_not_taken_for_grown() {
-    let (_tmp, agent, path) = setup();
-    let mut s = Session::open_in(Arc::new(FileStorage::new()), &agent, &path).unwrap();
+    let (_tmp, agent, path, mut s) = setup_opened();
     let original = fs::read_to_string(&path).unwrap();
     // a1 is dropped, two other entries come in: longer than before.
     let mut lines: Vec<&str> = original.lines().take(2).collect();
@@ -239,8 +243,7 @@ fn a_file_rewritten_in_place_and_longer_is_reloaded_not_taken_for_grown() {
 
 #[test]
 fn a_same_size_rewrite_is_noticed() {
-    let (_tmp, agent, path) = setup();
-    let mut s = Session::open_in(Arc::new(FileStorage::new()), &agent, &path).unwrap();
+    let (_tmp, agent, path, mut s) = setup_opened();
     let original = fs::read_to_string(&path).unwrap();
     std::thread::sleep(Duration::from_millis(20)); // a different mtime
     let changed = original.replace(r#""id":"a1""#, r#""id":"a9""#);
@@ -263,8 +266,7 @@ fn a_same_size_rewrite_is_noticed() {
 
 #[test]
 fn appends_wait_for_the_reference_lockfile_and_fail_closed() {
-    let (_tmp, agent, path) = setup();
-    let mut s = Session::open_in(Arc::new(FileStorage::new()), &agent, &path).unwrap();
+    let (_tmp, agent, path, mut s) = setup_opened();
     let lock = lockfile(&path);
     // Held by a live process (this one, as the reference would write it).
     let record = format!("{}:{}\n", std::process::id(), 1_700_000_000_000u64);

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{empty_env, js_json, Env, BACKENDS};
+use common::{empty_env, js_json, message_texts, Env, BACKENDS};
 use serde_json::json;
 use sessionfs::session::{LeafSel, Session};
 
@@ -38,21 +38,6 @@ fn open(env: &Env, path: &std::path::Path) -> Session {
     Session::open_in(env.storage.clone(), &env.agent, path).unwrap()
 }
 
-fn texts(ctx: &serde_json::Value) -> Vec<String> {
-    ctx["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            m["content"]
-                .as_str()
-                .or(m["summary"].as_str())
-                .unwrap_or("")
-                .to_string()
-        })
-        .collect()
-}
-
 #[test]
 fn compaction_with_first_kept_off_the_path_keeps_nothing_before_it() {
     for b in BACKENDS {
@@ -70,7 +55,7 @@ fn compaction_with_first_kept_off_the_path_keeps_nothing_before_it() {
         );
         let s = open(&env, &path);
         let ctx = js_json(s.context().unwrap().as_json());
-        assert_eq!(texts(&ctx), ["S", "d"]);
+        assert_eq!(message_texts(&ctx), ["S", "d"]);
         assert_eq!(ctx["messages"][0]["role"], "compactionSummary");
         assert_eq!(ctx["messages"][0]["timestamp"], 1_767_225_602_000i64);
         assert_eq!(
@@ -94,7 +79,7 @@ fn empty_branch_summary_adds_no_message() {
             ],
         );
         let ctx = js_json(open(&env, &path).context().unwrap().as_json());
-        assert_eq!(texts(&ctx), ["a", "kept"]);
+        assert_eq!(message_texts(&ctx), ["a", "kept"]);
         assert_eq!(
             ctx["messages"][1]["timestamp"],
             serde_json::Value::Null,
@@ -118,7 +103,8 @@ fn self_parents_and_loops_terminate() {
             ],
         );
         let s = open(&env, &path);
-        let at = |id: &str| texts(&js_json(s.context_at(LeafSel::Id(id)).unwrap().as_json()));
+        let at =
+            |id: &str| message_texts(&js_json(s.context_at(LeafSel::Id(id)).unwrap().as_json()));
         assert_eq!(at("self"), ["self"]);
         assert_eq!(at("y"), ["x", "y"]);
         assert_eq!(at("x"), ["y", "x"]);
@@ -150,7 +136,11 @@ fn unknown_and_null_leaves() {
         );
         let s = open(&env, &path);
         let unknown = js_json(s.context_at(LeafSel::Id("nope")).unwrap().as_json());
-        assert_eq!(texts(&unknown), ["a", "b"], "unknown id → the last entry");
+        assert_eq!(
+            message_texts(&unknown),
+            ["a", "b"],
+            "unknown id → the last entry"
+        );
         let null = js_json(s.context_at(LeafSel::Null).unwrap().as_json());
         assert_eq!(
             null,
@@ -219,7 +209,10 @@ fn bom_and_crlf_lines_load() {
         let s = open(&env, &path);
         assert_eq!(s.entries().len(), 1);
         assert_eq!(s.header().id, "s3");
-        assert_eq!(texts(&js_json(s.context().unwrap().as_json())), ["a"]);
+        assert_eq!(
+            message_texts(&js_json(s.context().unwrap().as_json())),
+            ["a"]
+        );
     }
 }
 

@@ -221,3 +221,20 @@ pub fn session_files(sessions: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The text of each message of a context (`content` when it is a string,
+/// else `summary`, else empty), in order.
+pub fn message_texts(ctx: &serde_json::Value) -> Vec<String> {
+    ctx["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .or(m["summary"].as_str())
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
