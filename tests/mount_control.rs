@@ -185,7 +185,8 @@ fn labels_commands_set_and_clear() {
         read(&d.join("labels")),
         "u1\tfirst question\na1\tanswer\nu2\tsecond\n"
     );
-    run_ok(&d, "echo a1 > labels");
+    // `>>` changes the lines written; `>` would replace the whole table.
+    run_ok(&d, "echo a1 >> labels");
     assert_eq!(read(&d.join("labels")), "u1\tfirst question\nu2\tsecond\n");
     // On disk: label entries, as the engine reads them.
     let s = f.engine();
@@ -423,16 +424,15 @@ fn append_errors_change_nothing() {
             reason,
         );
     }
-    // A failing object in a write stops it; the objects before it stay.
+    // A failing object in a write fails the whole write: the objects it
+    // completes are one batch, checked before anything is written.
     let n = f.lines().len();
     let (ok, _, _) = sh(
         &d,
-        r#"printf '{"type":"custom","customType":"kept"}{"type":"bad"}{"type":"custom","customType":"dropped"}' >> append"#,
+        r#"printf '{"type":"custom","customType":"dropped"}{"type":"bad"}{"type":"custom","customType":"dropped"}' >> append"#,
     );
     assert!(!ok);
-    let lines = f.lines();
-    assert_eq!(lines.len(), n + 1);
-    assert_eq!(lines.last().unwrap()["customType"], "kept");
+    assert_eq!(f.lines().len(), n);
     // Partial input at close is discarded and reported.
     let before = f.bytes();
     run_ok(&d, r#"printf '{"type":"custom","customType":' >> append"#);
@@ -605,13 +605,13 @@ fn scripted_branch_reads_back_identically_in_the_engine() {
     let m = f.mount();
     let d = sdir(&m);
     let script = r#"set -e
-echo 'u1 the start' > labels
+echo 'u1 the start' >> labels
 echo a1 > leaf
 printf '%s\n' '{"type":"branch_summary","summary":"abandoned q2"}' >> append
 printf '%s\n' '{"type":"message","message":{"role":"user","content":"q2 again","timestamp":10}}' >> append
 printf '%s\n' '{"type":"message","message":{"role":"assistant","provider":"p","model":"m","content":[{"type":"text","text":"a2"}],"timestamp":11}}' >> append
 LEAF=$(cat leaf)
-echo "$LEAF the end" > labels
+echo "$LEAF the end" >> labels
 echo u2 > leaf
 echo "$LEAF" > leaf
 "#;

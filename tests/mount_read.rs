@@ -77,7 +77,10 @@ fn file_bytes(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 /// Walks the nested tree of one entry and checks it against the engine.
 fn check_nested(dir: &Path, s: &Session, id: &str) {
     // context.json is reachable by name but not listed.
-    let mut expected: BTreeSet<String> = ["entry.json"].iter().map(|s| s.to_string()).collect();
+    let mut expected: BTreeSet<String> = ["append", "entry.json"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     for child in s.children(Some(id)).unwrap() {
         expected.insert(escape_name(child.id()));
     }
@@ -209,7 +212,7 @@ fn corpus_layout_contents_and_links() {
         check_inodes_agree(&dir.join("entries"));
         for e in s.entries() {
             let edir = dir.join("entries").join(escape_name(e.id()));
-            assert_eq!(names(&edir), ["entry.json"]);
+            assert_eq!(names(&edir), ["append", "entry.json"]);
             let want = s.context_at(LeafSel::Id(e.id())).unwrap();
             assert_eq!(
                 js_json(&read(&edir.join("context.json"))),
@@ -914,7 +917,8 @@ fn listings_show_every_change_at_once() {
         let leaf = read(&sdir.join("leaf")).trim().to_string();
         let children = names(&nested_last);
         assert!(children.contains(&leaf), "round {i}: {children:?}");
-        assert_eq!(children.len(), 1 + i + 1, "round {i}: {children:?}");
+        // entry.json, append, and the children.
+        assert_eq!(children.len(), 2 + i + 1, "round {i}: {children:?}");
         // Session files appear and go in the project.
         let extra = project.join(format!("2026-02-01T00-00-00-000Z_{i:016x}.jsonl"));
         fs::write(

@@ -351,9 +351,10 @@ fn fork_and_branched_session() {
         let forked = s.fork(&env.agent).unwrap();
         let f = Session::open_in(env.storage.clone(), &env.agent, &forked).unwrap();
         assert_eq!(f.entries().len(), s.entries().len());
+        // Every fork records the source's absolute path (docs/engine.md).
         assert_eq!(
             f.header().parent_session.as_deref(),
-            Some(s.header().id.as_str())
+            Some(s.path().unwrap().to_string_lossy().as_ref())
         );
         assert_ne!(f.header().id, s.header().id);
 

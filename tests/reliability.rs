@@ -107,7 +107,7 @@ fn deep_nesting_loads_losslessly_but_is_rejected_as_input() {
         "[".repeat(200),
         "]".repeat(200)
     );
-    let err = sessionfs::cli::edit::parse_entries(&input).unwrap_err();
+    let err = sessionfs::cli::edit::parse_entries(input.as_bytes()).unwrap_err();
     assert!(
         matches!(err, sessionfs::session::Error::Invalid(_)),
         "{err}"

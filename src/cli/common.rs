@@ -34,6 +34,65 @@ impl AgentArgs {
     pub fn index(&self) -> Option<IndexStore> {
         (!self.no_index).then(|| IndexStore::default_for(self.agent().root()))
     }
+
+    /// The agent directory for a command that finds sessions in it (or
+    /// writes new ones): checked by [`check_agent_dir`].
+    pub fn for_discovery(&self) -> Result<AgentDir> {
+        let agent = self.agent();
+        check_agent_dir(&agent)?;
+        Ok(agent)
+    }
+
+    /// The agent directory for a command on a file (used for its blobs, and
+    /// to find a session by id prefix): checked when given with
+    /// `--agent-dir`, or when a session id prefix is looked up in it
+    /// ([`resolve_file`]).
+    pub fn for_file(&self) -> Result<AgentDir> {
+        if self.agent_dir.is_some() {
+            self.for_discovery()
+        } else {
+            Ok(self.agent())
+        }
+    }
+}
+
+/// Checks an agent directory before sessions are looked up in it: one that
+/// does not exist is an error (exit code "not found"), one without
+/// `sessions/` gets a warning on stderr (it holds no sessions yet). Not
+/// checked with `--storage` (a database).
+pub fn check_agent_dir(agent: &AgentDir) -> Result<()> {
+    if uses_database() {
+        // The agent directory names the sessions' place in the database.
+        return Ok(());
+    }
+    let root = agent.root();
+    match std::fs::metadata(root) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::Invalid(format!(
+                "agent directory {} is not a directory",
+                root.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::io(
+                root,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the agent directory does not exist \
+                     (--agent-dir, else $PI_CODING_AGENT_DIR, else ~/.xcsh/agent)",
+                ),
+            ))
+        }
+        Err(e) => return Err(Error::io(root, e)),
+    }
+    if !agent.sessions_dir().is_dir() {
+        eprintln!(
+            "sessionfs: warning: {} has no sessions/ directory (no sessions yet)",
+            root.display()
+        );
+    }
+    Ok(())
 }
 
 /// A leaf given on the command line: an entry id, or `null`.
@@ -179,7 +238,30 @@ pub fn resolve_file(agent: &AgentDir, arg: &str) -> Result<PathBuf> {
     if storage.exists(&path) || arg.contains('/') || arg.ends_with(".jsonl") {
         return Ok(path);
     }
+    check_agent_dir(agent)?;
     crate::session::discovery::resolve_session(&*storage, agent, arg)
+}
+
+/// Opens the session a command names (a path or a session id prefix).
+pub fn open_arg(args: &AgentArgs, file: &str, read_only: bool) -> Result<(AgentDir, Session)> {
+    let agent = args.for_file()?;
+    let session = open_existing(args, &resolve_file(&agent, file)?, read_only)?;
+    Ok((agent, session))
+}
+
+/// Prints a JSON value, one line.
+pub fn print_json(value: &serde_json::Value) -> Result<()> {
+    print_out(&format!("{value}\n"))
+}
+
+/// A time as every JSON output of the command line shows it: ISO 8601 in
+/// UTC with milliseconds (`2026-01-01T00:00:00.000Z`); `null` for a time
+/// that cannot be read.
+pub fn json_time(text: Option<&str>) -> serde_json::Value {
+    text.and_then(crate::session::time::parse_iso_ms)
+        .map_or(serde_json::Value::Null, |ms| {
+            crate::session::time::format_iso_ms(ms).into()
+        })
 }
 
 /// Writes text to stdout; a closed pipe (`| head`) is not an error.

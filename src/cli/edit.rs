@@ -7,11 +7,10 @@ use std::io::Read;
 use clap::Args;
 use serde_json::Value;
 
-use crate::cli::common::{
-    open_existing, open_or_start, print_out, resolve_file, AgentArgs, LeafArg,
-};
-use crate::session::append::{parse_new_entry_json, NewEntry};
-use crate::session::{Error, Result, Session};
+use crate::cli::common::{open_arg, open_or_start, print_out, resolve_file, AgentArgs, LeafArg};
+use crate::fs::control::AppendStream;
+use crate::session::append::NewEntry;
+use crate::session::{batch, labels, Error, Result, Session};
 
 /// `sessionfs append FILE [--leaf ID|null]`: an empty or missing FILE in a
 /// project directory starts a new session there.
@@ -27,65 +26,42 @@ pub struct AppendArgs {
     pub agent: AgentArgs,
 }
 
-/// Parses entries from text: one JSON object per line (blank lines are
-/// ignored). Errors name the line.
-pub fn parse_entries(text: &str) -> Result<Vec<NewEntry>> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let entry = parse_new_entry_json(line.as_bytes()).map_err(|e| match e {
-            Error::Invalid(m) => Error::Invalid(format!("line {}: {m}", n + 1)),
-            other => other,
-        })?;
-        out.push(entry);
+/// Parses entries from input the way the mount's `append` does (see
+/// `session::batch`): JSON objects separated by any whitespace, an object
+/// may span lines, several may share one. Input that ends inside an object
+/// is an error.
+pub fn parse_entries(text: &[u8]) -> Result<Vec<NewEntry>> {
+    let mut stream = AppendStream::new();
+    let mut objects: Vec<Vec<u8>> = Vec::new();
+    stream.feed(text, &mut |obj| {
+        objects.push(obj.to_vec());
+        Ok(())
+    })?;
+    if stream.pending() > 0 {
+        return Err(Error::Invalid(format!(
+            "the input ends inside a JSON object ({} bytes after object {})",
+            stream.pending(),
+            objects.len()
+        )));
     }
-    Ok(out)
-}
-
-/// Checks a batch against the session before anything is written. Ids
-/// are assigned on append, so after the first entry the leaf is an id
-/// nobody can have supplied: a `branch_summary.fromId` there is rejected.
-pub fn precheck(session: &Session, entries: &[NewEntry]) -> Result<()> {
-    const PENDING: &str = "\0(an entry of this batch)";
-    for (n, entry) in entries.iter().enumerate() {
-        let leaf = if n == 0 {
-            session.leaf_id()
-        } else {
-            Some(PENDING)
-        };
-        session
-            .validate_new_entry(entry, leaf)
-            .map_err(|e| match e {
-                Error::Invalid(m) => Error::Invalid(format!("entry {}: {m}", n + 1)),
-                other => other,
-            })?;
-    }
-    Ok(())
+    batch::parse_batch(&objects)
 }
 
 pub fn append(args: &AppendArgs) -> Result<i32> {
-    let agent = args.agent.agent();
-    let file = resolve_file(&agent, &args.file)?;
-    let mut input = String::new();
+    let mut input = Vec::new();
     std::io::stdin()
-        .read_to_string(&mut input)
+        .read_to_end(&mut input)
         .map_err(|e| Error::io("<stdin>", e))?;
     let entries = parse_entries(&input)?;
+    let agent = args.agent.for_file()?;
+    let file = resolve_file(&agent, &args.file)?;
     let mut session = open_or_start(&args.agent, &file)?;
     if let Some(leaf) = &args.leaf {
         leaf.apply(&mut session)?;
     }
-    precheck(&session, &entries)?;
-    let mut ids = String::new();
-    for entry in entries {
-        let id = session.append(entry)?;
-        ids.push_str(&id);
-        ids.push('\n');
-    }
+    let ids = batch::append_batch(&mut session, entries)?;
     session.flush()?;
-    print_out(&ids)?;
+    print_out(&ids.iter().map(|id| format!("{id}\n")).collect::<String>())?;
     Ok(0)
 }
 
@@ -102,14 +78,20 @@ pub struct LabelArgs {
     pub agent: AgentArgs,
 }
 
+/// Sets or clears a label as the mount's `labels` does
+/// (`labels::change_label`): prints the new label entry's id, or nothing
+/// when the entry already had that label (nothing is written then).
 pub fn label(args: &LabelArgs) -> Result<i32> {
-    let agent = args.agent.agent();
-    let file = resolve_file(&agent, &args.file)?;
-    let mut session = open_existing(&args.agent, &file, false)?;
-    let label = args.label.as_deref().map(str::trim);
-    let id = session.append_label_change(&args.id, label)?;
-    session.flush()?;
-    print_out(&format!("{id}\n"))?;
+    let (_, mut session) = open_arg(&args.agent, &args.file, false)?;
+    let label = args
+        .label
+        .as_deref()
+        .map(str::trim)
+        .filter(|l| !l.is_empty());
+    if let Some(id) = labels::change_label(&mut session, &args.id, label)? {
+        session.flush()?;
+        print_out(&format!("{id}\n"))?;
+    }
     Ok(0)
 }
 
@@ -131,15 +113,13 @@ pub struct BranchSummaryArgs {
 }
 
 pub fn branch_summary(args: &BranchSummaryArgs) -> Result<i32> {
-    let agent = args.agent.agent();
-    let file = resolve_file(&agent, &args.file)?;
     let details = args
         .details
         .as_deref()
         .map(serde_json::from_str::<Value>)
         .transpose()
         .map_err(|e| Error::Invalid(format!("--details: {e}")))?;
-    let mut session = open_existing(&args.agent, &file, false)?;
+    let (_, mut session) = open_arg(&args.agent, &args.file, false)?;
     let from = (args.from != "root").then_some(args.from.as_str());
     let id = session.branch_with_summary(from, &args.summary, details, None)?;
     session.flush()?;

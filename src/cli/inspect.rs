@@ -1,10 +1,12 @@
 //! `sessionfs context` and `sessionfs tree`: read a session file.
 
-use std::path::PathBuf;
-
 use clap::Args;
+use serde_json::{json, Value};
 
-use crate::cli::common::{open_existing, print_out, storage, write_out, AgentArgs, LeafArg};
+use crate::cli::common::{
+    open_arg, open_existing, print_json, print_out, resolve_file, storage, write_out, AgentArgs,
+    LeafArg,
+};
 use crate::session::format::{EntryKind, Facts};
 use crate::session::index::EntryMeta;
 use crate::session::index_store::pretty_context_variant;
@@ -14,8 +16,8 @@ use crate::session::{Result, Session};
 /// `sessionfs context FILE [--leaf ID|null]`
 #[derive(Debug, Args)]
 pub struct ContextArgs {
-    /// The session file (.jsonl).
-    pub file: PathBuf,
+    /// The session file (or a unique prefix of its session id).
+    pub file: String,
     /// Build the context at this entry (`null`: the empty context). Default:
     /// the file's last entry.
     #[arg(long, value_parser = LeafArg::parse)]
@@ -28,17 +30,19 @@ pub struct ContextArgs {
 }
 
 pub fn context(args: &ContextArgs) -> Result<i32> {
+    let agent = args.agent.for_file()?;
+    let file = resolve_file(&agent, &args.file)?;
     // The context at the last entry, pretty, is kept with the persistent
     // index (docs/engine.md, "Persistent index"): an unchanged file prints
     // it without loading the session.
-    let variant = pretty_context_variant(Some(&args.agent.agent().blobs_dir()));
+    let variant = pretty_context_variant(Some(&agent.blobs_dir()));
     let stored = args.leaf.is_none() && !args.compact;
-    let files = storage(&args.agent.agent())?;
+    let files = storage(&agent)?;
     if stored && files.supports_persistent_index() {
         if let Some(store) = args.agent.index() {
             let mut printed = false;
             write_out(|out| {
-                printed = store.write_stored_context(&*files, &args.file, &variant, None, out)?;
+                printed = store.write_stored_context(&*files, &file, &variant, None, out)?;
                 Ok(())
             })?;
             if printed {
@@ -46,12 +50,13 @@ pub fn context(args: &ContextArgs) -> Result<i32> {
             }
         }
     }
-    let mut session = open_existing(&args.agent, &args.file, false)?;
+    let mut session = open_existing(&args.agent, &file, false)?;
+    // An unknown id fails, as for `tree --leaf`.
+    if let Some(leaf) = &args.leaf {
+        leaf.apply(&mut session)?;
+    }
     session.prepare_reads();
-    let ctx = match &args.leaf {
-        Some(leaf) => session.context_at(leaf.sel())?,
-        None => session.context()?,
-    };
+    let ctx = session.context()?;
     // A rendering with a blob ref left (a blob missing now may appear
     // later) is not kept.
     let keep = if stored
@@ -101,23 +106,56 @@ impl std::io::Write for Tee<'_> {
 /// `sessionfs tree FILE`
 #[derive(Debug, Args)]
 pub struct TreeArgs {
-    /// The session file (.jsonl).
-    pub file: PathBuf,
+    /// The session file (or a unique prefix of its session id).
+    pub file: String,
     /// Mark this entry as the leaf instead of the file's last entry.
     #[arg(long, value_parser = LeafArg::parse)]
     pub leaf: Option<LeafArg>,
+    /// Print a JSON array: one object per entry with id, parentId, type,
+    /// timestamp, depth, level, leaf, label, summary.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub agent: AgentArgs,
 }
 
 pub fn tree(args: &TreeArgs) -> Result<i32> {
-    let mut session = open_existing(&args.agent, &args.file, false)?;
+    let (_, mut session) = open_arg(&args.agent, &args.file, false)?;
     if let Some(leaf) = &args.leaf {
         leaf.apply(&mut session)?;
     }
     session.prepare_reads();
-    print_out(&render_tree(&session))?;
+    if args.json {
+        print_json(&tree_json(&session))?;
+    } else {
+        print_out(&render_tree(&session))?;
+    }
     Ok(0)
+}
+
+/// `tree --json`: the rows of [`render_tree`] as objects.
+pub fn tree_json(session: &Session) -> Value {
+    let leaf = session.leaf_id();
+    let rows: Vec<Value> = session
+        .tree()
+        .into_iter()
+        .map(|row| {
+            let meta = row.meta;
+            let summary = summarize(session, meta);
+            json!({
+                "id": meta.id(),
+                "parentId": meta.parent_id(),
+                "type": meta.type_name(),
+                "timestamp": meta.entry.timestamp_ms.map(crate::session::time::format_iso_ms),
+                "depth": row.depth,
+                "level": row.level,
+                "leaf": leaf == Some(meta.id()),
+                "label": session.label(meta.id()),
+                "summary": (!summary.is_empty()).then_some(summary),
+            })
+        })
+        .collect();
+    Value::Array(rows)
 }
 
 /// One line per entry: `*` on the leaf, indentation by branch level (a

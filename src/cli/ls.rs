@@ -1,6 +1,5 @@
 //! `sessionfs ls`: what the mount would show at a path, without FUSE.
 
-use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
 use clap::Args;
@@ -20,6 +19,10 @@ pub struct LsArgs {
     /// [default: the root].
     #[arg(value_name = "PATH", allow_hyphen_values = true)]
     pub path: Option<PathBuf>,
+    /// Print a JSON array of {name, type ("dir", "file" or "symlink"),
+    /// target (symlinks)}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Resolves a path inside the mount to its node.
@@ -36,7 +39,18 @@ pub fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
             Component::Normal(name) => {
                 let parent = stack.last().cloned().unwrap_or(Node::Root);
                 let child = tree.lookup(&parent, name.as_encoded_bytes())?;
-                stack.push(child);
+                match child {
+                    // Followed, as the kernel follows the mount's links:
+                    // the path continues in the session directory.
+                    Node::Link { key, .. } => {
+                        stack = vec![
+                            Node::Root,
+                            Node::Project(key.project.clone()),
+                            Node::Session(key),
+                        ];
+                    }
+                    child => stack.push(child),
+                }
             }
         }
     }
@@ -47,6 +61,7 @@ pub fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
 /// `/`, links as `name -> target`; a file path prints its name.
 pub fn run(args: LsArgs) -> crate::Result<i32> {
     let agent = AgentDir::resolve(args.agent_dir.as_deref());
+    crate::cli::common::check_agent_dir(&agent)?;
     let storage = crate::cli::common::storage(&agent)?;
     let tree = Tree::with_storage(
         TreeConfig {
@@ -60,31 +75,51 @@ pub fn run(args: LsArgs) -> crate::Result<i32> {
     );
     let path = args.path.unwrap_or_default();
     let node = resolve(&tree, &path).map_err(|e| match e {
-        Error::EntryNotFound(_) => Error::Invalid(format!(
-            "{}: no such file or directory in the mount",
-            path.display()
-        )),
+        Error::EntryNotFound(_) => Error::io(
+            &path,
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no such file or directory in the mount",
+            ),
+        ),
         other => other,
     })?;
-    let mut out = std::io::stdout().lock();
-    let line = |out: &mut std::io::StdoutLock<'_>, name: &str, node: &Node| -> crate::Result<()> {
-        let text = match node.node_type() {
-            NodeType::Dir => format!("{name}/"),
-            NodeType::Symlink => format!("{name} -> {}", tree.readlink(node)?),
-            NodeType::File => name.to_string(),
-        };
-        writeln!(out, "{text}").map_err(|e| Error::io("stdout", e))
-    };
-    if node.is_dir() {
-        for (name, child) in tree.list(&node)? {
-            line(&mut out, &name, &child)?;
-        }
+    let items: Vec<(String, Node)> = if node.is_dir() {
+        tree.list(&node)?
     } else {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        line(&mut out, &name, &node)?;
+        vec![(name, node)]
+    };
+    if args.json {
+        let rows = items
+            .iter()
+            .map(|(name, node)| {
+                let (kind, target) = match node.node_type() {
+                    NodeType::Dir => ("dir", None),
+                    NodeType::File => ("file", None),
+                    NodeType::Symlink => ("symlink", Some(tree.readlink(node)?)),
+                };
+                let mut v = serde_json::json!({ "name": name, "type": kind });
+                if let (Some(t), Some(obj)) = (target, v.as_object_mut()) {
+                    obj.insert("target".into(), t.into());
+                }
+                Ok(v)
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        crate::cli::common::print_json(&serde_json::Value::Array(rows))?;
+        return Ok(0);
     }
+    let mut text = String::new();
+    for (name, node) in &items {
+        match node.node_type() {
+            NodeType::Dir => text.push_str(&format!("{name}/\n")),
+            NodeType::Symlink => text.push_str(&format!("{name} -> {}\n", tree.readlink(node)?)),
+            NodeType::File => text.push_str(&format!("{name}\n")),
+        }
+    }
+    crate::cli::common::print_out(&text)?;
     Ok(0)
 }

@@ -4,6 +4,7 @@ pub mod common;
 pub mod daemon;
 pub mod docs;
 pub mod edit;
+pub mod exit;
 pub mod history;
 pub mod inspect;
 pub mod ls;
@@ -140,7 +141,7 @@ pub fn run(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(err) => {
             eprintln!("sessionfs: {err}");
-            1
+            exit::code_of(&err)
         }
     }
 }

@@ -117,6 +117,10 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
     };
     let read_only = opts.read_only.unwrap_or(args.read_only);
     let recover = args.recover || opts.recover;
+    // A wrong agent directory is reported before forking, too.
+    if !args.demo {
+        crate::cli::common::check_agent_dir(&AgentDir::resolve(agent_dir.as_deref()))?;
+    }
     // A mount point that cannot be mounted on is reported before forking.
     fsmount::probe_mountpoint(&mountpoint, recover)
         .map_err(|e| crate::Error::io(&args.mountpoint, e))?;

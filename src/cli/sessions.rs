@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{open_existing, print_out, resolve_file, storage, AgentArgs};
+use crate::cli::common::{
+    json_time, open_arg, open_existing, print_json, print_out, resolve_file, storage, AgentArgs,
+};
 use crate::cli::inspect::one_line;
 use crate::cli::progress::Progress;
 use crate::session::discovery::{list_all_with_progress, list_sessions, recent_sessions};
@@ -30,8 +32,10 @@ pub struct ListArgs {
     /// The working directory whose sessions to list (default: the current one).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// Print a JSON array of objects with path, id, cwd, title,
-    /// parentSession, created, modified, messageCount, firstMessage.
+    /// Print a JSON array of objects with path, id, name, cwd, title,
+    /// parentSession, created, modified, messageCount, firstMessage (the
+    /// same names as `recent --json`; times as ISO 8601 UTC with
+    /// milliseconds).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -39,7 +43,7 @@ pub struct ListArgs {
 }
 
 pub fn list(args: &ListArgs) -> Result<i32> {
-    let agent = args.agent.agent();
+    let agent = args.agent.for_discovery()?;
     let storage = storage(&agent)?;
     let infos = if args.all {
         let progress = Progress::new("listing projects");
@@ -49,18 +53,25 @@ pub fn list(args: &ListArgs) -> Result<i32> {
         list_sessions(&*storage, &agent.project_dir(&cwd_or_current(&args.cwd)?))?
     };
     if args.json {
-        let text = serde_json::to_string_pretty(&infos)
-            .map_err(|e| Error::Invalid(format!("serialising the list: {e}")))?;
-        print_out(&format!("{text}\n"))?;
+        let rows = infos
+            .iter()
+            .map(|info| {
+                let mut v = serde_json::to_value(info)
+                    .map_err(|e| Error::Invalid(format!("serialising the list: {e}")))?;
+                if let Some(obj) = v.as_object_mut() {
+                    obj.insert("name".into(), display_name(info).into());
+                    obj.insert("created".into(), json_time(info.created.as_deref()));
+                    obj.insert("modified".into(), json_time(Some(&info.modified)));
+                }
+                Ok(v)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        print_pretty(&serde_json::Value::Array(rows))?;
         return Ok(0);
     }
     let mut out = String::new();
     for info in infos {
-        let name = info
-            .title
-            .clone()
-            .or(info.first_message.clone())
-            .unwrap_or_else(|| info.id.clone());
+        let name = display_name(&info);
         out.push_str(&format!(
             "{}\t{}\t{}\t{}\n",
             info.modified,
@@ -73,6 +84,21 @@ pub fn list(args: &ListArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// The name a session is shown with: its title, else its first message,
+/// else its id.
+fn display_name(info: &crate::session::discovery::SessionInfo) -> String {
+    info.title
+        .clone()
+        .or(info.first_message.clone())
+        .unwrap_or_else(|| info.id.clone())
+}
+
+fn print_pretty(value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Error::Invalid(format!("serialising: {e}")))?;
+    print_out(&format!("{text}\n"))
+}
+
 /// `sessionfs recent [--cwd DIR] [--limit N]`
 #[derive(Debug, Args)]
 pub struct RecentArgs {
@@ -82,7 +108,8 @@ pub struct RecentArgs {
     /// How many sessions.
     #[arg(long, default_value_t = 10)]
     pub limit: usize,
-    /// Print JSON.
+    /// Print a JSON array of objects with path, id, name, modified (the
+    /// names `list --json` uses).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -90,14 +117,32 @@ pub struct RecentArgs {
 }
 
 pub fn recent(args: &RecentArgs) -> Result<i32> {
-    let agent = args.agent.agent();
+    let agent = args.agent.for_discovery()?;
     let storage = storage(&agent)?;
     let dir = agent.project_dir(&cwd_or_current(&args.cwd)?);
     let recent = recent_sessions(&*storage, &dir, args.limit)?;
     if args.json {
-        let text = serde_json::to_string_pretty(&recent)
-            .map_err(|e| Error::Invalid(format!("serialising: {e}")))?;
-        print_out(&format!("{text}\n"))?;
+        let rows: Vec<serde_json::Value> = recent
+            .iter()
+            .map(|r| {
+                let id = r
+                    .path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(crate::session::paths::session_id_from_file_name);
+                let modified = serde_json::to_value(r)
+                    .ok()
+                    .and_then(|v| v.get("mtime").cloned())
+                    .unwrap_or_default();
+                serde_json::json!({
+                    "path": r.path,
+                    "id": id,
+                    "name": r.name,
+                    "modified": json_time(modified.as_str()),
+                })
+            })
+            .collect();
+        print_pretty(&serde_json::Value::Array(rows))?;
         return Ok(0);
     }
     let mut out = String::new();
@@ -122,7 +167,7 @@ pub struct ForkArgs {
 }
 
 pub fn fork(args: &ForkArgs) -> Result<i32> {
-    let agent = args.agent.agent();
+    let agent = args.agent.for_discovery()?;
     let file = resolve_file(&agent, &args.file)?;
     let session = open_existing(&args.agent, &file, false)?;
     let path = match &args.at {
@@ -138,35 +183,51 @@ pub fn fork(args: &ForkArgs) -> Result<i32> {
 pub struct FileArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
+    /// Print JSON (`leaf`: {"leaf": id or null}; `labels`: an array of
+    /// {id, label}; `header`: the header on one line).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub agent: AgentArgs,
 }
 
 /// `sessionfs leaf FILE`: the leaf after loading (the last entry).
 pub fn leaf(args: &FileArgs) -> Result<i32> {
-    let agent = args.agent.agent();
-    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
-    print_out(&format!("{}\n", session.leaf_id().unwrap_or("")))?;
-    Ok(0)
-}
-
-/// `sessionfs labels FILE`: `<id>\t<label>` per labelled entry.
-pub fn labels(args: &FileArgs) -> Result<i32> {
-    let agent = args.agent.agent();
-    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
-    let mut out = String::new();
-    for (id, label) in session.labels() {
-        out.push_str(&format!("{id}\t{label}\n"));
+    let (_, session) = open_arg(&args.agent, &args.file, false)?;
+    if args.json {
+        print_json(&serde_json::json!({ "leaf": session.leaf_id() }))?;
+    } else {
+        print_out(&format!("{}\n", session.leaf_id().unwrap_or("")))?;
     }
-    print_out(&out)?;
     Ok(0)
 }
 
-/// `sessionfs header FILE`: the header, pretty JSON.
+/// `sessionfs labels FILE`: the label table, as the mount's `labels` file
+/// shows it (`session::labels`: `<id>\t<label>` lines, escaped).
+pub fn labels(args: &FileArgs) -> Result<i32> {
+    let (_, session) = open_arg(&args.agent, &args.file, false)?;
+    if args.json {
+        let rows: Vec<serde_json::Value> = session
+            .labels()
+            .into_iter()
+            .map(|(id, label)| serde_json::json!({ "id": id, "label": label }))
+            .collect();
+        print_json(&serde_json::Value::Array(rows))?;
+    } else {
+        print_out(&crate::session::labels::render(&session))?;
+    }
+    Ok(0)
+}
+
+/// `sessionfs header FILE`: the header, pretty JSON (`--json`: as stored,
+/// one line).
 pub fn header(args: &FileArgs) -> Result<i32> {
-    let agent = args.agent.agent();
-    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
-    print_out(&format!("{}\n", pretty(session.header_json())))?;
+    let (_, session) = open_arg(&args.agent, &args.file, false)?;
+    if args.json {
+        print_out(&format!("{}\n", session.header_json()))?;
+    } else {
+        print_out(&format!("{}\n", pretty(session.header_json())))?;
+    }
     Ok(0)
 }
 
@@ -177,14 +238,20 @@ pub struct EntryArgs {
     pub file: String,
     /// The entry id.
     pub id: String,
+    /// Print the entry on one line (blob refs resolved).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub agent: AgentArgs,
 }
 
 /// `sessionfs entry FILE ID`: the entry, pretty JSON, blob refs resolved.
 pub fn entry(args: &EntryArgs) -> Result<i32> {
-    let agent = args.agent.agent();
-    let session = open_existing(&args.agent, &resolve_file(&agent, &args.file)?, false)?;
-    print_out(&session.entry_pretty(&args.id)?)?;
+    let (_, session) = open_arg(&args.agent, &args.file, false)?;
+    if args.json {
+        print_out(&format!("{}\n", session.entry_json(&args.id)?))?;
+    } else {
+        print_out(&session.entry_pretty(&args.id)?)?;
+    }
     Ok(0)
 }

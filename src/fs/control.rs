@@ -89,6 +89,12 @@ impl AppendStream {
         self.accepted
     }
 
+    /// Forgets that objects of the last write were accepted: its batch
+    /// was refused as a whole (`session::batch`), so none of it was used.
+    pub fn refuse_accepted(&mut self) {
+        self.accepted = 0;
+    }
+
     /// Drops any incomplete object.
     pub fn reset(&mut self) {
         self.buf = Vec::new();
@@ -267,31 +273,65 @@ pub fn parse_leaf_commands(data: &[u8]) -> Result<Vec<LeafCommand>> {
         .collect())
 }
 
-/// A command written to `labels`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LabelCommand {
-    Set { id: String, label: String },
-    Clear { id: String },
-}
+pub use crate::session::labels::LabelCommand;
 
-/// Parses the commands of one write to `labels`: `<id> <label>` sets (the
-/// label is the rest of the line, trimmed; space or tab separates), `<id>`
-/// alone clears. Blank lines are ignored.
+/// Parses the commands of one write to `labels`: one per line (see
+/// `session::labels::parse_line`: `<id> <label>` sets, `<id>` alone
+/// clears, both unescaped). Blank lines are ignored.
 pub fn parse_label_commands(data: &[u8]) -> Result<Vec<LabelCommand>> {
     Ok(command_lines(data)?
         .into_iter()
-        .filter(|line| !line.is_empty())
-        .map(|line| match line.split_once([' ', '\t']) {
-            Some((id, label)) if !label.trim().is_empty() => LabelCommand::Set {
-                id: id.to_string(),
-                label: label.trim().to_string(),
-            },
-            Some((id, _)) => LabelCommand::Clear { id: id.to_string() },
-            None => LabelCommand::Clear {
-                id: line.to_string(),
-            },
-        })
+        .filter_map(crate::session::labels::parse_line)
         .collect())
+}
+
+/// A `labels` file opened with `O_TRUNC`: the table written to it becomes
+/// the labels. Each line is checked when its write arrives (a bad line
+/// fails that write); the table is applied when the file is closed — its
+/// lines set labels, and the labels of entries it does not name are
+/// cleared — at the `flush` of a close once something was written (shells
+/// close a duplicate of the descriptor before the command writes), else at
+/// the `release` (`: > labels`: the empty table). A table with a bad line
+/// changes nothing.
+#[derive(Debug, Default)]
+pub struct LabelTable {
+    /// Something was written through this handle.
+    pub written: bool,
+    /// A line was refused: the table is not applied.
+    pub failed: bool,
+    /// Checked lines waiting for the close.
+    pub pending: Vec<LabelCommand>,
+    /// Ids named by the table so far.
+    pub seen: std::collections::HashSet<String>,
+    /// The start of a line whose newline has not arrived yet.
+    pub partial: Vec<u8>,
+}
+
+impl LabelTable {
+    /// The complete lines of `data` (after what was left over before);
+    /// keeps the rest for the next write.
+    pub fn lines(&mut self, data: &[u8]) -> Result<Vec<LabelCommand>> {
+        self.partial.extend_from_slice(data);
+        let Some(end) = self.partial.iter().rposition(|&b| b == b'\n') else {
+            if self.partial.len() > MAX_LINE_COMMAND {
+                let size = self.partial.len();
+                self.partial.clear();
+                return Err(Error::TooLarge(format!(
+                    "a command line of {size} bytes exceeds the limit of {MAX_LINE_COMMAND} bytes"
+                )));
+            }
+            return Ok(Vec::new());
+        };
+        let rest = self.partial.split_off(end + 1);
+        let complete = std::mem::replace(&mut self.partial, rest);
+        parse_label_commands(&complete)
+    }
+
+    /// The last line, if it had no newline.
+    pub fn finish(&mut self) -> Result<Vec<LabelCommand>> {
+        let rest = std::mem::take(&mut self.partial);
+        parse_label_commands(&rest)
+    }
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ fn file_of_bits(ino: u64) -> Option<EntryFile> {
     match ino >> FILE_SHIFT {
         1 => Some(EntryFile::Entry),
         2 => Some(EntryFile::Context),
+        3 => Some(EntryFile::Append),
         _ => None,
     }
 }
@@ -126,6 +127,7 @@ fn entry_file_tag(f: EntryFile) -> u8 {
     match f {
         EntryFile::Entry => 1,
         EntryFile::Context => 2,
+        EntryFile::Append => 3,
     }
 }
 
@@ -469,8 +471,8 @@ mod tests {
             .into_iter()
             .map(|(ino, _)| ino)
             .collect();
-        // Two directories with two files each, and entries/.
-        assert_eq!(same_session.len(), 7);
+        // Two directories with three files each, and entries/.
+        assert_eq!(same_session.len(), 9);
         for &ino in &inos {
             t.forget(ino, 1);
             assert!(!t.is_known(ino));

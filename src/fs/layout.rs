@@ -230,20 +230,24 @@ impl SessionFile {
     }
 }
 
-/// The two files of an entry directory.
+/// The files of an entry directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EntryFile {
     Entry,
     Context,
+    /// Appends entries under this one without moving the leaf
+    /// (`Tree::write_entry_append`).
+    Append,
 }
 
 impl EntryFile {
-    pub const ALL: [EntryFile; 2] = [EntryFile::Entry, EntryFile::Context];
+    pub const ALL: [EntryFile; 3] = [EntryFile::Entry, EntryFile::Context, EntryFile::Append];
 
     pub fn name(self) -> &'static str {
         match self {
             EntryFile::Entry => "entry.json",
             EntryFile::Context => "context.json",
+            EntryFile::Append => "append",
         }
     }
 
@@ -301,6 +305,16 @@ pub enum Node {
 }
 
 impl Node {
+    /// Files that accept commands: the session's control files and the
+    /// entries' `append`.
+    pub fn is_control(&self) -> bool {
+        match self {
+            Node::File(_, f) => f.is_control(),
+            Node::EntryFile(.., f) => *f == EntryFile::Append,
+            _ => false,
+        }
+    }
+
     /// The session this node belongs to, if any.
     pub fn session_key(&self) -> Option<&SessionKey> {
         match self {
@@ -380,6 +394,7 @@ impl Node {
             // `append` reads as empty (so that `grep -r`, `cp -r` and `tar`
             // copy it without an error); only writes are commands.
             Node::File(_, f) if f.is_control() && !read_only => 0o666,
+            Node::EntryFile(.., EntryFile::Append) if !read_only => 0o666,
             Node::File(..) | Node::EntryFile(..) => 0o444,
             _ => 0o555,
         }

@@ -43,9 +43,9 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::fs::control::AppendStream;
+use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::inode::InodeTable;
-use crate::fs::layout::{Caching, Node, NodeType, SessionFile};
+use crate::fs::layout::{Caching, EntryFile, Node, NodeType, SessionFile};
 use crate::fs::listing::Listings;
 use crate::fs::owner::{masked_perm, owner_of, Owner};
 use crate::fs::tree::{is_not_found, Attr, Tree};
@@ -75,6 +75,9 @@ enum Handle {
         content: Option<Arc<Vec<u8>>>,
         /// The id the kernel gave for the last writer (see `flush`).
         last_writer: u32,
+        /// `labels` opened with `O_TRUNC`: the table written replaces the
+        /// labels (see `LabelTable`).
+        table: Option<LabelTable>,
     },
 }
 
@@ -248,6 +251,11 @@ impl Filesystem for SessionFs {
         self.no_opendir = config
             .capabilities()
             .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        // `O_TRUNC` comes with the open (no separate truncation): a table
+        // written over `labels` replaces the labels (see `LabelTable`).
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC) {
+            log::info!("the kernel lacks {missing:?}: truncations arrive as setattr");
+        }
         // Listings carry the attributes of their directories (see
         // `readdirplus`): a walk over `entries/` needs no lookup per entry.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS) {
@@ -310,7 +318,7 @@ impl Filesystem for SessionFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -330,8 +338,10 @@ impl Filesystem for SessionFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        // Control files accept truncation (`>`) and time updates, as no-ops.
-        let control = matches!(&node, Node::File(_, f) if f.is_control());
+        // Control files accept truncation (`>`) and time updates, as
+        // no-ops, except that truncating `labels` clears every label (an
+        // empty table; `open(O_TRUNC)` arrives with the open instead).
+        let control = node.is_control();
         if !control
             || mode.is_some()
             || uid.is_some()
@@ -342,6 +352,11 @@ impl Filesystem for SessionFs {
         }
         if self.tree.read_only() {
             return reply.error(Errno::EROFS);
+        }
+        if let (Some(0), Node::File(key, SessionFile::Labels)) = (size, &node) {
+            if let Err(e) = self.tree.finish_labels_table(key, None, req.pid()) {
+                return reply.error(err_of(&e));
+            }
         }
         match self.tree.attr(&node) {
             Ok(a) => reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a)),
@@ -436,16 +451,20 @@ impl Filesystem for SessionFs {
         let acc = flags.acc_mode();
         let writes = acc != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         let (handle, fopen) = match &node {
-            Node::File(_, f) if f.is_control() => {
+            n if n.is_control() => {
                 if writes && self.tree.read_only() {
                     return reply.error(Errno::EROFS);
                 }
+                let replaces_labels = matches!(n, Node::File(_, SessionFile::Labels))
+                    && acc != OpenAccMode::O_RDONLY
+                    && flags.0 & libc::O_TRUNC != 0;
                 (
                     Handle::Control {
                         node: node.clone(),
                         stream: AppendStream::new(),
                         content: None,
                         last_writer: 0,
+                        table: replaces_labels.then(LabelTable::default),
                     },
                     FopenFlags::FOPEN_DIRECT_IO,
                 )
@@ -514,7 +533,10 @@ impl Filesystem for SessionFs {
                 content.clone()
             }
             Handle::Control { node, content, .. } => {
-                if matches!(node, Node::File(_, SessionFile::Append)) {
+                if matches!(
+                    node,
+                    Node::File(_, SessionFile::Append) | Node::EntryFile(.., EntryFile::Append)
+                ) {
                     return reply.data(&[]);
                 }
                 if content.is_none() || offset == 0 {
@@ -552,16 +574,28 @@ impl Filesystem for SessionFs {
             node,
             stream,
             last_writer,
+            table,
             ..
         } = &mut *h
         else {
             return reply.error(Errno::EBADF);
         };
-        let Node::File(key, file) = node else {
-            return reply.error(Errno::EBADF);
-        };
         *last_writer = req.pid();
-        match self.tree.write_control(key, *file, stream, data, req.pid()) {
+        let result = match (node, table) {
+            (Node::File(key, _), Some(table)) => {
+                table.written = true;
+                self.tree.write_labels_table(key, table, data, req.pid())
+            }
+            (Node::File(key, file), None) => {
+                self.tree.write_control(key, *file, stream, data, req.pid())
+            }
+            (Node::EntryFile(key, id, _, EntryFile::Append), _) => {
+                self.tree
+                    .write_entry_append(key, id, stream, data, req.pid())
+            }
+            _ => return reply.error(Errno::EBADF),
+        };
+        match result {
             Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
             // Objects before the failing one were appended: a short write
             // (see `AppendStream::accepted`); the resent rest then fails.
@@ -581,26 +615,46 @@ impl Filesystem for SessionFs {
         reply: ReplyEmpty,
     ) {
         // Commands run (and are written) when their write arrives; only an
-        // incomplete `append` object is left, and then `close` fails.
+        // incomplete `append` object is left, and then `close` fails; and a
+        // table written over `labels` ends here (the labels it leaves out
+        // are cleared), once something was written (see `LabelTable`).
         if let Some(h) = self.handle(fh) {
             let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
             if let Handle::Control {
-                node: Node::File(key, SessionFile::Append),
+                node: Node::File(key, _),
+                table: Some(table),
+                ..
+            } = &mut *h
+            {
+                if table.written {
+                    if let Err(e) = self.tree.finish_labels_table(key, Some(table), req.pid()) {
+                        return reply.error(err_of(&e));
+                    }
+                }
+                return reply.ok();
+            }
+            if let Handle::Control {
+                node,
                 stream,
                 last_writer,
                 ..
             } = &mut *h
             {
+                let key = match node {
+                    Node::File(key, SessionFile::Append)
+                    | Node::EntryFile(key, _, _, EntryFile::Append) => Some(key.clone()),
+                    _ => None,
+                };
                 let pending = stream.pending();
                 // Only the writer of the incomplete object fails: another
                 // process closing its copy of the descriptor (a command run
                 // between two writes of a shell's `{ …; } >> append`) does
                 // not end the object.
-                if pending > 0 && req.pid() == *last_writer {
+                if let (Some(key), true) = (key, pending > 0 && req.pid() == *last_writer) {
                     // Reported (and discarded) here, so `release` has
                     // nothing left to report.
                     stream.reset();
-                    let e = self.tree.flush_partial(key, pending, req.pid());
+                    let e = self.tree.flush_partial(&key, pending, req.pid());
                     return reply.error(err_of(&e));
                 }
             }
@@ -620,10 +674,21 @@ impl Filesystem for SessionFs {
     ) {
         if let Some(h) = self.take_handle(fh) {
             let h = h.lock().unwrap_or_else(|p| p.into_inner());
+            if let Handle::Control {
+                node: Node::File(key, _),
+                table: Some(table),
+                ..
+            } = &*h
+            {
+                // Nothing was written: the empty table (`: > labels`).
+                if !table.written {
+                    let _ = self.tree.finish_labels_table(key, None, req.pid());
+                }
+            }
             if let Handle::Control { node, stream, .. } = &*h {
                 let pending = stream.pending();
                 if pending > 0 {
-                    if let Node::File(key, _) = node {
+                    if let Some(key) = node.session_key() {
                         self.tree.discard_partial(key, pending, req.pid());
                     }
                 }

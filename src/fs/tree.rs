@@ -16,22 +16,24 @@ use std::time::{Duration, SystemTime};
 
 use crate::fs::cache::{Broken, ContextKey, Fingerprint, RenderedFold, SessionCache, SlotState};
 use crate::fs::control::{
-    parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LeafCommand,
+    parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LabelTable, LeafCommand,
 };
 use crate::fs::layout::{
     escape_name, unescape_name, EntryFile, Node, NodeType, SessionFile, SessionKey, Unescaped, View,
 };
-use crate::session::append::parse_new_entry_json;
+use crate::session::append::NewEntry;
 use crate::session::blobs::BlobStore;
 use crate::session::check::Checker;
 use crate::session::discovery::{link_stays_inside, project_dirs};
 use crate::session::error::{Error, Result};
+use crate::session::index::TreeIndex;
 use crate::session::index_store::IndexStore;
 use crate::session::json::{pretty, pretty_append};
 use crate::session::paths::{session_id_from_file_name, AgentDir};
 use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
 use crate::session::storage::{FileStat, FileStorage, Storage};
 use crate::session::time::now_iso;
+use crate::session::{batch, labels};
 use crate::session::{LeafSel, OpenOptions, Refresh, Session};
 
 /// What the kernel may have cached that changed (sent to the watcher).
@@ -768,8 +770,7 @@ impl Tree {
                     .map(|f| (f.name().to_string(), Node::File(key.clone(), *f)))
                     .collect();
                 out.push(("entries".into(), Node::Entries(key.clone())));
-                let index = s.index();
-                for idx in index.roots() {
+                for idx in visible_children(s.index(), None) {
                     if let Some(item) = list_item(key, s, idx, View::Nested) {
                         out.push(item);
                     }
@@ -809,7 +810,7 @@ impl Tree {
                     })
                     .collect();
                 if *view == View::Nested {
-                    for idx in s.index().children(pos) {
+                    for idx in visible_children(s.index(), Some(pos)) {
                         if let Some(item) = list_item(key, s, idx, View::Nested) {
                             out.push(item);
                         }
@@ -870,7 +871,7 @@ impl Tree {
                 .with_loaded(key, |st| {
                     let s = st.session.as_ref()?;
                     let index = s.index();
-                    let parent = index.tree_parent(index.position(id)?)?;
+                    let parent = visible_parent(index, index.position(id)?)?;
                     let pid = index.get(parent)?.id();
                     Some(Node::EntryDir(key.clone(), pid.into(), View::Nested))
                 })
@@ -1050,9 +1051,22 @@ impl Tree {
         real: SystemTime,
         state: impl FnOnce() -> Result<u64>,
     ) -> Result<SystemTime> {
-        let recent = SystemTime::now()
-            .duration_since(real)
-            .map_or(true, |age| age < STAMP_WINDOW);
+        self.stamp_with(key, real, false, state)
+    }
+
+    /// [`Tree::stamp`]; `always`: compute the state whatever the mtime's
+    /// age (a listing that changes without its file).
+    fn stamp_with(
+        &self,
+        key: StampKey,
+        real: SystemTime,
+        always: bool,
+        state: impl FnOnce() -> Result<u64>,
+    ) -> Result<SystemTime> {
+        let recent = always
+            || SystemTime::now()
+                .duration_since(real)
+                .map_or(true, |age| age < STAMP_WINDOW);
         let state = if recent { Some(state()?) } else { None };
         let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
         let Some(seen) = stamps.get_mut(&key) else {
@@ -1088,9 +1102,24 @@ impl Tree {
         let meta = self
             .session_file_meta(key)
             .ok_or_else(|| not_found(&key.session))?;
-        self.stamp(StampKey::Session(key.clone()), meta.mtime, || {
-            Ok(hash_of(&(meta.identity, meta.size)))
-        })
+        // Entries held in memory (the deferred first write) change the
+        // listing without touching the file: count them, whatever the
+        // file's age.
+        let unwritten = self
+            .cache
+            .with_loaded(key, |st| {
+                st.session
+                    .as_ref()
+                    .filter(|s| !s.is_on_disk() || s.has_unwritten_entries())
+                    .map(|s| s.entries().len())
+            })
+            .flatten();
+        self.stamp_with(
+            StampKey::Session(key.clone()),
+            meta.mtime,
+            unwritten.is_some(),
+            || Ok(hash_of(&(meta.identity, meta.size, unwritten))),
+        )
     }
 
     /// An entry's time, or the file's for an entry without a valid one.
@@ -1232,6 +1261,96 @@ impl Tree {
         data: &[u8],
         pid: u32,
     ) -> Result<()> {
+        self.command(key, file.name(), pid, |s| match file {
+            SessionFile::Leaf => run_leaf(s, data),
+            SessionFile::Labels => run_labels(s, data),
+            SessionFile::Append => append_objects(stream, data, |entries| {
+                batch::append_batch(s, entries).map(drop)
+            }),
+            other => Err(Error::Invalid(format!(
+                "{} accepts no commands",
+                other.name()
+            ))),
+        })
+    }
+
+    /// One write to `entries/<id>/append`: the objects it completes are
+    /// appended as a chain under entry `id`, in one step, leaving the leaf
+    /// where it was (`batch::append_batch_under`).
+    pub fn write_entry_append(
+        &self,
+        key: &SessionKey,
+        id: &str,
+        stream: &mut AppendStream,
+        data: &[u8],
+        pid: u32,
+    ) -> Result<()> {
+        self.command(key, "entries/append", pid, |s| {
+            append_objects(stream, data, |entries| {
+                batch::append_batch_under(s, id, entries).map(drop)
+            })
+        })
+    }
+
+    /// One write to a `labels` file opened with `O_TRUNC` (see
+    /// [`LabelTable`]): its complete lines are checked and kept for the
+    /// close; a bad one fails the write and the whole table.
+    pub fn write_labels_table(
+        &self,
+        key: &SessionKey,
+        table: &mut LabelTable,
+        data: &[u8],
+        pid: u32,
+    ) -> Result<()> {
+        let result = self.command(key, SessionFile::Labels.name(), pid, |s| {
+            let lines = table.lines(data)?;
+            check_label_lines(s, &lines)?;
+            table.pending.extend(lines);
+            Ok(())
+        });
+        table.failed |= result.is_err();
+        result
+    }
+
+    /// The end of a table written over `labels` (at close): its lines set
+    /// labels, and the labels of entries the table did not name are
+    /// cleared; nothing when a line was refused. `None` (a truncation
+    /// without a table: `: > labels`, `truncate -s 0`) clears every label.
+    pub fn finish_labels_table(
+        &self,
+        key: &SessionKey,
+        table: Option<&mut LabelTable>,
+        pid: u32,
+    ) -> Result<()> {
+        let mut empty = LabelTable::default();
+        let table = table.unwrap_or(&mut empty);
+        if table.failed {
+            return Ok(());
+        }
+        let result = self.command(key, SessionFile::Labels.name(), pid, |s| {
+            let last = table.finish()?;
+            check_label_lines(s, &last)?;
+            table.pending.extend(last);
+            for cmd in std::mem::take(&mut table.pending) {
+                table.seen.insert(cmd.id().to_string());
+                labels::run(s, &cmd)?;
+            }
+            labels::clear_others(s, &table.seen)
+        });
+        table.failed |= result.is_err();
+        result
+    }
+
+    /// Runs a command of process `pid` on a loaded, readable session, then
+    /// tells the watcher about new entries and keeps a failure for
+    /// `last-error` (a success clears it).
+    fn command(
+        &self,
+        key: &SessionKey,
+        what: &str,
+        pid: u32,
+        run: impl FnOnce(&mut Session) -> Result<()>,
+    ) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
@@ -1246,15 +1365,7 @@ impl Tree {
                 )));
             };
             let before = s.entries().len();
-            let result = match file {
-                SessionFile::Leaf => run_leaf(s, data),
-                SessionFile::Labels => run_labels(s, data),
-                SessionFile::Append => stream.feed(data, &mut |obj| append_object(s, obj)),
-                other => Err(Error::Invalid(format!(
-                    "{} accepts no commands",
-                    other.name()
-                ))),
-            };
+            let result = run(s);
             // The command may have indexed lines that others appended
             // (`Session::append` picks them up first).
             let stale = st.note_topology(s.topology_changes());
@@ -1262,7 +1373,7 @@ impl Tree {
                 self.report_new(key, new_entries(s, before), stale);
             }
             match &result {
-                Err(e) => record_error(st, key, file.name(), pid, &e.to_string()),
+                Err(e) => record_error(st, key, what, pid, &e.to_string()),
                 Ok(()) => st.last_error = None,
             }
             result
@@ -1357,48 +1468,110 @@ fn run_leaf(s: &mut Session, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The commands of one write to `labels` (not truncating): all checked
+/// first, so a write naming an unknown entry changes nothing.
 fn run_labels(s: &mut Session, data: &[u8]) -> Result<()> {
-    for cmd in parse_label_commands(data)? {
-        match cmd {
-            LabelCommand::Set { id, label } => {
-                if s.entry(&id).is_none() {
-                    return Err(Error::EntryNotFound(id));
-                }
-                if s.label(&id) != Some(label.as_str()) {
-                    s.append_label_change(&id, Some(&label))?;
-                }
-            }
-            LabelCommand::Clear { id } => {
-                if s.entry(&id).is_none() {
-                    return Err(Error::EntryNotFound(id));
-                }
-                if s.label(&id).is_some() {
-                    s.append_label_change(&id, None)?;
-                }
-            }
-        }
+    let cmds = parse_label_commands(data)?;
+    check_label_lines(s, &cmds)?;
+    for cmd in cmds {
+        labels::run(s, &cmd)?;
     }
     Ok(())
 }
 
-fn append_object(s: &mut Session, obj: &[u8]) -> Result<()> {
-    s.append(parse_new_entry_json(obj)?).map(|_| ())
+/// Checks label commands before any is run: every id must name an entry.
+fn check_label_lines(s: &Session, lines: &[LabelCommand]) -> Result<()> {
+    match lines.iter().find(|c| s.entry(c.id()).is_none()) {
+        Some(c) => Err(Error::EntryNotFound(c.id().to_string())),
+        None => Ok(()),
+    }
+}
+
+/// Splits one write into the objects it completes and hands them, parsed,
+/// to `apply` as one batch (see `session::batch`): a bad object, or bad
+/// bytes between objects, writes nothing of the batch.
+fn append_objects(
+    stream: &mut AppendStream,
+    data: &[u8],
+    apply: impl FnOnce(Vec<NewEntry>) -> Result<()>,
+) -> Result<()> {
+    let mut objects: Vec<Vec<u8>> = Vec::new();
+    let result = stream
+        .feed(data, &mut |obj| {
+            objects.push(obj.to_vec());
+            Ok(())
+        })
+        .and_then(|()| match objects.is_empty() {
+            true => Ok(()),
+            false => apply(batch::parse_batch(&objects)?),
+        });
+    if result.is_err() {
+        // Nothing of this write was appended: no short write.
+        stream.refuse_accepted();
+    }
+    result
+}
+
+/// True when a later entry has the same id as the entry at `idx` (ids
+/// resolve to the last one): the nested tree does not show it, but shows
+/// its children in its place.
+fn shadowed(index: &TreeIndex, idx: u32) -> bool {
+    index
+        .get(idx)
+        .is_none_or(|m| index.position(m.id()) != Some(idx))
+}
+
+/// The children of `parent` (`None`: the roots) as the nested tree shows
+/// them: an entry shadowed by a later one with its id is replaced by its
+/// own children (recursively), so every entry appears exactly once, also
+/// when a repeated id closes a parent loop (see "The nested tree" in
+/// `docs/filesystem.md`). In file order within each level.
+fn visible_children(index: &TreeIndex, parent: Option<u32>) -> Vec<u32> {
+    let direct = |p: Option<u32>| match p {
+        Some(p) => index.children(p),
+        None => index.roots(),
+    };
+    let mut out = Vec::new();
+    // An explicit stack: chains of shadowed entries can be long.
+    let mut stack: Vec<std::vec::IntoIter<u32>> = vec![direct(parent).into_iter()];
+    while let Some(top) = stack.last_mut() {
+        match top.next() {
+            Some(c) if shadowed(index, c) => stack.push(direct(Some(c)).into_iter()),
+            Some(c) => out.push(c),
+            None => {
+                stack.pop();
+            }
+        }
+    }
+    out
+}
+
+/// The parent of the entry at `idx` in the nested tree: its browsing-tree
+/// parent, skipping shadowed entries (see [`visible_children`]).
+fn visible_parent(index: &TreeIndex, idx: u32) -> Option<u32> {
+    let mut p = index.tree_parent(idx)?;
+    let mut steps = 0;
+    while shadowed(index, p) {
+        p = index.tree_parent(p)?;
+        steps += 1;
+        if steps > index.len() {
+            return None;
+        }
+    }
+    Some(p)
 }
 
 /// Finds the entry a name in a nested directory stands for: an entry whose
-/// tree parent is `parent` (`None`: a root).
+/// nested-tree parent is `parent` (`None`: a root).
 fn find_entry(s: &Session, name: &[u8], parent: Option<u32>) -> Option<u32> {
     let index = s.index();
     match unescape_name(name) {
         Unescaped::Exact(id) => {
             let pos = index.position(&id)?;
-            (index.tree_parent(pos) == parent).then_some(pos)
+            (visible_parent(index, pos) == parent).then_some(pos)
         }
         Unescaped::Hashed => {
-            let candidates = match parent {
-                Some(p) => index.children(p),
-                None => index.roots(),
-            };
+            let candidates = visible_children(index, parent);
             candidates.into_iter().find(|&i| {
                 index.get(i).is_some_and(|m| {
                     index.position(m.id()) == Some(i) && escape_name(m.id()).as_bytes() == name
@@ -1529,16 +1702,7 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
             Some(id) => format!("{id}\n"),
             None => String::new(),
         },
-        SessionFile::Labels => {
-            let mut t = String::new();
-            for (id, label) in s.labels() {
-                t.push_str(id);
-                t.push('\t');
-                t.push_str(label);
-                t.push('\n');
-            }
-            t
-        }
+        SessionFile::Labels => labels::render(s),
         SessionFile::LastError => render_last_error(st),
         // Rendered by `Tree::problems`, which needs the file's path.
         SessionFile::Append | SessionFile::Problems => String::new(),
@@ -1592,6 +1756,8 @@ fn context_key(st: &SlotState, s: &Session) -> ContextKey {
 fn render_entry_file(s: &Session, id: &str, f: EntryFile) -> Result<Vec<u8>> {
     match f {
         EntryFile::Entry => Ok(s.entry_pretty(id)?.into_bytes()),
+        // Reads as empty, as the session's `append` does.
+        EntryFile::Append => Ok(Vec::new()),
         EntryFile::Context => {
             let mut t = s.context_at(LeafSel::Id(id))?.to_pretty();
             t.push('\n');

@@ -1013,6 +1013,19 @@ impl Session {
         self.append_at_leaf(entry)
     }
 
+    /// Appends an entry as a child of `parent` (`None`: a new root) and
+    /// makes it the leaf. The parent is set after other writers' lines are
+    /// picked up, so it is exactly `parent` whatever they appended (see
+    /// `batch::append_batch_under`). On error nothing is written.
+    pub fn append_under(&mut self, parent: Option<&str>, entry: NewEntry) -> Result<String> {
+        self.prepare_append()?;
+        self.leaf = match parent {
+            Some(id) => Some(self.position(id)?),
+            None => None,
+        };
+        self.append_at_leaf(entry)
+    }
+
     /// What every append does first: refuse when read-only, pick up what
     /// other writers appended (or created), so the parent is decided on
     /// the file as it is now, and write a migration held in memory.
@@ -1675,14 +1688,25 @@ impl Session {
     }
 
     /// `fork`: a new session file with the same entries, a new id and
-    /// `parentSession` = this session's id. Returns its path.
+    /// `parentSession` = this session's absolute file path (its id for a
+    /// session without a file), as for every fork and branch (see
+    /// `docs/engine.md`). Returns its path.
     pub fn fork(&self, agent: &AgentDir) -> Result<PathBuf> {
         let body = self.entry_lines(0..self.index.len() as u32)?;
-        let path = self.write_new_session(agent, Some(&self.header.id.clone()), body)?;
+        let path = self.write_new_session(agent, Some(&self.parent_session_marker()), body)?;
         if let Some(source) = &self.path {
             fork_artifacts(&*self.storage, source, &path);
         }
         Ok(path)
+    }
+
+    /// What `parentSession` of a session forked or branched from this one
+    /// holds: this file's absolute path, or the id without a file.
+    fn parent_session_marker(&self) -> String {
+        self.path
+            .as_deref()
+            .map(absolute_text)
+            .unwrap_or_else(|| self.header.id.clone())
     }
 
     /// `create_branched_session(leaf)`: a new session file holding only the
@@ -1753,12 +1777,7 @@ impl Session {
                 last_id = Some(id);
             }
         }
-        let parent = self
-            .path
-            .as_deref()
-            .map(absolute_text)
-            .unwrap_or_else(|| self.header.id.clone());
-        self.write_new_session(agent, Some(&parent), body)
+        self.write_new_session(agent, Some(&self.parent_session_marker()), body)
     }
 
     /// `fork_from(path)`: a new session in `target_cwd`'s project holding

@@ -4,6 +4,7 @@
 
 pub mod append;
 pub mod artifacts;
+pub mod batch;
 pub mod blobrefs;
 pub mod blobs;
 pub mod check;
@@ -19,6 +20,7 @@ pub mod ids;
 pub mod index;
 pub mod index_store;
 pub mod json;
+pub mod labels;
 pub mod loader;
 pub mod lockfile;
 pub mod manager;

@@ -1,0 +1,54 @@
+//! Exit codes of the command line (see "Exit codes" in `README.md`), one
+//! per kind of failure, so that scripts can tell them apart.
+
+use crate::session::Error;
+
+/// Success.
+pub const OK: i32 = 0;
+/// A usage error: an unknown option, a missing or malformed argument
+/// (clap's own code).
+pub const USAGE: i32 = 2;
+/// Something named does not exist: a session file, a session id (prefix),
+/// an entry id, the agent directory, a path in the mount.
+pub const NOT_FOUND: i32 = 3;
+/// Invalid input: an entry or command that fails validation, a file that
+/// is not a session file, an ambiguous session id prefix, input over a
+/// size limit.
+pub const INVALID: i32 = 4;
+/// An I/O error: reading or writing a file failed, the file changed under
+/// the command, a read-only session, the prompt history database.
+pub const IO: i32 = 5;
+
+/// The exit code of an error.
+pub fn code_of(err: &Error) -> i32 {
+    if err.is_not_found() {
+        return NOT_FOUND;
+    }
+    match err {
+        Error::EntryNotFound(_) | Error::Outside(_) => NOT_FOUND,
+        Error::Invalid(_) | Error::TooLarge(_) | Error::Unreadable { .. } => INVALID,
+        Error::Io { .. }
+        | Error::Conflict { .. }
+        | Error::Stale(_)
+        | Error::ReadOnly
+        | Error::History(_) => IO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_code() {
+        let missing = Error::io("/x", std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert_eq!(code_of(&missing), NOT_FOUND);
+        assert_eq!(code_of(&Error::EntryNotFound("x".into())), NOT_FOUND);
+        assert_eq!(code_of(&Error::Invalid("x".into())), INVALID);
+        let io = Error::io("/x", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(code_of(&io), IO);
+        let codes = [OK, USAGE, NOT_FOUND, INVALID, IO];
+        let distinct: std::collections::HashSet<_> = codes.iter().collect();
+        assert_eq!(distinct.len(), codes.len());
+    }
+}
