@@ -186,7 +186,8 @@ fn mount_failures_exit_nonzero_with_the_error() {
         agent.to_str().unwrap(),
         missing.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // Not found (exit codes: README.md).
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("missing"),
         "{}",
@@ -194,7 +195,8 @@ fn mount_failures_exit_nonzero_with_the_error() {
     );
     // An unknown -o option changes nothing.
     let out = s.mount(&["-o", "ro,frobnicate"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // Invalid input (exit codes: README.md).
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("`frobnicate`"));
     assert!(!is_mounted(&s.mountpoint));
 
@@ -243,7 +245,8 @@ fn a_stale_mount_point_gets_a_hint_and_is_recovered_when_asked() {
         s.run(&args)
     };
     let out = mount(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // An I/O error (exit codes: README.md).
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("stale") && stderr.contains("--recover") && stderr.contains("umount"),
