@@ -203,7 +203,8 @@ fn mount_failures_exit_nonzero_with_the_error() {
     // A log file that cannot be written is an error before anything is
     // mounted (not a server running without its log).
     let out = s.mount(&["--log-file", "/nonexistent-dir/mount.log"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // Not found (exit codes: README.md).
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent-dir/mount.log"),
         "{}",
