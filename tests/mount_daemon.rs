@@ -258,6 +258,17 @@ fn a_stale_mount_point_gets_a_hint_and_is_recovered_when_asked() {
     assert!(fs::read_dir(&mp).unwrap().count() > 0);
     assert!(s.run(&["umount", mp.to_str().unwrap()]).status.success());
 
+    // The killed servers' lock files are swept by the next mount (as root
+    // they live in /run/sessionfs).
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let orphan = Path::new("/run/sessionfs/mount-ffffffff00000000.pid");
+        fs::write(orphan, "4194999\n").unwrap();
+        let m2 = Mount::start(&s.agent(), &[]);
+        assert!(!orphan.exists(), "an orphaned lock file survived a mount");
+        drop(m2);
+    }
+
     // `sessionfs umount` clears a stale mount point too.
     let mut m = Mount::start(&s.agent(), &[]);
     let mp = m.path().to_path_buf();

@@ -227,25 +227,67 @@ impl MountLock {
                 dir.display()
             )));
         }
+        sweep(&dir);
         let path = lock_path(key);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&path)?;
-        flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|_| {
-            io::Error::other(format!(
-                "another sessionfs serves {} (pid {})",
-                key.display(),
-                read_pid(&path).map_or("?".into(), |p| p.to_string())
-            ))
-        })?;
+        let mut file = loop {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                .open(&path)?;
+            flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|_| {
+                io::Error::other(format!(
+                    "another sessionfs serves {} (pid {})",
+                    key.display(),
+                    read_pid(&path).map_or("?".into(), |p| p.to_string())
+                ))
+            })?;
+            // A sweep may have removed the file between open and flock:
+            // the lock counts only while the path names the locked file.
+            if same_file(&file, &path) {
+                break file;
+            }
+        };
         file.set_len(0)?;
         file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
         Ok(MountLock { file, path })
+    }
+}
+
+/// True when `path` names the open `file`.
+fn same_file(file: &File, path: &Path) -> bool {
+    match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Removes the lock files of servers that died without cleaning up
+/// (`kill -9`): a file nobody holds a lock on.
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("mount-") && name.ends_with(".pid")) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            continue;
+        };
+        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() && same_file(&file, &path) {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
