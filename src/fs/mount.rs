@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{BackgroundSession, Config, Filesystem, MountOption, Notifier, SessionACL};
+use fuser::{BackgroundSession, Config, Filesystem, MountOption, SessionACL};
 
 use crate::fs::inode::InodeTable;
 use crate::fs::requestlog::Logged;
@@ -200,16 +200,33 @@ pub fn probe_mountpoint(path: &Path, recover: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Mounts `fs` and starts its worker threads.
+/// Mounts `fs`, connects the watcher, then starts serving. The mount is
+/// in place (and reachable) once `Session::new` returns, but no request is
+/// answered before `spawn`: the watcher and the tree's change sink come
+/// first, so that every change a request finds reaches the kernel
+/// (docs/filesystem.md, "Freshness"). A request answered before the sink
+/// was set used to report its change to nobody: an outside append that
+/// changed older entries (a late parent, a repeated id) then left the
+/// kernel's copies of their files stale for the hour of their TTL.
 fn start<F: Filesystem + Send + Sync + 'static>(
     fs: F,
     config: &MountConfig,
     fuse_config: &Config,
-) -> io::Result<(BackgroundSession, Notifier)> {
+    tree: &Arc<Tree>,
+    inodes: Arc<InodeTable>,
+) -> io::Result<(BackgroundSession, watch::Watcher)> {
     let session =
         fuser::Session::new(fs, &config.mountpoint, fuse_config).map_err(explain_mount_error)?;
-    let notifier = session.notifier();
-    Ok((session.spawn()?, notifier))
+    let watcher = watch::start(tree.clone(), inodes, Some(session.notifier()))?;
+    let sender = watcher.sender();
+    tree.set_change_sink(move |c| sender.send(c));
+    match session.spawn() {
+        Ok(bg) => Ok((bg, watcher)),
+        Err(e) => {
+            watcher.stop();
+            Err(e)
+        }
+    }
 }
 
 /// Mounts and serves until a signal or an unmount from outside. `ready`
@@ -261,14 +278,11 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     };
     fuse_config.n_threads = Some(config.threads.max(1));
 
-    let (bg, notifier) = if config.debug {
-        start(Logged(fs), config, &fuse_config)?
+    let (bg, watcher) = if config.debug {
+        start(Logged(fs), config, &fuse_config, &tree, inodes)?
     } else {
-        start(fs, config, &fuse_config)?
+        start(fs, config, &fuse_config, &tree, inodes)?
     };
-    let watcher = watch::start(tree.clone(), inodes, Some(notifier))?;
-    let sender = watcher.sender();
-    tree.set_change_sink(move |c| sender.send(c));
     // A storage that is told of other writers' changes (a database
     // trigger, docs/team.md) refreshes their sessions at once.
     let told = tree.clone();

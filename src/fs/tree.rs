@@ -88,6 +88,50 @@ pub fn is_not_found(err: &Error) -> bool {
 /// Where a tree reports changes.
 type ChangeSink = Box<dyn Fn(Change) + Send>;
 
+/// Where changes go: to the sink once it is set; until then they are kept,
+/// merged per session, and handed to the sink when it is set — a change
+/// found before the watcher was connected must still reach the kernel.
+enum ChangeRoute {
+    Pending(Vec<Change>),
+    Sink(ChangeSink),
+}
+
+/// At most this many new entry names are kept per session while no sink
+/// is set; beyond, the change is kept as "every node of the session".
+const MAX_PENDING_NAMES: usize = 4096;
+
+/// Merges `change` into the changes kept for their sink.
+fn keep_pending(pending: &mut Vec<Change>, change: Change) {
+    let Change::Session {
+        key,
+        new_entries,
+        reloaded,
+    } = change;
+    let found = pending.iter_mut().find_map(|c| match c {
+        Change::Session {
+            key: k,
+            new_entries: names,
+            reloaded: r,
+        } if *k == key => Some((names, r)),
+        _ => None,
+    });
+    match found {
+        Some((names, r)) => {
+            *r |= reloaded;
+            names.extend(new_entries);
+            if names.len() > MAX_PENDING_NAMES {
+                names.clear();
+                *r = true;
+            }
+        }
+        None => pending.push(Change::Session {
+            key,
+            new_entries,
+            reloaded,
+        }),
+    }
+}
+
 /// The mounted tree.
 pub struct Tree {
     sessions_dir: PathBuf,
@@ -99,7 +143,7 @@ pub struct Tree {
     read_only: bool,
     index: Option<IndexStore>,
     cache: SessionCache,
-    changes: Mutex<Option<ChangeSink>>,
+    changes: Mutex<ChangeRoute>,
     started: SystemTime,
     /// Directory mtimes reported so far (see [`Tree::stamp`]): one per
     /// project and session ever listed or looked up.
@@ -175,16 +219,23 @@ impl Tree {
             read_only: config.read_only,
             index: config.index,
             cache: SessionCache::new(config.cache_bytes),
-            changes: Mutex::new(None),
+            changes: Mutex::new(ChangeRoute::Pending(Vec::new())),
             started: SystemTime::now(),
             stamps: Mutex::new(HashMap::new()),
             problems: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Where changes are reported (the watcher).
+    /// Where changes are reported (the watcher). Changes found before
+    /// are handed to it first.
     pub fn set_change_sink(&self, sink: impl Fn(Change) + Send + 'static) {
-        *self.changes.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(sink));
+        let mut route = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        if let ChangeRoute::Pending(pending) = &mut *route {
+            for change in std::mem::take(pending) {
+                sink(change);
+            }
+        }
+        *route = ChangeRoute::Sink(Box::new(sink));
     }
 
     /// Channel form of [`Tree::set_change_sink`].
@@ -196,8 +247,9 @@ impl Tree {
     }
 
     fn report(&self, change: Change) {
-        if let Some(sink) = &*self.changes.lock().unwrap_or_else(|p| p.into_inner()) {
-            sink(change);
+        match &mut *self.changes.lock().unwrap_or_else(|p| p.into_inner()) {
+            ChangeRoute::Sink(sink) => sink(change),
+            ChangeRoute::Pending(pending) => keep_pending(pending, change),
         }
     }
 
@@ -499,8 +551,10 @@ impl Tree {
                     // Deleted while it was being opened.
                     return Err(not_found(path.display()));
                 }
+                let mut unchanged = false;
                 if let Some(saved) = st.saved_leaf.take() {
                     if self.session_file_meta(key).map(|m| m.size) == Some(saved.file_size) {
+                        unchanged = true;
                         match saved.leaf {
                             Some(id) => {
                                 let _ = s.branch(&id);
@@ -511,8 +565,17 @@ impl Tree {
                 }
                 s.prepare_reads();
                 st.broken = None;
+                // Loaded before (then dropped from the cache, or gone, or
+                // unreadable): the kernel may hold copies of its entry
+                // files, stale unless the file is as it was when dropped.
+                // The watcher does not refresh sessions that are not
+                // loaded, so this load is where the change is noticed.
+                let loaded_before = st.generation > 0;
                 st.forget_derived(s.topology_changes());
                 st.session = Some(s);
+                if loaded_before && !unchanged {
+                    self.report_reloaded(key);
+                }
                 Ok(Status::Ready)
             }
             Err(e) if e.is_not_found() => Err(not_found(path.display())),
@@ -2044,6 +2107,86 @@ mod tests {
             .read(&Node::File(a.clone(), SessionFile::LastError))
             .unwrap();
         assert!(String::from_utf8_lossy(&last).contains("zz"));
+    }
+
+    fn append_line(path: &Path, line: &str) {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+
+    /// A message (it shows in contexts, unlike a custom entry).
+    fn message_line(id: &str, parent: &str) -> String {
+        format!("{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"{id}\"}}}}")
+    }
+
+    fn custom_line(id: &str, parent: &str) -> String {
+        format!("{{\"type\":\"custom\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}}")
+    }
+
+    /// The mount served a request before the watcher was connected: the
+    /// change it found (a late parent) reached nobody, and the kernel kept
+    /// the old `context.json` of the adopted entry for an hour.
+    #[test]
+    fn changes_found_before_the_sink_is_set_reach_it() {
+        let (_tmp, tree) = setup(64 << 20);
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let path = tree.session_path(&a);
+        append_line(&path, &custom_line("o", "\"late\""));
+        let ctx = Node::EntryFile(a.clone(), "o".into(), View::Flat, EntryFile::Context);
+        let size = tree.attr(&ctx).unwrap().size;
+        append_line(&path, &message_line("late", "\"e4\""));
+        append_line(&path, &custom_line("e5", "\"e4\""));
+        leaf(&tree, &a);
+        assert!(tree.attr(&ctx).unwrap().size > size);
+        let (tx, rx) = std::sync::mpsc::channel();
+        tree.set_change_sender(tx);
+        let got: Vec<Change> = rx.try_iter().collect();
+        assert_eq!(got.len(), 1, "one change per session: {got:?}");
+        let Change::Session {
+            key,
+            new_entries,
+            reloaded,
+        } = &got[0];
+        assert_eq!(key, &a);
+        assert!(reloaded, "the late parent changed older entries");
+        let ids: Vec<&str> = new_entries.iter().map(|(id, _)| &**id).collect();
+        assert_eq!(ids, ["late", "e5"]);
+        // Later changes go to the sink at once.
+        append_line(&path, &custom_line("e6", "\"e5\""));
+        leaf(&tree, &a);
+        assert_eq!(rx.try_iter().count(), 1);
+    }
+
+    /// A session dropped from the cache is not refreshed by the watcher:
+    /// when it is loaded again after its file changed, the kernel's copies
+    /// of its entry files are stale and must be invalidated.
+    #[test]
+    fn a_session_loaded_again_after_its_file_changed_is_reported() {
+        let (_tmp, tree) = setup(1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        tree.set_change_sender(tx);
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let b = SessionKey::new("--p--", "2026_bbbb-b");
+        let path = tree.session_path(&a);
+        append_line(&path, &custom_line("o", "\"late\""));
+        let ctx = Node::EntryFile(a.clone(), "o".into(), View::Flat, EntryFile::Context);
+        let size = tree.attr(&ctx).unwrap().size;
+        let reloads = || {
+            rx.try_iter()
+                .filter(|Change::Session { key, reloaded, .. }| *key == a && *reloaded)
+                .count()
+        };
+        // Dropped and loaded again, the file unchanged: nothing to tell.
+        leaf(&tree, &b);
+        assert_eq!(tree.cache().loaded_keys(), vec![b.clone()]);
+        assert_eq!(tree.attr(&ctx).unwrap().size, size);
+        assert_eq!(reloads(), 0);
+        // Dropped, then the parent of `o` arrives: its context grew.
+        leaf(&tree, &b);
+        append_line(&path, &message_line("late", "\"e4\""));
+        assert!(tree.attr(&ctx).unwrap().size > size);
+        assert_eq!(reloads(), 1);
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub fn start(
     let (tx, rx) = std::sync::mpsc::channel();
     let event_fd = Arc::new(EventFd::new()?);
     let stop = Arc::new(AtomicBool::new(false));
-    let worker = Worker {
+    let mut worker = Worker {
         tree,
         inodes,
         notifier,
@@ -146,6 +146,9 @@ pub fn start(
         watches: HashMap::new(),
         sessions_wd: None,
     };
+    // Watched before this returns (the mount serves no request before
+    // that): a change made after the first request is never missed.
+    worker.add_watches();
     let thread = std::thread::Builder::new()
         .name("sessionfs-watch".into())
         .spawn(move || worker.run())?;
@@ -249,7 +252,6 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
-        self.add_watches();
         let mut last_rescan = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
             let mut fds = vec![libc::pollfd {
