@@ -14,8 +14,12 @@ use std::sync::Arc;
 
 use common::{fixture_agent_dir, session_files};
 use fuse::{fuse_ok, sh, Mount};
+use sessionfs::fs::views::image_link;
 use sessionfs::session::blobs::BlobStore;
+use sessionfs::session::render::{entry_text, entry_value, Renderer};
+use sessionfs::session::stats::StatsTable;
 use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::svg::render_tree;
 use sessionfs::session::{OpenOptions, Session};
 
 /// The engine's view of a session file, without writing anything.
@@ -43,23 +47,32 @@ fn shown(s: &Session) -> Vec<u32> {
 }
 
 /// How many files of the mount hold `needle`, computed from the engine and
-/// the documented layout: per shown entry its listed files in both views
-/// (flat and nested), per session the listed session-level views.
+/// the documented layout: per shown entry its listed files (`entry.json`,
+/// `entry.md`, `text`, `stats.json`; images are binary) in both views (flat
+/// and nested), per session its listed files.
 fn expected_hits(agent: &Path, needle: &str) -> usize {
     let mut n = 0;
+    let count = |text: &str| usize::from(text.contains(needle));
     for file in session_files(&agent.join("sessions")) {
-        let s = engine(agent, &file);
-        if s.header_json().contains(needle) {
-            n += 1;
-        }
-        if s.context().unwrap().to_pretty().contains(needle) {
-            n += 1;
-        }
+        let mut s = engine(agent, &file);
+        s.prepare_reads();
+        let r = Renderer::new(&s, &image_link);
+        let table = StatsTable::build(&s).unwrap();
+        n += count(s.header_json());
+        n += count(&s.context().unwrap().to_pretty());
+        n += count(&r.context(s.leaf()).unwrap());
+        n += count(&r.branch(s.leaf()).unwrap());
+        n += count(&table.session_json(&s, s.leaf()));
+        n += count(&render_tree(&s, s.leaf(), &table));
         for pos in shown(&s) {
             let id = s.index().get(pos).unwrap().id().to_string();
-            if s.entry_pretty(&id).unwrap().contains(needle) {
-                n += 2;
-            }
+            let files = [
+                s.entry_pretty(&id).unwrap(),
+                r.entry(pos).unwrap(),
+                entry_text(&entry_value(&s, pos).unwrap()),
+                table.entry_json(&s, pos),
+            ];
+            n += 2 * files.iter().map(|f| count(f)).sum::<usize>();
         }
     }
     n
@@ -123,8 +136,13 @@ fn recursive_tools_over_the_corpus_exit_0_with_the_expected_hits() {
         println!("rsync is not installed: rsync -a not checked");
     }
     // Path-sized views are not listed, but reachable by name.
-    let listed_ctx = run_ok(m.path(), "find . -path '*/entries/*/context.json' | wc -l");
-    assert_eq!(listed_ctx.trim(), "0");
+    for name in ["context.json", "context.md", "branch.md"] {
+        let listed = run_ok(
+            m.path(),
+            &format!("find . -path '*/entries/*/{name}' | wc -l"),
+        );
+        assert_eq!(listed.trim(), "0", "{name}");
+    }
     let pi = "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
     let first = run_ok(&m.join(pi).join("entries"), "ls | head -1");
     let ctx = m

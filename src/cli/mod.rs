@@ -14,6 +14,7 @@ pub mod pg;
 pub mod progress;
 pub mod sessions;
 pub mod store;
+pub mod views;
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +38,15 @@ pub enum Command {
     Context(inspect::ContextArgs),
     /// Print the entry tree: one line per entry, `*` on the leaf.
     Tree(inspect::TreeArgs),
+    /// Print the context (or with --branch the whole branch) as Markdown,
+    /// as the mount's context.md and branch.md.
+    Render(views::RenderArgs),
+    /// Print counts, tokens and cost of the session and the branch (with
+    /// --json the mount's stats.json).
+    Stats(views::StatsArgs),
+    /// Print a unified diff of the branches to two entries (the mount's
+    /// diff/A..B).
+    Diff(views::DiffArgs),
     /// Print the leaf after loading (the file's last entry).
     Leaf(sessions::FileArgs),
     /// Print `<id>\t<label>` for every labelled entry.
@@ -115,6 +125,9 @@ pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Context(args) => inspect::context(&args),
         Command::Tree(args) => inspect::tree(&args),
+        Command::Render(args) => views::render(&args),
+        Command::Stats(args) => views::stats(&args),
+        Command::Diff(args) => views::diff(&args),
         Command::Leaf(args) => sessions::leaf(&args),
         Command::Labels(args) => sessions::labels(&args),
         Command::Header(args) => sessions::header(&args),

@@ -20,8 +20,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::fs::layout::{EntryFile, SessionKey};
+use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
 use crate::session::context::ContextFold;
+use crate::session::stats::StatsTable;
 use crate::session::Session;
 
 /// Estimated memory of one indexed entry (metadata, id map, tree links).
@@ -98,6 +99,12 @@ pub struct SlotState {
     /// How many renderings of `context.json` were extensions of the one
     /// before (statistics, for tests and logs).
     pub context_extensions: u64,
+    /// The last rendering of each session-level view (`context.md`,
+    /// `branch.md`, `stats.json`, `tree.svg`), for the state it was
+    /// rendered at.
+    pub views: HashMap<SessionFile, (ContextKey, Arc<Vec<u8>>)>,
+    /// The stats table, for (generation, entry count).
+    pub stats: Option<((u64, usize), Arc<StatsTable>)>,
     tick: u64,
 }
 
@@ -127,6 +134,8 @@ impl SlotState {
         self.entry_sizes.clear();
         self.context = None;
         self.context_fold = None;
+        self.views.clear();
+        self.stats = None;
     }
 
     fn estimate(&self) -> usize {
@@ -134,7 +143,9 @@ impl SlotState {
             s.entries().len() * BYTES_PER_ENTRY + s.header_json().len() + 4096
         });
         let context = self.context.as_ref().map_or(0, |(_, c)| c.len());
-        512 + session + context + self.entry_sizes.len() * 48
+        let views: usize = self.views.values().map(|(_, v)| v.len()).sum();
+        let stats = self.stats.as_ref().map_or(0, |(_, t)| t.estimated_bytes());
+        512 + session + context + views + stats + self.entry_sizes.len() * 48
     }
 
     fn pinned(&self) -> bool {

@@ -2,14 +2,14 @@
 //!
 //! An inode number is the first 8 bytes (little endian) of the SHA-256 of
 //! the node's identity — its kind, project name, session name and entry
-//! id, each length-prefixed — with the top two bits cleared. The same node
+//! id, each length-prefixed — with the top four bits cleared. The same node
 //! therefore has the same number in every mount. Numbers 0 and 1 (the
 //! root) are never derived: such a hash, or one already taken by a
 //! different live node (a collision), is resolved by hashing again with a
 //! salt 1, 2, … appended — deterministic for a given order of lookups.
 //!
-//! An entry file (`entry.json`, `context.json`) has its directory's number
-//! with the top two bits set to 1 or 2. Its node follows from the number,
+//! An entry file (`entry.json`, `context.json`, `entry.md`, …) has its
+//! directory's number with the top four bits set to the file's tag (1–8). Its node follows from the number,
 //! so the table keeps no record of it: the kernel holds an entry
 //! directory as long as it holds one of its files (a name pins its parent),
 //! and listings that carry attributes (`readdirplus`) make the kernel know
@@ -36,23 +36,21 @@ fn put(h: &mut Sha256, field: &str) {
     h.update(field.as_bytes());
 }
 
-/// Numbers derived from hashes have their top two bits clear.
-const HASH_MASK: u64 = u64::MAX >> 2;
+/// Numbers derived from hashes have their top four bits clear.
+const HASH_MASK: u64 = u64::MAX >> 4;
 
 /// Where an entry file's tag goes in its number.
-const FILE_SHIFT: u32 = 62;
+const FILE_SHIFT: u32 = 60;
 
 fn file_bits(f: EntryFile) -> u64 {
     u64::from(entry_file_tag(f)) << FILE_SHIFT
 }
 
 fn file_of_bits(ino: u64) -> Option<EntryFile> {
-    match ino >> FILE_SHIFT {
-        1 => Some(EntryFile::Entry),
-        2 => Some(EntryFile::Context),
-        3 => Some(EntryFile::Append),
-        _ => None,
-    }
+    let tag = (ino >> FILE_SHIFT) as u8;
+    EntryFile::ALL
+        .into_iter()
+        .find(|&f| entry_file_tag(f) == tag)
 }
 
 /// The directory of an entry file node.
@@ -74,6 +72,34 @@ pub fn hash_ino(node: &Node, salt: u32) -> u64 {
     }
     let mut h = Sha256::new();
     let (tag, project, session, entry, file): (u8, &str, &str, &str, u8) = match node {
+        Node::ByCwd(path) => (11, "", "", path, 0),
+        Node::CwdLink { dir, project } => (12, project, "", dir, 0),
+        Node::Head(k) => (13, &k.project, &k.session, "", 0),
+        Node::Refs(k) => (14, &k.project, &k.session, "", 0),
+        Node::Ref(k, label) => (15, &k.project, &k.session, label, 0),
+        Node::Branches(k) => (16, &k.project, &k.session, "", 0),
+        Node::Tip(k, id) => (17, &k.project, &k.session, id, 0),
+        Node::Diffs(k) => (18, &k.project, &k.session, "", 0),
+        Node::Diff(k, a, b) => {
+            // Both ids in one length-prefixed field.
+            let mut h = Sha256::new();
+            h.update([19, 0]);
+            put(&mut h, &k.project);
+            put(&mut h, &k.session);
+            put(&mut h, a);
+            put(&mut h, b);
+            return finish(h, salt);
+        }
+        Node::Images(k, id, view) => (20 + view_tag(*view), &k.project, &k.session, id, 0),
+        Node::Image(k, id, view, name) => {
+            let mut h = Sha256::new();
+            h.update([22 + view_tag(*view), 0]);
+            put(&mut h, &k.project);
+            put(&mut h, &k.session);
+            put(&mut h, id);
+            put(&mut h, name);
+            return finish(h, salt);
+        }
         Node::Root => (0, "", "", "", 0),
         Node::ById => (1, "", "", "", 0),
         Node::Link { id, key } => (2, &key.project, &key.session, id, 0),
@@ -95,6 +121,10 @@ pub fn hash_ino(node: &Node, salt: u32) -> u64 {
     put(&mut h, project);
     put(&mut h, session);
     put(&mut h, entry);
+    finish(h, salt)
+}
+
+fn finish(mut h: Sha256, salt: u32) -> u64 {
     if salt > 0 {
         h.update(salt.to_le_bytes());
     }
@@ -120,6 +150,10 @@ fn session_file_tag(f: SessionFile) -> u8 {
         SessionFile::Append => 5,
         SessionFile::LastError => 6,
         SessionFile::Problems => 7,
+        SessionFile::ContextMd => 8,
+        SessionFile::BranchMd => 9,
+        SessionFile::Stats => 10,
+        SessionFile::TreeSvg => 11,
     }
 }
 
@@ -128,6 +162,11 @@ fn entry_file_tag(f: EntryFile) -> u8 {
         EntryFile::Entry => 1,
         EntryFile::Context => 2,
         EntryFile::Append => 3,
+        EntryFile::Md => 4,
+        EntryFile::Text => 5,
+        EntryFile::Stats => 6,
+        EntryFile::ContextMd => 7,
+        EntryFile::BranchMd => 8,
     }
 }
 
@@ -471,8 +510,8 @@ mod tests {
             .into_iter()
             .map(|(ino, _)| ino)
             .collect();
-        // Two directories with three files each, and entries/.
-        assert_eq!(same_session.len(), 9);
+        // Two directories with their seven files each, and entries/.
+        assert_eq!(same_session.len(), 2 * (1 + EntryFile::ALL.len()) + 1);
         for &ino in &inos {
             t.forget(ino, 1);
             assert!(!t.is_known(ino));

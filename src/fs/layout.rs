@@ -36,6 +36,18 @@ pub const RESERVED: &[&str] = &[
     "entries",
     "entry.json",
     "by-id",
+    "by-cwd",
+    "context.md",
+    "branch.md",
+    "stats.json",
+    "tree.svg",
+    "HEAD",
+    "refs",
+    "branches",
+    "diff",
+    "entry.md",
+    "text",
+    "images",
 ];
 
 /// The longest file name Linux accepts.
@@ -185,10 +197,18 @@ pub enum SessionFile {
     LastError,
     /// The `sessionfs check` report of the file.
     Problems,
+    /// `context.md`
+    ContextMd,
+    /// `branch.md`
+    BranchMd,
+    /// `stats.json`
+    Stats,
+    /// `tree.svg`
+    TreeSvg,
 }
 
 impl SessionFile {
-    pub const ALL: [SessionFile; 7] = [
+    pub const ALL: [SessionFile; 11] = [
         SessionFile::Header,
         SessionFile::Context,
         SessionFile::Leaf,
@@ -196,6 +216,10 @@ impl SessionFile {
         SessionFile::Append,
         SessionFile::LastError,
         SessionFile::Problems,
+        SessionFile::ContextMd,
+        SessionFile::BranchMd,
+        SessionFile::Stats,
+        SessionFile::TreeSvg,
     ];
 
     pub fn name(self) -> &'static str {
@@ -207,6 +231,10 @@ impl SessionFile {
             SessionFile::Append => "append",
             SessionFile::LastError => "last-error",
             SessionFile::Problems => "problems",
+            SessionFile::ContextMd => "context.md",
+            SessionFile::BranchMd => "branch.md",
+            SessionFile::Stats => "stats.json",
+            SessionFile::TreeSvg => "tree.svg",
         }
     }
 
@@ -238,16 +266,40 @@ pub enum EntryFile {
     /// Appends entries under this one without moving the leaf
     /// (`Tree::write_entry_append`).
     Append,
+    /// `entry.md`
+    Md,
+    /// `text`
+    Text,
+    /// `stats.json` (changes as the subtree grows)
+    Stats,
+    /// `context.md` (not listed)
+    ContextMd,
+    /// `branch.md` (not listed)
+    BranchMd,
 }
 
 impl EntryFile {
-    pub const ALL: [EntryFile; 3] = [EntryFile::Entry, EntryFile::Context, EntryFile::Append];
+    pub const ALL: [EntryFile; 8] = [
+        EntryFile::Entry,
+        EntryFile::Context,
+        EntryFile::Append,
+        EntryFile::Md,
+        EntryFile::Text,
+        EntryFile::Stats,
+        EntryFile::ContextMd,
+        EntryFile::BranchMd,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             EntryFile::Entry => "entry.json",
             EntryFile::Context => "context.json",
             EntryFile::Append => "append",
+            EntryFile::Md => "entry.md",
+            EntryFile::Text => "text",
+            EntryFile::Stats => "stats.json",
+            EntryFile::ContextMd => "context.md",
+            EntryFile::BranchMd => "branch.md",
         }
     }
 
@@ -263,7 +315,15 @@ impl EntryFile {
     /// constant number of times (see docs/filesystem.md, "Recursive
     /// tools").
     pub fn listed(self) -> bool {
-        !matches!(self, EntryFile::Context)
+        !matches!(
+            self,
+            EntryFile::Context | EntryFile::ContextMd | EntryFile::BranchMd
+        )
+    }
+
+    /// Files whose content changes after the entry was written.
+    pub fn is_dynamic(self) -> bool {
+        self == EntryFile::Stats
     }
 }
 
@@ -300,8 +360,34 @@ pub enum Node {
     Entries(SessionKey),
     /// An entry directory, flat or nested.
     EntryDir(SessionKey, Arc<str>, View),
-    /// `entry.json` or `context.json` of an entry directory.
+    /// A file of an entry directory.
     EntryFile(SessionKey, Arc<str>, View, EntryFile),
+    /// `by-cwd/…`: a directory of the working-directory mirror, by its
+    /// path (components joined by `/`, empty for `by-cwd/` itself).
+    ByCwd(Arc<str>),
+    /// A link in `by-cwd/` (in the directory at `dir`) to a project.
+    CwdLink {
+        dir: Arc<str>,
+        project: Arc<str>,
+    },
+    /// `<session>/HEAD` → the leaf's entry directory.
+    Head(SessionKey),
+    /// `<session>/refs/`
+    Refs(SessionKey),
+    /// `<session>/refs/<label>` → the labelled entry's directory.
+    Ref(SessionKey, Arc<str>),
+    /// `<session>/branches/`
+    Branches(SessionKey),
+    /// `<session>/branches/<tip id>` → the tip's entry directory.
+    Tip(SessionKey, Arc<str>),
+    /// `<session>/diff/` (its files are found by name, never listed).
+    Diffs(SessionKey),
+    /// `<session>/diff/<a>..<b>`
+    Diff(SessionKey, Arc<str>, Arc<str>),
+    /// `images/` of an entry directory.
+    Images(SessionKey, Arc<str>, View),
+    /// `images/<n>.<ext>` of an entry directory.
+    Image(SessionKey, Arc<str>, View, Arc<str>),
 }
 
 impl Node {
@@ -323,8 +409,22 @@ impl Node {
             | Node::File(key, _)
             | Node::Entries(key)
             | Node::EntryDir(key, _, _)
-            | Node::EntryFile(key, _, _, _) => Some(key),
-            Node::Root | Node::ById | Node::Namespace(_) | Node::Project(_) => None,
+            | Node::EntryFile(key, _, _, _)
+            | Node::Head(key)
+            | Node::Refs(key)
+            | Node::Ref(key, _)
+            | Node::Branches(key)
+            | Node::Tip(key, _)
+            | Node::Diffs(key)
+            | Node::Diff(key, _, _)
+            | Node::Images(key, _, _)
+            | Node::Image(key, _, _, _) => Some(key),
+            Node::Root
+            | Node::ById
+            | Node::Namespace(_)
+            | Node::Project(_)
+            | Node::ByCwd(_)
+            | Node::CwdLink { .. } => None,
         }
     }
 
@@ -338,6 +438,11 @@ impl Node {
                 | Node::Session(_)
                 | Node::Entries(_)
                 | Node::EntryDir(..)
+                | Node::ByCwd(_)
+                | Node::Refs(_)
+                | Node::Branches(_)
+                | Node::Diffs(_)
+                | Node::Images(..)
         )
     }
 }
@@ -370,17 +475,31 @@ pub enum Caching {
 impl Node {
     pub fn node_type(&self) -> NodeType {
         match self {
-            Node::Link { .. } => NodeType::Symlink,
-            Node::File(..) | Node::EntryFile(..) => NodeType::File,
+            Node::Link { .. }
+            | Node::CwdLink { .. }
+            | Node::Head(_)
+            | Node::Ref(..)
+            | Node::Tip(..) => NodeType::Symlink,
+            Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => {
+                NodeType::File
+            }
             _ => NodeType::Dir,
         }
     }
 
     pub fn caching(&self) -> Caching {
         match self {
-            Node::File(..) => Caching::Dynamic,
-            Node::EntryFile(..) | Node::EntryDir(_, _, View::Flat) => Caching::Immutable,
-            Node::Link { .. } => Caching::Link,
+            Node::File(..) | Node::Diff(..) => Caching::Dynamic,
+            Node::EntryFile(.., f) if f.is_dynamic() => Caching::Dynamic,
+            Node::EntryFile(..)
+            | Node::EntryDir(_, _, View::Flat)
+            | Node::Images(..)
+            | Node::Image(..) => Caching::Immutable,
+            Node::Link { .. }
+            | Node::CwdLink { .. }
+            | Node::Head(_)
+            | Node::Ref(..)
+            | Node::Tip(..) => Caching::Link,
             _ => Caching::Listing,
         }
     }
@@ -390,12 +509,16 @@ impl Node {
     /// commands are accepted.
     pub fn perm(&self, read_only: bool) -> u16 {
         match self {
-            Node::Link { .. } => 0o777,
+            Node::Link { .. }
+            | Node::CwdLink { .. }
+            | Node::Head(_)
+            | Node::Ref(..)
+            | Node::Tip(..) => 0o777,
             // `append` reads as empty (so that `grep -r`, `cp -r` and `tar`
             // copy it without an error); only writes are commands.
             Node::File(_, f) if f.is_control() && !read_only => 0o666,
             Node::EntryFile(.., EntryFile::Append) if !read_only => 0o666,
-            Node::File(..) | Node::EntryFile(..) => 0o444,
+            Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => 0o444,
             _ => 0o555,
         }
     }

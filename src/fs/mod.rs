@@ -6,6 +6,7 @@
 //! * [`tree`]: lookup, listings, attributes, contents, control commands;
 //! * [`cache`]: the LRU of loaded sessions;
 //! * [`control`]: parsers of the `append`, `leaf` and `labels` commands;
+//! * [`views`]: the reading views (Markdown, text, stats, tree picture, refs);
 //! * [`watch`]: the worker that keeps kernel caches fresh;
 //! * [`errno`]: engine errors → errno;
 //! * [`mount`]: mounting, signals and unmounting;
@@ -26,6 +27,7 @@ pub mod mount;
 pub mod owner;
 pub mod requestlog;
 pub mod tree;
+pub mod views;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -469,7 +471,7 @@ impl Filesystem for SessionFs {
                     FopenFlags::FOPEN_DIRECT_IO,
                 )
             }
-            Node::File(..) | Node::EntryFile(..) => {
+            Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => {
                 if writes {
                     return reply.error(if self.tree.read_only() {
                         Errno::EROFS

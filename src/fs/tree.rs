@@ -21,10 +21,11 @@ use crate::fs::control::{
 use crate::fs::layout::{
     escape_name, unescape_name, EntryFile, Node, NodeType, SessionFile, SessionKey, Unescaped, View,
 };
+use crate::fs::views::{self, CwdChild};
 use crate::session::append::NewEntry;
 use crate::session::blobs::BlobStore;
 use crate::session::check::Checker;
-use crate::session::discovery::{link_stays_inside, project_dirs};
+use crate::session::discovery::{link_stays_inside, project_cwd, project_dirs};
 use crate::session::error::{Error, Result};
 use crate::session::index::TreeIndex;
 use crate::session::index_store::IndexStore;
@@ -151,6 +152,9 @@ pub struct Tree {
     /// Rendered `problems` files, by the session file's identity, size
     /// and mtime.
     problems: Mutex<HashMap<SessionKey, ProblemsEntry>>,
+    /// The working directory of each project seen (`by-cwd/`): a project
+    /// directory's name encodes it, so it is read once.
+    cwds: Mutex<HashMap<String, Option<String>>>,
 }
 
 type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
@@ -223,7 +227,40 @@ impl Tree {
             started: SystemTime::now(),
             stamps: Mutex::new(HashMap::new()),
             problems: Mutex::new(HashMap::new()),
+            cwds: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// (project, working directory) of every project with one (`by-cwd/`).
+    pub fn project_cwds(&self) -> Result<Vec<(String, String)>> {
+        let projects = self.projects()?;
+        let mut cwds = self.cwds.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(projects
+            .into_iter()
+            .filter_map(|p| {
+                let cwd = cwds
+                    .entry(p.clone())
+                    .or_insert_with(|| project_cwd(&*self.storage, &self.sessions_dir.join(&p)))
+                    .clone()?;
+                Some((p, cwd))
+            })
+            .collect())
+    }
+
+    fn cwd_children(&self, prefix: &str) -> Result<Vec<(String, Node)>> {
+        Ok(views::cwd_children(&self.project_cwds()?, prefix)
+            .into_iter()
+            .map(|(name, child)| {
+                let node = match child {
+                    CwdChild::Dir(path) => Node::ByCwd(path.into()),
+                    CwdChild::Link(project) => Node::CwdLink {
+                        dir: prefix.into(),
+                        project: project.into(),
+                    },
+                };
+                (name, node)
+            })
+            .collect())
     }
 
     /// Where changes are reported (the watcher). Changes found before
@@ -668,6 +705,9 @@ impl Tree {
                 if name == b"by-id" {
                     return Ok(Node::ById);
                 }
+                if name == b"by-cwd" {
+                    return Ok(Node::ByCwd("".into()));
+                }
                 let project = match unescape_name(name) {
                     Unescaped::Exact(p) => p,
                     Unescaped::Hashed => return self.find_in_listing(parent, name),
@@ -735,8 +775,13 @@ impl Tree {
                 if let Some(f) = SessionFile::from_name(name) {
                     return Ok(Node::File(key.clone(), f));
                 }
-                if name == b"entries" {
-                    return Ok(Node::Entries(key.clone()));
+                match name {
+                    b"entries" => return Ok(Node::Entries(key.clone())),
+                    b"HEAD" if s.leaf().is_some() => return Ok(Node::Head(key.clone())),
+                    b"refs" => return Ok(Node::Refs(key.clone())),
+                    b"branches" => return Ok(Node::Branches(key.clone())),
+                    b"diff" => return Ok(Node::Diffs(key.clone())),
+                    _ => {}
                 }
                 let idx = find_entry(s, name, None).ok_or_else(missing)?;
                 Ok(entry_node(key, s, idx, View::Nested))
@@ -752,15 +797,45 @@ impl Tree {
                 if let Some(f) = EntryFile::from_name(name) {
                     return Ok(Node::EntryFile(key.clone(), id.clone(), *view, f));
                 }
+                if name == b"images" && views::has_images(s, pos) {
+                    return Ok(Node::Images(key.clone(), id.clone(), *view));
+                }
                 if *view == View::Flat {
                     return Err(missing());
                 }
                 let idx = find_entry(s, name, Some(pos)).ok_or_else(missing)?;
                 Ok(entry_node(key, s, idx, View::Nested))
             }),
-            Node::Link { .. } | Node::File(..) | Node::EntryFile(..) => {
-                Err(Error::Invalid("not a directory".into()))
-            }
+            Node::ByCwd(_)
+            | Node::Refs(_)
+            | Node::Branches(_)
+            | Node::Diffs(_)
+            | Node::Images(..) => self.lookup_view(parent, name),
+            Node::Link { .. }
+            | Node::File(..)
+            | Node::EntryFile(..)
+            | Node::CwdLink { .. }
+            | Node::Head(_)
+            | Node::Ref(..)
+            | Node::Tip(..)
+            | Node::Diff(..)
+            | Node::Image(..) => Err(Error::Invalid("not a directory".into())),
+        }
+    }
+
+    /// Lookup in the directories of the reading views.
+    fn lookup_view(&self, parent: &Node, name: &[u8]) -> Result<Node> {
+        let missing = || not_found(String::from_utf8_lossy(name));
+        match parent {
+            Node::Diffs(key) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(missing)?;
+                let (a, b) = views::parse_diff_name(s, name).ok_or_else(missing)?;
+                let id = |i: u32| Arc::<str>::from(s.index().get(i).map_or("", |m| m.id()));
+                Ok(Node::Diff(key.clone(), id(a), id(b)))
+            }),
+            // Listings computed from the index or the project directories:
+            // small, so lookup goes through them.
+            _ => self.find_in_listing(parent, name),
         }
     }
 
@@ -801,8 +876,10 @@ impl Tree {
                     .map(|p| (escape_name(&p), Node::Project(p.into())))
                     .collect();
                 out.push(("by-id".into(), Node::ById));
+                out.push(("by-cwd".into(), Node::ByCwd("".into())));
                 Ok(out)
             }
+            Node::ByCwd(prefix) => self.cwd_children(prefix),
             Node::ById => Ok(self
                 .links()?
                 .into_iter()
@@ -832,6 +909,12 @@ impl Tree {
                     .iter()
                     .map(|f| (f.name().to_string(), Node::File(key.clone(), *f)))
                     .collect();
+                if s.leaf().is_some() {
+                    out.push(("HEAD".into(), Node::Head(key.clone())));
+                }
+                out.push(("refs".into(), Node::Refs(key.clone())));
+                out.push(("branches".into(), Node::Branches(key.clone())));
+                out.push(("diff".into(), Node::Diffs(key.clone())));
                 out.push(("entries".into(), Node::Entries(key.clone())));
                 for idx in visible_children(s.index(), None) {
                     if let Some(item) = list_item(key, s, idx, View::Nested) {
@@ -846,19 +929,6 @@ impl Tree {
                     .filter_map(|idx| list_item(key, s, idx, View::Flat))
                     .collect())
             }),
-            // Always the same two files (the kernel caches this listing
-            // like the files): no need to look at the session, which a
-            // `find` over `entries/` would otherwise do once per entry.
-            Node::EntryDir(key, id, View::Flat) => Ok(EntryFile::ALL
-                .iter()
-                .filter(|f| f.listed())
-                .map(|f| {
-                    (
-                        f.name().to_string(),
-                        Node::EntryFile(key.clone(), id.clone(), View::Flat, *f),
-                    )
-                })
-                .collect()),
             Node::EntryDir(key, id, view) => self.with_session(key, |_, s| {
                 let s = s.ok_or_else(|| not_found(id))?;
                 let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
@@ -872,6 +942,12 @@ impl Tree {
                         )
                     })
                     .collect();
+                if views::has_images(s, pos) {
+                    out.push((
+                        "images".into(),
+                        Node::Images(key.clone(), id.clone(), *view),
+                    ));
+                }
                 if *view == View::Nested {
                     for idx in visible_children(s.index(), Some(pos)) {
                         if let Some(item) = list_item(key, s, idx, View::Nested) {
@@ -881,9 +957,49 @@ impl Tree {
                 }
                 Ok(out)
             }),
-            Node::Link { .. } | Node::File(..) | Node::EntryFile(..) => {
-                Err(Error::Invalid("not a directory".into()))
-            }
+            Node::Refs(key) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found("refs"))?;
+                Ok(views::refs(s)
+                    .into_keys()
+                    .map(|label| {
+                        let node = Node::Ref(key.clone(), label.as_str().into());
+                        (escape_name(&label), node)
+                    })
+                    .collect())
+            }),
+            Node::Branches(key) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found("branches"))?;
+                Ok(views::tips(s)
+                    .into_iter()
+                    .map(|id| (escape_name(&id), Node::Tip(key.clone(), id.into())))
+                    .collect())
+            }),
+            // Diffs are found by name only.
+            Node::Diffs(key) => self.with_session(key, |_, s| {
+                s.ok_or_else(|| not_found("diff"))?;
+                Ok(Vec::new())
+            }),
+            Node::Images(key, id, view) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
+                Ok(views::images(s, pos)
+                    .into_iter()
+                    .map(|img| {
+                        let node =
+                            Node::Image(key.clone(), id.clone(), *view, img.name.as_str().into());
+                        (img.name, node)
+                    })
+                    .collect())
+            }),
+            Node::Link { .. }
+            | Node::File(..)
+            | Node::EntryFile(..)
+            | Node::CwdLink { .. }
+            | Node::Head(_)
+            | Node::Ref(..)
+            | Node::Tip(..)
+            | Node::Diff(..)
+            | Node::Image(..) => Err(Error::Invalid("not a directory".into())),
         }
     }
 
@@ -925,6 +1041,20 @@ impl Tree {
                 None => Node::Root,
             },
             Node::Link { .. } => Node::ById,
+            Node::ByCwd(path) => match path.rfind('/') {
+                _ if path.is_empty() => Node::Root,
+                Some(at) => Node::ByCwd(path[..at].into()),
+                None => Node::ByCwd("".into()),
+            },
+            Node::CwdLink { dir, .. } => Node::ByCwd(dir.clone()),
+            Node::Head(key) | Node::Refs(key) | Node::Branches(key) | Node::Diffs(key) => {
+                Node::Session(key.clone())
+            }
+            Node::Ref(key, _) => Node::Refs(key.clone()),
+            Node::Tip(key, _) => Node::Branches(key.clone()),
+            Node::Diff(key, _, _) => Node::Diffs(key.clone()),
+            Node::Images(key, id, view) => Node::EntryDir(key.clone(), id.clone(), *view),
+            Node::Image(key, id, view, _) => Node::Images(key.clone(), id.clone(), *view),
             Node::Session(key) => Node::Project(key.project.clone()),
             Node::File(key, _) | Node::Entries(key) => Node::Session(key.clone()),
             Node::EntryDir(key, _, View::Flat) => Node::Entries(key.clone()),
@@ -957,6 +1087,31 @@ impl Tree {
                     escape_name(&key.session)
                 ))
             }
+            Node::CwdLink { dir, project } => {
+                if !self.project_exists(project) {
+                    return Err(not_found(project));
+                }
+                Ok(views::cwd_link_target(dir, project))
+            }
+            Node::Head(key) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found("HEAD"))?;
+                let id = s.leaf_id().ok_or_else(|| not_found("HEAD"))?;
+                Ok(format!("entries/{}", escape_name(id)))
+            }),
+            Node::Ref(key, label) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(label))?;
+                let refs = views::refs(s);
+                let id = refs.get(&**label).ok_or_else(|| not_found(label))?;
+                Ok(format!("../entries/{}", escape_name(id)))
+            }),
+            Node::Tip(key, id) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
+                if !s.index().children(pos).is_empty() {
+                    return Err(not_found(id));
+                }
+                Ok(format!("../entries/{}", escape_name(id)))
+            }),
             _ => Err(Error::Invalid("not a symlink".into())),
         }
     }
@@ -1078,18 +1233,81 @@ impl Tree {
                 let size = match st.entry_sizes.get(&(pos, *f)) {
                     Some(&size) => size,
                     None => {
-                        let size = render_entry_file(s, id, *f)?.len() as u64;
-                        st.entry_sizes.insert((pos, *f), size);
+                        let size = render_entry_file(st, s, id, pos, *f)?.len() as u64;
+                        if !f.is_dynamic() {
+                            st.entry_sizes.insert((pos, *f), size);
+                        }
                         size
                     }
+                };
+                let mtime = if f.is_dynamic() {
+                    self.file_mtime(key)
+                } else {
+                    self.entry_mtime_or_file(key, s, pos)
                 };
                 Ok(Attr {
                     node_type: NodeType::File,
                     size,
                     perm,
-                    mtime: self.entry_mtime_or_file(key, s, pos),
+                    mtime,
                 })
             }),
+            Node::ByCwd(prefix) => {
+                if !prefix.is_empty() {
+                    let parent = self.parent_of(node);
+                    let name = views::components(prefix)
+                        .last()
+                        .map(|c| escape_name(c))
+                        .unwrap_or_default();
+                    let found = self
+                        .list(&parent)?
+                        .into_iter()
+                        .any(|(n, child)| n == name && child == *node);
+                    if !found {
+                        return Err(not_found(prefix));
+                    }
+                }
+                Ok(dir(self.dir_mtime(&self.sessions_dir)))
+            }
+            Node::CwdLink { .. } | Node::Head(_) | Node::Ref(..) | Node::Tip(..) => {
+                let target = self.readlink(node)?;
+                let mtime = node
+                    .session_key()
+                    .map_or(self.started, |k| self.file_mtime(k));
+                Ok(Attr {
+                    node_type: NodeType::Symlink,
+                    size: target.len() as u64,
+                    perm,
+                    mtime,
+                })
+            }
+            Node::Refs(key) | Node::Branches(key) | Node::Diffs(key) => {
+                let mtime = self.session_stamp(key)?;
+                self.with_session(key, |_, s| {
+                    s.ok_or_else(|| not_found(&key.session))?;
+                    Ok(dir(mtime))
+                })
+            }
+            Node::Images(key, id, _) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
+                if !views::has_images(s, pos) {
+                    return Err(not_found("images"));
+                }
+                Ok(dir(self.entry_mtime_or_file(key, s, pos)))
+            }),
+            Node::Diff(..) | Node::Image(..) => {
+                let size = self.read(node)?.len() as u64;
+                let mtime = node
+                    .session_key()
+                    .map_or(self.started, |k| self.file_mtime(k));
+                Ok(Attr {
+                    node_type: NodeType::File,
+                    size,
+                    perm,
+                    mtime,
+                })
+            }
         }
     }
 
@@ -1293,16 +1511,33 @@ impl Tree {
             Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
                 let s = s.ok_or_else(|| not_found(id))?;
                 let mut pos = check_entry(s, id, *view)?;
-                let data = match render_entry_file(s, id, *f) {
+                let data = match render_entry_file(st, s, id, pos, *f) {
                     Err(Error::Stale(reason)) => {
                         self.recover_stale(key, st, s, &reason)?;
                         pos = check_entry(s, id, *view)?;
-                        render_entry_file(s, id, *f)?
+                        render_entry_file(st, s, id, pos, *f)?
                     }
                     other => other?,
                 };
-                st.entry_sizes.insert((pos, *f), data.len() as u64);
+                if !f.is_dynamic() {
+                    st.entry_sizes.insert((pos, *f), data.len() as u64);
+                }
                 Ok(Arc::new(data))
+            }),
+            Node::Diff(key, a, b) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(a))?;
+                let pa = s.index().position(a).ok_or_else(|| not_found(a))?;
+                let pb = s.index().position(b).ok_or_else(|| not_found(b))?;
+                Ok(Arc::new(views::diff_view(s, pa, pb)?))
+            }),
+            Node::Image(key, id, _, name) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
+                views::images(s, pos)
+                    .into_iter()
+                    .find(|img| *img.name == **name)
+                    .map(|img| Arc::new(img.bytes))
+                    .ok_or_else(|| not_found(name))
             }),
             _ => Err(Error::Invalid("not a file".into())),
         }
@@ -1428,10 +1663,14 @@ impl Tree {
                 )));
             };
             let before = s.entries().len();
+            let had_leaf = s.leaf().is_some();
             let result = run(s);
             // The command may have indexed lines that others appended
             // (`Session::append` picks them up first).
-            let stale = st.note_topology(s.topology_changes());
+            // A reset leaf removes `HEAD` from the session's listing without
+            // changing the file: the kernel's cached listing must go.
+            let head_changed = had_leaf != s.leaf().is_some();
+            let stale = st.note_topology(s.topology_changes()) || head_changed;
             if s.entries().len() != before || stale {
                 self.report_new(key, new_entries(s, before), stale);
             }
@@ -1769,6 +2008,12 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
         SessionFile::LastError => render_last_error(st),
         // Rendered by `Tree::problems`, which needs the file's path.
         SessionFile::Append | SessionFile::Problems => String::new(),
+        SessionFile::ContextMd
+        | SessionFile::BranchMd
+        | SessionFile::Stats
+        | SessionFile::TreeSvg => {
+            return views::session_view(st, s, f);
+        }
     };
     Ok(Arc::new(text.into_bytes()))
 }
@@ -1816,7 +2061,13 @@ fn context_key(st: &SlotState, s: &Session) -> ContextKey {
     (st.generation, s.entries().len(), s.leaf())
 }
 
-fn render_entry_file(s: &Session, id: &str, f: EntryFile) -> Result<Vec<u8>> {
+fn render_entry_file(
+    st: &mut SlotState,
+    s: &Session,
+    id: &str,
+    pos: u32,
+    f: EntryFile,
+) -> Result<Vec<u8>> {
     match f {
         EntryFile::Entry => Ok(s.entry_pretty(id)?.into_bytes()),
         // Reads as empty, as the session's `append` does.
@@ -1826,6 +2077,7 @@ fn render_entry_file(s: &Session, id: &str, f: EntryFile) -> Result<Vec<u8>> {
             t.push('\n');
             Ok(t.into_bytes())
         }
+        _ => views::entry_view(st, s, pos, f),
     }
 }
 

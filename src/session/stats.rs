@@ -1,0 +1,398 @@
+//! Counts, tokens and cost over sets of entries (docs/filesystem.md,
+//! `stats.json`): the whole session, the branch from the root to a leaf,
+//! the path to an entry and the subtree below it.
+//!
+//! [`StatsTable::build`] reads each assistant message once (its `usage`);
+//! roles, models and times come from the index. Sums along paths and over
+//! subtrees of every entry are computed together on first use (linear in
+//! the session), so a walk that reads every entry's `stats.json` costs a
+//! constant per entry.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+
+use crate::session::error::Result;
+use crate::session::format::{EntryKind, Facts, Role};
+use crate::session::render::lenient_value;
+use crate::session::time::format_iso_ms;
+use crate::session::Session;
+
+/// What one entry contributes.
+#[derive(Debug, Clone, Default)]
+struct Own {
+    message: bool,
+    role: u8,
+    /// Index into the table's model names (assistant messages with a model).
+    model: Option<u32>,
+    tokens: [f64; 5],
+    cost: f64,
+    time: Option<i64>,
+}
+
+const USER: u8 = 1;
+const ASSISTANT: u8 = 2;
+const TOOL_RESULT: u8 = 3;
+
+/// Sums over a set of entries (the `T` of `stats.json`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    pub entries: u64,
+    pub messages: u64,
+    pub user_messages: u64,
+    pub assistant_messages: u64,
+    pub tool_results: u64,
+    /// `input`, `output`, `cacheRead`, `cacheWrite`, `totalTokens`.
+    pub tokens: [f64; 5],
+    pub cost: f64,
+    /// Assistant messages per model index.
+    models: Vec<u64>,
+    pub first_ms: Option<i64>,
+    pub last_ms: Option<i64>,
+}
+
+const TOKEN_KEYS: [&str; 5] = ["input", "output", "cacheRead", "cacheWrite", "totalTokens"];
+
+impl Totals {
+    fn add(&mut self, o: &Own) {
+        self.entries += 1;
+        if o.message {
+            self.messages += 1;
+            match o.role {
+                USER => self.user_messages += 1,
+                ASSISTANT => self.assistant_messages += 1,
+                TOOL_RESULT => self.tool_results += 1,
+                _ => {}
+            }
+        }
+        for (t, v) in self.tokens.iter_mut().zip(o.tokens) {
+            *t += v;
+        }
+        self.cost += o.cost;
+        if let Some(m) = o.model {
+            let m = m as usize;
+            if self.models.len() <= m {
+                self.models.resize(m + 1, 0);
+            }
+            self.models[m] += 1;
+        }
+        self.note_time(o.time);
+    }
+
+    fn note_time(&mut self, t: Option<i64>) {
+        if let Some(t) = t {
+            self.first_ms = Some(self.first_ms.map_or(t, |f| f.min(t)));
+            self.last_ms = Some(self.last_ms.map_or(t, |l| l.max(t)));
+        }
+    }
+
+    fn merge(&mut self, o: &Totals) {
+        self.entries += o.entries;
+        self.messages += o.messages;
+        self.user_messages += o.user_messages;
+        self.assistant_messages += o.assistant_messages;
+        self.tool_results += o.tool_results;
+        for (t, v) in self.tokens.iter_mut().zip(o.tokens) {
+            *t += v;
+        }
+        self.cost += o.cost;
+        if self.models.len() < o.models.len() {
+            self.models.resize(o.models.len(), 0);
+        }
+        for (a, b) in self.models.iter_mut().zip(&o.models) {
+            *a += b;
+        }
+        self.note_time(o.first_ms);
+        self.note_time(o.last_ms);
+    }
+
+    /// Total tokens (`totalTokens`).
+    pub fn total_tokens(&self) -> f64 {
+        self.tokens[4]
+    }
+}
+
+/// A number as JSON: integers without a fraction, others rounded to 10
+/// decimals (sums of floating-point costs differ in the last bits with the
+/// order of addition).
+pub fn number(x: f64) -> String {
+    if !x.is_finite() {
+        return "0".into();
+    }
+    if x.fract() == 0.0 && x.abs() < 9.0e15 {
+        return format!("{}", x as i64);
+    }
+    let rounded = (x * 1e10).round() / 1e10;
+    if rounded.fract() == 0.0 && rounded.abs() < 9.0e15 {
+        return format!("{}", rounded as i64);
+    }
+    serde_json::Number::from_f64(rounded).map_or_else(|| "0".into(), |n| n.to_string())
+}
+
+/// Per-entry sums along paths and over subtrees.
+#[derive(Debug)]
+struct Accumulated {
+    path: Vec<Totals>,
+    subtree: Vec<Totals>,
+}
+
+/// The contributions of every entry of a session.
+#[derive(Debug)]
+pub struct StatsTable {
+    own: Vec<Own>,
+    models: Vec<Arc<str>>,
+    acc: OnceLock<Accumulated>,
+}
+
+impl StatsTable {
+    /// Reads what each entry contributes (each assistant message's line
+    /// once).
+    pub fn build(s: &Session) -> Result<StatsTable> {
+        let index = s.index();
+        let mut models: Vec<Arc<str>> = Vec::new();
+        let mut own = Vec::with_capacity(index.len());
+        for (i, meta) in index.entries().iter().enumerate() {
+            let mut o = Own {
+                time: meta.entry.timestamp_ms,
+                ..Own::default()
+            };
+            if let (EntryKind::Message, Facts::Message { role, model }) =
+                (meta.kind(), &meta.entry.facts)
+            {
+                o.message = true;
+                o.role = match role {
+                    Role::User => USER,
+                    Role::Assistant => ASSISTANT,
+                    Role::ToolResult => TOOL_RESULT,
+                    _ => 0,
+                };
+                if o.role == ASSISTANT {
+                    if let Some(m) = model {
+                        let pos = match models.iter().position(|x| x == m) {
+                            Some(p) => p,
+                            None => {
+                                models.push(m.clone());
+                                models.len() - 1
+                            }
+                        };
+                        o.model = Some(pos as u32);
+                    }
+                    let line = s.raw_line(i as u32)?;
+                    let text = String::from_utf8_lossy(&line);
+                    if let Ok(v) = lenient_value(&text) {
+                        if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
+                            for (k, key) in TOKEN_KEYS.iter().enumerate() {
+                                o.tokens[k] =
+                                    usage.get(*key).and_then(Value::as_f64).unwrap_or(0.0);
+                            }
+                            o.cost = usage
+                                .get("cost")
+                                .and_then(|c| c.get("total"))
+                                .and_then(Value::as_f64)
+                                .unwrap_or(0.0);
+                        }
+                    }
+                }
+            }
+            own.push(o);
+        }
+        Ok(StatsTable {
+            own,
+            models,
+            acc: OnceLock::new(),
+        })
+    }
+
+    /// Number of entries covered.
+    pub fn len(&self) -> usize {
+        self.own.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.own.is_empty()
+    }
+
+    /// Estimated memory in bytes.
+    pub fn estimated_bytes(&self) -> usize {
+        let per = std::mem::size_of::<Own>();
+        let acc = self.acc.get().map_or(0, |a| {
+            (a.path.len() + a.subtree.len())
+                * (std::mem::size_of::<Totals>() + 8 * self.models.len())
+        });
+        self.own.len() * per + acc
+    }
+
+    /// Sums over the given positions.
+    pub fn sum(&self, positions: impl IntoIterator<Item = u32>) -> Totals {
+        let mut t = Totals::default();
+        for p in positions {
+            if let Some(o) = self.own.get(p as usize) {
+                t.add(o);
+            }
+        }
+        t
+    }
+
+    /// Every entry of the file.
+    pub fn session(&self) -> Totals {
+        self.sum(0..self.own.len() as u32)
+    }
+
+    /// The path from the root to `idx`.
+    pub fn path(&self, s: &Session, idx: u32) -> Totals {
+        match self.accumulated(s).path.get(idx as usize) {
+            Some(t) => t.clone(),
+            None => self.sum(s.index().path_to(idx)),
+        }
+    }
+
+    /// `idx` and everything below it.
+    pub fn subtree(&self, s: &Session, idx: u32) -> Totals {
+        self.accumulated(s)
+            .subtree
+            .get(idx as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn accumulated(&self, s: &Session) -> &Accumulated {
+        self.acc.get_or_init(|| {
+            let index = s.index();
+            let n = self.own.len().min(index.len());
+            let mut path = vec![Totals::default(); n];
+            let mut subtree = vec![Totals::default(); n];
+            // Pre-order from the roots: a parent's path sum is ready before
+            // its children's; the reverse order finishes subtrees bottom-up.
+            let mut order = Vec::with_capacity(n);
+            let mut stack: Vec<u32> = index.roots();
+            stack.reverse();
+            let mut seen = vec![false; n];
+            while let Some(i) = stack.pop() {
+                let iu = i as usize;
+                if iu >= n || seen[iu] {
+                    continue;
+                }
+                seen[iu] = true;
+                order.push(i);
+                let mut kids = index.children(i);
+                kids.reverse();
+                stack.extend(kids);
+            }
+            for &i in &order {
+                let mut t = match index.tree_parent(i) {
+                    Some(p) if (p as usize) < n => path[p as usize].clone(),
+                    _ => Totals::default(),
+                };
+                t.add(&self.own[i as usize]);
+                path[i as usize] = t;
+            }
+            for &i in order.iter().rev() {
+                let iu = i as usize;
+                let mut t = subtree[iu].clone();
+                t.add(&self.own[iu]);
+                subtree[iu] = t.clone();
+                if let Some(p) = index.tree_parent(i) {
+                    if let Some(slot) = subtree.get_mut(p as usize) {
+                        slot.merge(&t);
+                    }
+                }
+            }
+            Accumulated { path, subtree }
+        })
+    }
+
+    /// `T` as pretty JSON (two-space indent), indented by `indent` levels.
+    pub fn totals_json(&self, t: &Totals, indent: usize) -> String {
+        let pad = "  ".repeat(indent + 1);
+        let end = "  ".repeat(indent);
+        let mut out = String::from("{\n");
+        let counts = [
+            ("entries", t.entries),
+            ("messages", t.messages),
+            ("userMessages", t.user_messages),
+            ("assistantMessages", t.assistant_messages),
+            ("toolResults", t.tool_results),
+        ];
+        for (k, v) in counts {
+            let _ = writeln!(out, "{pad}\"{k}\": {v},");
+        }
+        for (k, v) in TOKEN_KEYS.iter().zip(t.tokens) {
+            let _ = writeln!(out, "{pad}\"{k}\": {},", number(v));
+        }
+        let _ = writeln!(out, "{pad}\"cost\": {},", number(t.cost));
+        let models: BTreeMap<&str, u64> = t
+            .models
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .filter_map(|(i, &n)| Some((&**self.models.get(i)?, n)))
+            .collect();
+        if models.is_empty() {
+            let _ = writeln!(out, "{pad}\"models\": {{}},");
+        } else {
+            let _ = writeln!(out, "{pad}\"models\": {{");
+            let last = models.len() - 1;
+            for (n, (k, v)) in models.iter().enumerate() {
+                let comma = if n == last { "" } else { "," };
+                let _ = writeln!(
+                    out,
+                    "{pad}  {}: {v}{comma}",
+                    crate::session::json::json_string(k)
+                );
+            }
+            let _ = writeln!(out, "{pad}}},");
+        }
+        let time = |ms: Option<i64>| {
+            ms.map_or_else(
+                || "null".to_string(),
+                |m| format!("\"{}\"", format_iso_ms(m)),
+            )
+        };
+        let _ = writeln!(out, "{pad}\"firstTimestamp\": {},", time(t.first_ms));
+        let _ = writeln!(out, "{pad}\"lastTimestamp\": {}", time(t.last_ms));
+        out.push_str(&end);
+        out.push('}');
+        out
+    }
+
+    /// `{"a": T, "b": T}` as pretty JSON with a final newline.
+    pub fn pair_json(&self, a: (&str, &Totals), b: (&str, &Totals)) -> String {
+        format!(
+            "{{\n  \"{}\": {},\n  \"{}\": {}\n}}\n",
+            a.0,
+            self.totals_json(a.1, 1),
+            b.0,
+            self.totals_json(b.1, 1)
+        )
+    }
+
+    /// The session's `stats.json`: `{"session": T, "branch": T}` with the
+    /// branch from the root to `leaf` (empty for a null leaf).
+    pub fn session_json(&self, s: &Session, leaf: Option<u32>) -> String {
+        let branch = leaf.map_or_else(Totals::default, |l| self.path(s, l));
+        self.pair_json(("session", &self.session()), ("branch", &branch))
+    }
+
+    /// An entry's `stats.json`: `{"path": T, "subtree": T}`.
+    pub fn entry_json(&self, s: &Session, idx: u32) -> String {
+        self.pair_json(
+            ("path", &self.path(s, idx)),
+            ("subtree", &self.subtree(s, idx)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_like_json_integers_or_rounded_decimals() {
+        assert_eq!(number(120.0), "120");
+        assert_eq!(number(0.1 + 0.2), "0.3");
+        assert_eq!(number(0.0015), "0.0015");
+        assert_eq!(number(f64::NAN), "0");
+    }
+}
