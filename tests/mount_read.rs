@@ -74,13 +74,17 @@ fn file_bytes(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// The files listed in every entry directory (`images/` only where the
+/// entry has images; path-sized views are not listed).
+const ENTRY_FILES: [&str; 5] = ["append", "entry.json", "entry.md", "stats.json", "text"];
+
 /// Walks the nested tree of one entry and checks it against the engine.
 fn check_nested(dir: &Path, s: &Session, id: &str) {
-    // context.json is reachable by name but not listed.
-    let mut expected: BTreeSet<String> = ["append", "entry.json"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    // Path-sized views are reachable by name but not listed.
+    let mut expected: BTreeSet<String> = ENTRY_FILES.iter().map(|s| s.to_string()).collect();
+    if dir.join("images").is_dir() {
+        expected.insert("images".into());
+    }
     for child in s.children(Some(id)).unwrap() {
         expected.insert(escape_name(child.id()));
     }
@@ -123,6 +127,7 @@ fn corpus_layout_contents_and_links() {
             "--home-dev-legacy--",
             "--home-dev-other-project--",
             "--home-dev-pi--",
+            "by-cwd",
             "by-id"
         ]
     );
@@ -193,6 +198,14 @@ fn corpus_layout_contents_and_links() {
             "append",
             "last-error",
             "problems",
+            "context.md",
+            "branch.md",
+            "stats.json",
+            "tree.svg",
+            "HEAD",
+            "refs",
+            "branches",
+            "diff",
             "entries",
         ]
         .iter()
@@ -212,7 +225,12 @@ fn corpus_layout_contents_and_links() {
         check_inodes_agree(&dir.join("entries"));
         for e in s.entries() {
             let edir = dir.join("entries").join(escape_name(e.id()));
-            assert_eq!(names(&edir), ["append", "entry.json"]);
+            let mut want: Vec<String> = ENTRY_FILES.iter().map(|s| s.to_string()).collect();
+            if edir.join("images").is_dir() {
+                want.push("images".into());
+                want.sort();
+            }
+            assert_eq!(names(&edir), want);
             let want = s.context_at(LeafSel::Id(e.id())).unwrap();
             assert_eq!(
                 js_json(&read(&edir.join("context.json"))),
@@ -917,8 +935,11 @@ fn listings_show_every_change_at_once() {
         let leaf = read(&sdir.join("leaf")).trim().to_string();
         let children = names(&nested_last);
         assert!(children.contains(&leaf), "round {i}: {children:?}");
-        // entry.json, append, and the children.
-        assert_eq!(children.len(), 2 + i + 1, "round {i}: {children:?}");
+        assert_eq!(
+            children.len(),
+            ENTRY_FILES.len() + i + 1,
+            "round {i}: {children:?}"
+        );
         // Session files appear and go in the project.
         let extra = project.join(format!("2026-02-01T00-00-00-000Z_{i:016x}.jsonl"));
         fs::write(
@@ -975,7 +996,7 @@ fn sizes_after_a_listing_are_exact() {
         let dir = m.join(rel).parent().unwrap().to_path_buf();
         let (ok, listing, err) = sh(&dir, "ls -ln");
         assert!(ok, "{err}");
-        for line in listing.lines().skip(1) {
+        for line in listing.lines().skip(1).filter(|l| !l.starts_with('d')) {
             let cols: Vec<&str> = line.split_whitespace().collect();
             let name = cols[cols.len() - 1];
             let size: u64 = cols[4].parse().unwrap();
