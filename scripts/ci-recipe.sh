@@ -44,7 +44,7 @@ test -d "$MOUNTPOINT/by-id"   # the mount answers
 status=0
 sessions=0
 for dir in "$MOUNTPOINT"/*/*/; do
-    case "$dir" in "$MOUNTPOINT/by-id/"*) continue ;; esac   # links to the same
+    case "$dir" in "$MOUNTPOINT/by-id/"* | "$MOUNTPOINT/by-cwd/"*) continue ;; esac   # links to the same
     [ -e "$dir/header.json" ] || { say "unreadable: $dir$(cat "$dir/last-error")"; status=1; continue; }
     sessions=$((sessions + 1))
     id=$(jq -r .id "$dir/header.json")

@@ -201,9 +201,10 @@ fn a_long_session_walks_in_bytes_linear_in_its_file() {
     let file_size = fs::metadata(&file).unwrap().len();
     let m = Mount::start(tmp.path(), &[]);
     let session = m.join("--w-chain--/2026-01-01T00-00-00-000Z_chain");
-    // Deep nesting: walk the flat view and the session-level files with
-    // every tool; the nested tree is walked by find and du (which use
-    // relative steps).
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().display().to_string();
+    // Every tool over the whole session (nested tree included: it is
+    // listed 32 levels deep, deeper entries are found by name).
     let du = run_ok(&session, "du -sb --apparent-size . | cut -f1");
     let du: u64 = du.trim().parse().unwrap();
     assert!(
@@ -214,8 +215,33 @@ fn a_long_session_walks_in_bytes_linear_in_its_file() {
     let hits = run_ok(&session, "grep -rlF 'marker-00003 answered' . | wc -l");
     let hits: usize = hits.trim().parse().unwrap();
     assert!((2..=12).contains(&hits), "{hits} hits");
-    let bytes = run_ok(&session, "tar cf - entries | wc -c");
+    let deep = run_ok(&session, "grep -rlF 'marker-00399' . | wc -l");
+    assert!(
+        (2..=12).contains(&deep.trim().parse::<usize>().unwrap()),
+        "{deep}"
+    );
+    // tar writes every path name: bounded paths keep it linear.
+    let bytes = run_ok(&session, "tar cf - . | wc -c");
     let bytes: u64 = bytes.trim().parse().unwrap();
-    assert!(bytes < 40 * file_size, "tar of entries/: {bytes} bytes");
+    assert!(bytes < 60 * file_size, "tar: {bytes} bytes");
+    run_ok(&session, &format!("cp -r . {out}/cp"));
+    if which("rsync") {
+        run_ok(&session, &format!("rsync -a . {out}/rsync"));
+    }
+    if which("rg") {
+        let hits = run_ok(&session, "rg -lF 'marker-00003 answered' . | wc -l");
+        assert!((2..=12).contains(&hits.trim().parse::<usize>().unwrap()));
+    }
+    let depth = run_ok(
+        &session,
+        "find . -type d | awk -F/ '{print NF}' | sort -n | tail -1",
+    );
+    assert!(
+        depth.trim().parse::<usize>().unwrap() <= 34,
+        "listed depth {depth}"
+    );
+    // Deeper levels are reachable by name.
+    let deep_dir = (0..100).fold(session.clone(), |p, i| p.join(format!("m{i:05}")));
+    assert!(deep_dir.join("entry.json").exists());
     assert_eq!(m.stop().code(), Some(0));
 }

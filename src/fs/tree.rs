@@ -948,7 +948,7 @@ impl Tree {
                         Node::Images(key.clone(), id.clone(), *view),
                     ));
                 }
-                if *view == View::Nested {
+                if *view == View::Nested && views::nested_level(s, pos) < views::NESTED_LIST_DEPTH {
                     for idx in visible_children(s.index(), Some(pos)) {
                         if let Some(item) = list_item(key, s, idx, View::Nested) {
                             out.push(item);

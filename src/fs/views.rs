@@ -18,6 +18,30 @@ use crate::session::stats::StatsTable;
 use crate::session::svg::render_tree;
 use crate::session::Session;
 
+/// The nested tree is listed down to this level (a root is level 1):
+/// deeper entry directories list their files but not their children,
+/// which stay reachable by name. Recursive tools then walk paths of a
+/// bounded length, so they neither hit `PATH_MAX` nor write path names
+/// whose total grows with the square of a conversation's length
+/// (docs/filesystem.md, "Recursive tools").
+pub const NESTED_LIST_DEPTH: usize = 32;
+
+/// The level of an entry in the nested tree (a root is 1), counted up to
+/// [`NESTED_LIST_DEPTH`].
+pub fn nested_level(s: &Session, pos: u32) -> usize {
+    let index = s.index();
+    let mut level = 1;
+    let mut cur = pos;
+    while let Some(parent) = index.tree_parent(cur) {
+        level += 1;
+        if level >= NESTED_LIST_DEPTH {
+            break;
+        }
+        cur = parent;
+    }
+    level
+}
+
 /// Where an image of an entry is linked from a rendering: relative to the
 /// session directory.
 pub fn image_link(id: &str, name: &str) -> String {
