@@ -1376,6 +1376,16 @@ impl Tree {
         Ok(seen.reported)
     }
 
+    /// Moves the reported mtime of a session directory forward by a
+    /// nanosecond: its listing changed while its file did not (`HEAD`
+    /// came or went with the leaf).
+    fn bump_session_stamp(&self, key: &SessionKey) {
+        let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(seen) = stamps.get_mut(&StampKey::Session(key.clone())) {
+            seen.reported += Duration::from_nanos(1);
+        }
+    }
+
     /// The stamp of the directories made from a session's entries (the
     /// session directory, `entries/`, the nested tree): it changes with
     /// the file's identity and size.
@@ -1670,6 +1680,11 @@ impl Tree {
             // A reset leaf removes `HEAD` from the session's listing without
             // changing the file: the kernel's cached listing must go.
             let head_changed = had_leaf != s.leaf().is_some();
+            if head_changed {
+                // The session directory's mtime moves at once (the
+                // worker's invalidation below arrives asynchronously).
+                self.bump_session_stamp(key);
+            }
             let stale = st.note_topology(s.topology_changes()) || head_changed;
             if s.entries().len() != before || stale {
                 self.report_new(key, new_entries(s, before), stale);
