@@ -12,7 +12,8 @@
 # (seconds per recursive walk of the 100k session, default 600).
 #
 # Needs root (it mounts), hyperfine and GNU time; rg and rsync rows are
-# skipped when those tools are missing.
+# skipped when those tools are missing. SESSIONFS_BIN and GEN_SESSIONS_BIN
+# use prebuilt binaries instead of a release build.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,10 +27,13 @@ command -v hyperfine >/dev/null 2>&1 || die "hyperfine is missing: apt-get insta
 [ -x /usr/bin/time ] || die "GNU time is missing: apt-get install time"
 [ "$(id -u)" = 0 ] || die "run as root (the script mounts)"
 
-say "building (release)"
-(cd "$ROOT" && cargo build --release --bin sessionfs --example gen_sessions 2>&1 | tail -1)
-BIN=$ROOT/target/release/sessionfs
-GEN=$ROOT/target/release/examples/gen_sessions
+# SESSIONFS_BIN and GEN_SESSIONS_BIN select prebuilt binaries (no build).
+if [ -z "${SESSIONFS_BIN:-}" ] || [ -z "${GEN_SESSIONS_BIN:-}" ]; then
+    say "building (release)"
+    (cd "$ROOT" && cargo build --release --bin sessionfs --example gen_sessions 2>&1 | tail -1)
+fi
+BIN=${SESSIONFS_BIN:-$ROOT/target/release/sessionfs}
+GEN=${GEN_SESSIONS_BIN:-$ROOT/target/release/examples/gen_sessions}
 
 CLEAN_DATA=
 if [ $# -ge 1 ]; then
@@ -77,7 +81,7 @@ S3K=$MNT/--views--/$(basename "$F3K" .jsonl)
 S100K=$MNT/--views--/$(basename "$F100K" .jsonl)
 echo "3k:   $F3K ($(stat -c %s "$F3K") bytes)"
 echo "100k: $F100K ($(stat -c %s "$F100K") bytes)"
-NEEDLE=kernel
+NEEDLE=function
 
 # One timed command: wall seconds and the output's last line.
 timed() {
