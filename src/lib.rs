@@ -8,4 +8,7 @@ pub mod cli;
 pub mod fs;
 pub mod session;
 
+#[cfg(test)]
+mod module_graph;
+
 pub use session::error::{Error, Result};

@@ -7,9 +7,9 @@ use std::path::Path;
 use common::{empty_env, fixture_env, Env, BACKENDS};
 use serde_json::json;
 use sessionfs::session::discovery::{
-    continue_recent, list_all, list_sessions, most_recent_session, read_breadcrumb,
-    recent_sessions, resolve_session, write_breadcrumb,
+    list_all, list_sessions, most_recent_session, recent_sessions, resolve_session,
 };
+use sessionfs::session::resume::{continue_recent, read_breadcrumb, write_breadcrumb};
 use sessionfs::session::{Error, Session};
 
 fn put(env: &Env, dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

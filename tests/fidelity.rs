@@ -13,10 +13,9 @@ use serde_json::{json, Value};
 use sessionfs::session::append::parse_new_entry;
 use sessionfs::session::blobs::sha256_hex;
 use sessionfs::session::context::LeafSel;
-use sessionfs::session::discovery::{
-    continue_recent, list_sessions, most_recent_session, recent_sessions,
-};
+use sessionfs::session::discovery::{list_sessions, most_recent_session, recent_sessions};
 use sessionfs::session::paths::AgentDir;
+use sessionfs::session::resume::continue_recent;
 use sessionfs::session::storage::{FileStorage, Storage};
 use sessionfs::session::Session;
 

@@ -12,10 +12,10 @@
 //! | `Unreadable` (a file the engine cannot parse) | `EIO` |
 //! | `Conflict` (the file changed under the session; nothing written) | `EIO` |
 //! | `Stale` (an indexed line changed on disk; readers reload and retry first) | `EIO` |
+//! | `History` (the prompt history database failed) | `EIO` |
 //!
 //! A missing file or directory is `ENOENT`, decided where it is looked up
 //! (not here).
-//! | `History` | `EIO` |
 
 use crate::session::error::Error;
 

@@ -1932,8 +1932,8 @@ fn list_item(key: &SessionKey, s: &Session, idx: u32, view: View) -> Option<(Str
     ))
 }
 
-/// The position of an entry node's entry; not found when it is gone (or,
-/// nested, when it is no longer where it was).
+/// The position of an entry node's entry; not found when no entry has its
+/// id any more. (A nested node's place in the tree is not checked here.)
 fn check_entry(s: &Session, id: &str, _view: View) -> Result<u32> {
     s.index().position(id).ok_or_else(|| not_found(id))
 }

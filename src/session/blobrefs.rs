@@ -26,8 +26,27 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::value::RawValue;
 
-use crate::session::blobs::{parse_blob_ref, BLOB_REF_PREFIX};
+use crate::session::ids::is_lower_hex;
 use crate::session::json::{decode_json_string, json_string, RawObject};
+
+/// Prefix of a blob reference: `blob:sha256:<64 lowercase hex>`.
+pub const BLOB_REF_PREFIX: &str = "blob:sha256:";
+
+/// Length of a blob name: a SHA-256 digest in hex.
+pub(crate) const HEX_LEN: usize = 64;
+
+/// The hex digest of a well-formed blob ref (`blob:sha256:` followed by
+/// exactly 64 lowercase hex digits), or `None` for anything else. This is the
+/// only gate through which a ref read from a file becomes a path.
+pub fn parse_blob_ref(s: &str) -> Option<&str> {
+    s.strip_prefix(BLOB_REF_PREFIX)
+        .filter(|hex| is_lower_hex(hex, HEX_LEN))
+}
+
+/// The ref string for a digest: `blob:sha256:<hex>`.
+pub fn blob_ref(hex: &str) -> String {
+    format!("{BLOB_REF_PREFIX}{hex}")
+}
 
 /// Member names that mark an image position (see the module docs).
 pub const CONTENT_KEY: &str = "content";

@@ -9,7 +9,8 @@
 //! the ref in place and is logged.
 //!
 //! Only a string that is exactly [`BLOB_REF_PREFIX`] + 64 lowercase hex is a
-//! usable ref ([`parse_blob_ref`]); nothing else is ever turned into a path,
+//! usable ref ([`parse_blob_ref`], kept with the other ref rules in
+//! [`crate::session::blobrefs`]); nothing else is ever turned into a path,
 //! so a ref such as `blob:sha256:../../etc/passwd` is inert.
 //!
 //! Only canonical standard base64 (standard alphabet, padding, no whitespace,
@@ -25,35 +26,17 @@ use base64::Engine as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::session::blobrefs::{is_image_data_url, is_image_position};
+pub use crate::session::blobrefs::{blob_ref, parse_blob_ref, BLOB_REF_PREFIX};
+use crate::session::blobrefs::{is_image_data_url, is_image_position, HEX_LEN};
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::ids::{hex, is_lower_hex};
 use crate::session::persistence::atomic_write;
 use crate::session::sizecontrol::{is_verbatim_block, utf16_len};
 use crate::session::storage::Storage;
 
-/// Prefix of a blob reference: `blob:sha256:<64 lowercase hex>`.
-pub const BLOB_REF_PREFIX: &str = "blob:sha256:";
-
 /// Images whose base64 `data` is shorter than this (in characters) stay
 /// inline.
 pub const MIN_EXTERNALIZE_BASE64: usize = 1024;
-
-/// Length of a blob name: a SHA-256 digest in hex.
-const HEX_LEN: usize = 64;
-
-/// The hex digest of a well-formed blob ref (`blob:sha256:` followed by
-/// exactly 64 lowercase hex digits), or `None` for anything else. This is the
-/// only gate through which a ref read from a file becomes a path.
-pub fn parse_blob_ref(s: &str) -> Option<&str> {
-    s.strip_prefix(BLOB_REF_PREFIX)
-        .filter(|hex| is_lower_hex(hex, HEX_LEN))
-}
-
-/// The ref string for a digest: `blob:sha256:<hex>`.
-pub fn blob_ref(hex: &str) -> String {
-    format!("{BLOB_REF_PREFIX}{hex}")
-}
 
 /// Lowercase hex SHA-256 of `bytes` (a blob's name).
 pub fn sha256_hex(bytes: &[u8]) -> String {

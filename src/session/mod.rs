@@ -31,6 +31,7 @@ pub mod persistence;
 pub mod pg;
 pub mod relocate;
 pub mod render;
+pub mod resume;
 pub mod sizecontrol;
 pub mod stats;
 pub mod storage;
