@@ -1,8 +1,9 @@
 //! Pieces shared by the subcommands: agent dir and session resolution,
 //! leaf arguments, output helpers.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use clap::Args;
 
@@ -156,7 +157,7 @@ pub fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
         return Ok(Arc::new(FileStorage::new()));
     };
     static OPEN: Mutex<Option<(PathBuf, Arc<dyn Storage>)>> = Mutex::new(None);
-    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut open = OPEN.lock();
     if let Some((root, storage)) = &*open {
         if root == agent.root() {
             return Ok(storage.clone());

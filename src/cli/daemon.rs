@@ -14,11 +14,15 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::OFlag;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{
+    dup2_stderr, dup2_stdin, dup2_stdout, fork, geteuid, pipe2, setsid, ForkResult, Pid,
+};
 use sha2::{Digest, Sha256};
 
 /// The byte the server writes once the mount is live.
@@ -29,43 +33,29 @@ pub struct ReadySignal {
     pipe: File,
 }
 
-fn errno_result(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
 /// Forks. In the parent this waits for the child's ready signal and never
 /// returns (the process exits with 0 once the mount is live, else with the
 /// child's status); in the child it returns the signal to give.
 ///
 /// Call it before any thread is started.
 pub fn detach() -> io::Result<ReadySignal> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: fds is a valid array of two ints.
-    errno_result(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    // SAFETY: both descriptors were just created and are owned here.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC)?;
     let _ = io::stdout().flush();
     let _ = io::stderr().flush();
     // SAFETY: the process is single-threaded here (documented precondition),
     // so the child may run arbitrary code.
-    let pid = errno_result(unsafe { libc::fork() })?;
-    if pid > 0 {
-        drop(write_end);
-        let code = wait_ready(File::from(read_end), pid);
-        std::process::exit(code);
+    match unsafe { fork() }? {
+        ForkResult::Parent { child } => {
+            drop(write_end);
+            let code = wait_ready(File::from(read_end), child);
+            std::process::exit(code);
+        }
+        ForkResult::Child => {}
     }
     drop(read_end);
-    // SAFETY: setsid has no preconditions; it fails only for a group leader,
-    // which a fresh child is not.
-    unsafe {
-        libc::setsid();
-    }
-    redirect(libc::STDIN_FILENO, &File::open("/dev/null")?)?;
+    // Fails only for a group leader, which a fresh child is not.
+    let _ = setsid();
+    dup2_stdin(File::open("/dev/null")?)?;
     std::env::set_current_dir("/")?;
     Ok(ReadySignal {
         pipe: File::from(write_end),
@@ -73,7 +63,7 @@ pub fn detach() -> io::Result<ReadySignal> {
 }
 
 /// The parent's side: the exit code for the process.
-fn wait_ready(mut pipe: File, child: libc::pid_t) -> i32 {
+fn wait_ready(mut pipe: File, child: Pid) -> i32 {
     let mut byte = [0u8; 1];
     loop {
         match pipe.read(&mut byte) {
@@ -83,33 +73,24 @@ fn wait_ready(mut pipe: File, child: libc::pid_t) -> i32 {
             Err(_) => break,
         }
     }
-    let mut status = 0;
-    // SAFETY: waiting for our own child; status is a valid int.
-    let rc = unsafe { libc::waitpid(child, &mut status, 0) };
-    if rc < 0 {
-        eprintln!("sessionfs: the mount process ended before the mount was ready");
-        return 1;
-    }
-    if libc::WIFEXITED(status) {
-        let code = libc::WEXITSTATUS(status);
-        if code == 0 {
+    match waitpid(child, None) {
+        Ok(WaitStatus::Exited(_, 0)) => {
             eprintln!("sessionfs: the mount process exited before the mount was ready");
             1
-        } else {
-            code
         }
-    } else {
-        eprintln!(
-            "sessionfs: the mount process was killed by signal {} before the mount was ready",
-            libc::WTERMSIG(status)
-        );
-        1
+        Ok(WaitStatus::Exited(_, code)) => code,
+        Ok(WaitStatus::Signaled(_, signal, _)) => {
+            eprintln!(
+                "sessionfs: the mount process was killed by signal {} before the mount was ready",
+                signal as i32
+            );
+            1
+        }
+        _ => {
+            eprintln!("sessionfs: the mount process ended before the mount was ready");
+            1
+        }
     }
-}
-
-fn redirect(target: libc::c_int, to: &File) -> io::Result<()> {
-    // SAFETY: both descriptors are valid; dup2 replaces target atomically.
-    errno_result(unsafe { libc::dup2(to.as_raw_fd(), target) }).map(|_| ())
 }
 
 impl ReadySignal {
@@ -118,8 +99,8 @@ impl ReadySignal {
     pub fn ready(mut self, sink: &File) -> io::Result<()> {
         let _ = io::stdout().flush();
         let _ = io::stderr().flush();
-        redirect(libc::STDOUT_FILENO, sink)?;
-        redirect(libc::STDERR_FILENO, sink)?;
+        dup2_stdout(sink)?;
+        dup2_stderr(sink)?;
         self.pipe.write_all(&[READY])
     }
 }
@@ -171,9 +152,8 @@ impl Drop for PidFile {
 /// The directory of the per-mount lock files: `/run/sessionfs` for root,
 /// else `$XDG_RUNTIME_DIR/sessionfs`, else `/tmp/sessionfs-<uid>`.
 fn runtime_dir() -> PathBuf {
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    if uid == 0 {
+    let uid = geteuid();
+    if uid.is_root() {
         return PathBuf::from("/run/sessionfs");
     }
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
@@ -205,11 +185,6 @@ pub struct MountLock {
     path: PathBuf,
 }
 
-fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
-    // SAFETY: a valid open descriptor.
-    errno_result(unsafe { libc::flock(file.as_raw_fd(), op) }).map(|_| ())
-}
-
 impl MountLock {
     /// Takes the lock of `key` (see [`mount_key`]) and records our pid.
     pub fn acquire(key: &Path) -> io::Result<MountLock> {
@@ -220,8 +195,7 @@ impl MountLock {
             Err(e) => return Err(e),
         }
         let meta = std::fs::symlink_metadata(&dir)?;
-        // SAFETY: geteuid cannot fail.
-        if !meta.is_dir() || meta.uid() != unsafe { libc::geteuid() } {
+        if !meta.is_dir() || meta.uid() != geteuid().as_raw() {
             return Err(io::Error::other(format!(
                 "{} is not a directory of ours",
                 dir.display()
@@ -238,7 +212,7 @@ impl MountLock {
                 .mode(0o600)
                 .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
                 .open(&path)?;
-            flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|_| {
+            file.try_lock().map_err(|_| {
                 io::Error::other(format!(
                     "another sessionfs serves {} (pid {})",
                     key.display(),
@@ -285,7 +259,7 @@ fn sweep(dir: &Path) {
         else {
             continue;
         };
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() && same_file(&file, &path) {
+        if file.try_lock().is_ok() && same_file(&file, &path) {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -296,7 +270,7 @@ impl Drop for MountLock {
         // Removed while still locked: a waiter then sees the file gone or
         // gets the lock of an unlinked file, both meaning "exited".
         let _ = std::fs::remove_file(&self.path);
-        let _ = flock(&self.file, libc::LOCK_UN);
+        let _ = self.file.unlock();
     }
 }
 
@@ -320,7 +294,7 @@ pub fn wait_for_server(key: &Path, timeout: Duration) -> io::Result<Option<u32>>
     let pid = read_pid(&path);
     let deadline = Instant::now() + timeout;
     loop {
-        if flock(&file, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
+        if file.try_lock_shared().is_ok() {
             return Ok(pid);
         }
         if Instant::now() > deadline {

@@ -205,10 +205,11 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
                 // The parent saw no ready signal and reports a failure:
                 // stop serving (the stop signal ends `serve`).
                 ready_error = Some(e);
-                // SAFETY: kill(2) on our own pid with a signal `serve` waits for.
-                unsafe {
-                    libc::kill(libc::getpid(), libc::SIGTERM);
-                }
+                // A signal `serve` waits for, to our own process.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::this(),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
             }
         }
     })

@@ -16,9 +16,10 @@
 //! What a slot keeps when its session is dropped: `last-error`, and the
 //! leaf — restored on reload when the file has not changed size since.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
 use crate::session::context::ContextFold;
@@ -183,7 +184,7 @@ pub struct Slot {
 
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, SlotState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 }
 
@@ -216,7 +217,7 @@ impl SessionCache {
     }
 
     fn slot(&self, key: &SessionKey) -> Arc<Slot> {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots.lock();
         slots.entry(key.clone()).or_default().clone()
     }
 
@@ -242,7 +243,7 @@ impl SessionCache {
         f: impl FnOnce(&mut SlotState) -> R,
     ) -> Option<R> {
         let slot = {
-            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let slots = self.slots.lock();
             slots.get(key).cloned()?
         };
         let mut st = slot.lock();
@@ -252,18 +253,18 @@ impl SessionCache {
 
     /// The sessions loaded now.
     pub fn loaded_keys(&self) -> Vec<SessionKey> {
-        let lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        let lru = self.lru.lock();
         lru.loaded.keys().cloned().collect()
     }
 
     /// Forgets a session whose file is gone.
     pub fn remove(&self, key: &SessionKey) {
         let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slots = self.slots.lock();
             slots.remove(key)
         };
         {
-            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+            let mut lru = self.lru.lock();
             if let Some((_, est)) = lru.loaded.remove(key) {
                 lru.total = lru.total.saturating_sub(est);
             }
@@ -276,12 +277,12 @@ impl SessionCache {
 
     /// Total estimated bytes of the loaded sessions.
     pub fn estimated_bytes(&self) -> usize {
-        self.lru.lock().unwrap_or_else(|p| p.into_inner()).total
+        self.lru.lock().total
     }
 
     fn account(&self, key: &SessionKey, tick: u64, est: usize, loaded: bool) {
         let victims: Vec<(SessionKey, u64)> = {
-            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+            let mut lru = self.lru.lock();
             if let Some((_, old)) = lru.loaded.remove(key) {
                 lru.total = lru.total.saturating_sub(old);
             }
@@ -315,7 +316,7 @@ impl SessionCache {
         };
         for (victim, tick) in victims {
             let slot = {
-                let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+                let slots = self.slots.lock();
                 slots.get(&victim).cloned()
             };
             let Some(slot) = slot else { continue };
@@ -329,7 +330,7 @@ impl SessionCache {
                 // Pinned: keep it accounted for.
                 let est = st.estimate();
                 drop(st);
-                let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+                let mut lru = self.lru.lock();
                 lru.loaded.insert(victim, (tick, est));
                 lru.total += est;
             } else {

@@ -19,9 +19,10 @@
 //! lookup counts; `forget` drops them, so its size follows the kernel's
 //! inode cache and not the size of the sessions.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -284,8 +285,8 @@ impl InodeTable {
         InodeTable::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// The number of an entry file of the entry directory `dir_ino`.

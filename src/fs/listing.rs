@@ -22,8 +22,9 @@
 //!   number of snapshots is kept; a read that finds its snapshot gone lists
 //!   the directory again and goes on from its position.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::fs::layout::Node;
@@ -60,8 +61,8 @@ impl Listings {
         Listings::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// Calls `emit(offset, name, node, mtime)` for the items of directory

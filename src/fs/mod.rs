@@ -30,12 +30,13 @@ pub mod tree;
 pub mod views;
 pub mod watch;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -123,8 +124,10 @@ fn err_of(e: &Error) -> Errno {
 
 impl SessionFs {
     pub fn new(tree: Arc<Tree>, inodes: Arc<InodeTable>) -> Self {
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
         SessionFs {
             tree,
             inodes,
@@ -213,26 +216,16 @@ impl SessionFs {
 
     fn add_handle(&self, h: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, Arc::new(Mutex::new(h)));
+        self.handles.lock().insert(fh, Arc::new(Mutex::new(h)));
         fh
     }
 
     fn handle(&self, fh: FileHandle) -> Option<Arc<Mutex<Handle>>> {
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh.0)
-            .cloned()
+        self.handles.lock().get(&fh.0).cloned()
     }
 
     fn take_handle(&self, fh: FileHandle) -> Option<Arc<Mutex<Handle>>> {
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0)
+        self.handles.lock().remove(&fh.0)
     }
 
     fn render(&self, node: &Node) -> Result<Arc<Vec<u8>>, Errno> {
@@ -519,7 +512,7 @@ impl Filesystem for SessionFs {
         let Some(h) = self.handle(fh) else {
             return reply.error(Errno::EBADF);
         };
-        let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = h.lock();
         let content = match &mut *h {
             Handle::Read {
                 node,
@@ -571,7 +564,7 @@ impl Filesystem for SessionFs {
         let Some(h) = self.handle(fh) else {
             return reply.error(Errno::EBADF);
         };
-        let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = h.lock();
         let Handle::Control {
             node,
             stream,
@@ -621,7 +614,7 @@ impl Filesystem for SessionFs {
         // table written over `labels` ends here (the labels it leaves out
         // are cleared), once something was written (see `LabelTable`).
         if let Some(h) = self.handle(fh) {
-            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+            let mut h = h.lock();
             if let Handle::Control {
                 node: Node::File(key, _),
                 table: Some(table),
@@ -675,7 +668,7 @@ impl Filesystem for SessionFs {
         reply: ReplyEmpty,
     ) {
         if let Some(h) = self.take_handle(fh) {
-            let h = h.lock().unwrap_or_else(|p| p.into_inner());
+            let h = h.lock();
             if let Handle::Control {
                 node: Node::File(key, _),
                 table: Some(table),

@@ -17,11 +17,16 @@
 //! `docs/filesystem.md` ("Mounting") describes all of it for users.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{BackgroundSession, Config, Filesystem, MountOption, SessionACL};
+use nix::mount::{umount2, MntFlags};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::fs::inode::InodeTable;
 use crate::fs::requestlog::Logged;
@@ -88,38 +93,36 @@ pub enum Ended {
     Unmounted,
 }
 
-fn signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        set
-    }
+/// The signals that stop the mount.
+fn stop_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
+    set
 }
 
 /// Blocks the stop signals in this thread (and the threads it starts
-/// afterwards), so that they are received by `sigtimedwait` only.
-fn block_signals() {
-    let set = signal_set();
-    // SAFETY: set is a valid, initialised signal set.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+/// afterwards), so that they are received only through the returned
+/// descriptor ([`wait_signal`]).
+fn block_signals() -> io::Result<SignalFd> {
+    let set = stop_signals();
+    set.thread_block()?;
+    Ok(SignalFd::with_flags(
+        &set,
+        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+    )?)
 }
 
 /// Waits up to `timeout` for a stop signal.
-fn wait_signal(timeout: Duration) -> Option<i32> {
-    let set = signal_set();
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: valid set and timespec; siginfo may be null.
-    let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
-    (sig > 0).then_some(sig)
+fn wait_signal(signals: &SignalFd, timeout: Duration) -> Option<i32> {
+    let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    let _ = poll(&mut fds, timeout);
+    match signals.read_signal() {
+        Ok(Some(info)) => i32::try_from(info.ssi_signo).ok(),
+        _ => None,
+    }
 }
 
 /// glibc gives each thread that allocates its own malloc arena and keeps
@@ -233,7 +236,7 @@ fn start<F: Filesystem + Send + Sync + 'static>(
 /// is called once the mount is in place.
 pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     probe_mountpoint(&config.mountpoint, config.recover)?;
-    block_signals();
+    let signals = block_signals()?;
     limit_malloc_arenas();
 
     let tree_config = TreeConfig {
@@ -300,7 +303,7 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     ready();
 
     let ended = loop {
-        if let Some(sig) = wait_signal(Duration::from_millis(200)) {
+        if let Some(sig) = wait_signal(&signals, Duration::from_millis(200)) {
             break Ended::Signal(sig);
         }
         if bg.guard.is_finished() {
@@ -328,24 +331,19 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     Ok(ended)
 }
 
-fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
-    use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
-}
-
 /// Unmounts `path`: `umount2(2)` as root, else `fusermount3 -u` (`-uz`
 /// when `lazy`: detached now, gone once no longer busy).
 pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        let c = c_path(path)?;
-        let flags = if lazy { libc::MNT_DETACH } else { 0 };
-        // SAFETY: a valid NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+    if nix::unistd::geteuid().is_root() {
+        let flags = if lazy {
+            MntFlags::MNT_DETACH
+        } else {
+            MntFlags::empty()
+        };
+        let Err(errno) = umount2(path, flags) else {
             return Ok(());
-        }
-        let e = io::Error::last_os_error();
+        };
+        let e = io::Error::from(errno);
         return Err(match e.raw_os_error() {
             Some(libc::EINVAL) => io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -384,12 +382,7 @@ fn detach(path: &Path) -> io::Result<()> {
 }
 
 fn lazy_unmount(path: &Path) {
-    let Ok(c) = c_path(path) else {
-        return;
-    };
-    // SAFETY: a valid NUL-terminated path.
-    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    if rc != 0 {
+    if umount2(path, MntFlags::MNT_DETACH).is_err() {
         let _ = std::process::Command::new("fusermount3")
             .arg("-uz")
             .arg(path)

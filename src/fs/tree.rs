@@ -7,11 +7,12 @@
 //! loaded session first calls `Session::refresh` (one `stat`), so lines
 //! appended by others show up and the leaf follows the file.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::fs::cache::{Broken, ContextKey, Fingerprint, RenderedFold, SessionCache, SlotState};
@@ -234,7 +235,7 @@ impl Tree {
     /// (project, working directory) of every project with one (`by-cwd/`).
     pub fn project_cwds(&self) -> Result<Vec<(String, String)>> {
         let projects = self.projects()?;
-        let mut cwds = self.cwds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cwds = self.cwds.lock();
         Ok(projects
             .into_iter()
             .filter_map(|p| {
@@ -266,7 +267,7 @@ impl Tree {
     /// Where changes are reported (the watcher). Changes found before
     /// are handed to it first.
     pub fn set_change_sink(&self, sink: impl Fn(Change) + Send + 'static) {
-        let mut route = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut route = self.changes.lock();
         if let ChangeRoute::Pending(pending) = &mut *route {
             for change in std::mem::take(pending) {
                 sink(change);
@@ -279,12 +280,12 @@ impl Tree {
     pub fn set_change_sender(&self, tx: Sender<Change>) {
         let tx = Mutex::new(tx);
         self.set_change_sink(move |c| {
-            let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(c);
+            let _ = tx.lock().send(c);
         });
     }
 
     fn report(&self, change: Change) {
-        match &mut *self.changes.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &mut *self.changes.lock() {
             ChangeRoute::Sink(sink) => sink(change),
             ChangeRoute::Pending(pending) => keep_pending(pending, change),
         }
@@ -1349,7 +1350,7 @@ impl Tree {
                 .duration_since(real)
                 .map_or(true, |age| age < STAMP_WINDOW);
         let state = if recent { Some(state()?) } else { None };
-        let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stamps = self.stamps.lock();
         let Some(seen) = stamps.get_mut(&key) else {
             stamps.insert(
                 key,
@@ -1380,7 +1381,7 @@ impl Tree {
     /// nanosecond: its listing changed while its file did not (`HEAD`
     /// came or went with the leaf).
     fn bump_session_stamp(&self, key: &SessionKey) {
-        let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stamps = self.stamps.lock();
         if let Some(seen) = stamps.get_mut(&StampKey::Session(key.clone())) {
             seen.reported += Duration::from_nanos(1);
         }
@@ -1437,7 +1438,7 @@ impl Tree {
             return Ok(self.problems(key)?.len() as u64);
         }
         let stamp = (meta.identity, meta.size, meta.mtime);
-        let cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = self.problems.lock();
         Ok(match cache.get(key) {
             Some((seen, data)) if *seen == stamp => data.len() as u64,
             _ => 0,
@@ -1454,7 +1455,7 @@ impl Tree {
             .ok_or_else(|| not_found(&key.session))?;
         let stamp = (meta.identity, meta.size, meta.mtime);
         {
-            let cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+            let cache = self.problems.lock();
             if let Some((seen, data)) = cache.get(key) {
                 if *seen == stamp {
                     return Ok(data.clone());
@@ -1472,7 +1473,7 @@ impl Tree {
             text.push_str(&format!("{}: {}\n", p.kind.name(), p.message));
         }
         let data = Arc::new(text.into_bytes());
-        let mut cache = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.problems.lock();
         if cache.len() >= PROBLEMS_CACHE {
             cache.clear();
         }

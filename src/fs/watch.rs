@@ -21,7 +21,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -30,6 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, Notifier};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::fs::inode::{InodeTable, ROOT_INO};
 use crate::fs::layout::{escape_name, Node, SessionKey, View};
@@ -61,39 +63,22 @@ impl ChangeSender {
     }
 }
 
-struct EventFd(libc::c_int);
+/// Wakes the worker: an eventfd it polls together with inotify.
+struct EventFd(nix::sys::eventfd::EventFd);
 
 impl EventFd {
     fn new() -> std::io::Result<Self> {
-        // SAFETY: plain syscall, no pointers.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(EventFd(fd))
+        use nix::sys::eventfd::EfdFlags;
+        let flags = EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK;
+        Ok(EventFd(nix::sys::eventfd::EventFd::from_value_and_flags(
+            0, flags,
+        )?))
     }
     fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe {
-            libc::write(self.0, (&one as *const u64).cast(), 8);
-        }
+        let _ = self.0.write(1);
     }
     fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
-        unsafe {
-            libc::read(self.0, (&mut v as *mut u64).cast(), 8);
-        }
-    }
-}
-
-impl Drop for EventFd {
-    fn drop(&mut self) {
-        // SAFETY: closes the fd we own.
-        unsafe {
-            libc::close(self.0);
-        }
+        let _ = self.0.read();
     }
 }
 
@@ -160,72 +145,44 @@ pub fn start(
     })
 }
 
-struct Inotify(libc::c_int);
+struct Inotify(nix::sys::inotify::Inotify);
 
 impl Inotify {
     fn new() -> std::io::Result<Self> {
-        // SAFETY: plain syscall.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            log::warn!("inotify unavailable ({e}); changes show up on access only");
-            return Err(e);
+        use nix::sys::inotify::InitFlags;
+        match nix::sys::inotify::Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK) {
+            Ok(ino) => Ok(Inotify(ino)),
+            Err(e) => {
+                log::warn!("inotify unavailable ({e}); changes show up on access only");
+                Err(e.into())
+            }
         }
-        Ok(Inotify(fd))
     }
 
     fn add(&self, path: &Path, mask: u32) -> Option<i32> {
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-        // SAFETY: valid NUL-terminated path.
-        let wd = unsafe { libc::inotify_add_watch(self.0, c.as_ptr(), mask) };
-        if wd < 0 {
-            log::debug!(
-                "cannot watch {}: {}",
-                path.display(),
-                std::io::Error::last_os_error()
-            );
-            return None;
+        let mask = nix::sys::inotify::AddWatchFlags::from_bits_truncate(mask);
+        match self.0.add_watch(path, mask) {
+            Ok(wd) => Some(wd.as_raw()),
+            Err(e) => {
+                log::debug!("cannot watch {}: {e}", path.display());
+                None
+            }
         }
-        Some(wd)
     }
 
     /// Reads the pending events: (wd, mask, name).
     fn read(&self) -> Vec<(i32, u32, Vec<u8>)> {
         let mut out = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            // SAFETY: reads into a buffer we own, of its length.
-            let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
+        while let Ok(events) = self.0.read_events() {
+            if events.is_empty() {
                 break;
             }
-            let n = n as usize;
-            let header = std::mem::size_of::<libc::inotify_event>();
-            let mut off = 0;
-            while off + header <= n {
-                // SAFETY: the kernel wrote a whole event header at `off`;
-                // read_unaligned copes with any alignment.
-                let ev: libc::inotify_event = unsafe {
-                    std::ptr::read_unaligned(buf[off..].as_ptr().cast::<libc::inotify_event>())
-                };
-                let name_start = off + header;
-                let name_end = (name_start + ev.len as usize).min(n);
-                let raw = &buf[name_start..name_end];
-                let name = raw.split(|&b| b == 0).next().unwrap_or(&[]).to_vec();
-                out.push((ev.wd, ev.mask, name));
-                off = name_end;
-            }
+            out.extend(events.into_iter().map(|ev| {
+                let name = ev.name.map(|n| n.into_vec()).unwrap_or_default();
+                (ev.wd.as_raw(), ev.mask.bits(), name)
+            }));
         }
         out
-    }
-}
-
-impl Drop for Inotify {
-    fn drop(&mut self) {
-        // SAFETY: closes the fd we own.
-        unsafe {
-            libc::close(self.0);
-        }
     }
 }
 
@@ -254,21 +211,12 @@ impl Worker {
     fn run(mut self) {
         let mut last_rescan = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
-            let mut fds = vec![libc::pollfd {
-                fd: self.event_fd.0,
-                events: libc::POLLIN,
-                revents: 0,
-            }];
-            if let Some(ino) = &self.inotify {
-                fds.push(libc::pollfd {
-                    fd: ino.0,
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
-            // SAFETY: polls a valid array of pollfds of the given length.
-            unsafe {
-                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000);
+            {
+                let mut fds = vec![PollFd::new(self.event_fd.0.as_fd(), PollFlags::POLLIN)];
+                if let Some(ino) = &self.inotify {
+                    fds.push(PollFd::new(ino.0.as_fd(), PollFlags::POLLIN));
+                }
+                let _ = poll(&mut fds, PollTimeout::from(1000u16));
             }
             self.event_fd.drain();
             self.handle_inotify();

@@ -7,9 +7,9 @@
 //! in-memory migration, lines by the loader's rules, parents by id with the
 //! last of a repeated id winning. Nothing here writes to a checked file.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use memchr::memmem;
 use serde::Serialize;
@@ -297,10 +297,8 @@ impl<'a> Checker<'a> {
     }
 
     fn blob_state(&self, hex: &str) -> BlobState {
-        if let Ok(cache) = self.blobs.lock() {
-            if let Some(s) = cache.get(hex) {
-                return *s;
-            }
+        if let Some(s) = self.blobs.lock().get(hex) {
+            return *s;
         }
         let path = self.blobs_dir.join(hex);
         let state = match self.storage.read(&path) {
@@ -309,9 +307,7 @@ impl<'a> Checker<'a> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BlobState::Missing,
             Err(_) => BlobState::Unreadable,
         };
-        if let Ok(mut cache) = self.blobs.lock() {
-            cache.insert(hex.to_string(), state);
-        }
+        self.blobs.lock().insert(hex.to_string(), state);
         state
     }
 

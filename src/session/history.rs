@@ -54,12 +54,12 @@
 //! All tokens must match (AND). Results are newest first. A query with no
 //! tokens (empty or only whitespace) finds nothing.
 
+use parking_lot::Mutex;
 use std::fs::{DirBuilder, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -210,7 +210,7 @@ impl HistoryStore {
         }
         // The lock also orders the sends, so rows keep the order of the
         // duplicate checks when several threads add at once.
-        let mut last = lock(&self.last);
+        let mut last = self.last.lock();
         if last.as_deref() == Some(prompt) {
             log::debug!("history: skipping a repeated prompt");
             return false;
@@ -299,7 +299,7 @@ impl HistoryStore {
     }
 
     fn query(&self, what: &str, sql: &str, values: Vec<Value>) -> Vec<HistoryEntry> {
-        let conn = lock(&self.reader);
+        let conn = self.reader.lock();
         let run = || -> rusqlite::Result<Vec<HistoryEntry>> {
             let mut stmt = conn.prepare_cached(sql)?;
             let rows = stmt.query_map(rusqlite::params_from_iter(values), |row| {
@@ -384,12 +384,6 @@ fn unix_now() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
         .unwrap_or(0)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn db_error(path: &Path, what: &str, err: rusqlite::Error) -> Error {

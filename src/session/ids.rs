@@ -7,29 +7,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Milliseconds of 2015-01-01T00:00:00Z since the Unix epoch.
 const SESSION_ID_EPOCH_MS: u64 = 1_420_070_400_000;
 
-/// Fills `buf` with random bytes from the kernel (`getrandom(2)`), falling
-/// back to a time-and-counter mix if the call is unavailable.
+/// Fills `buf` with random bytes from the kernel (the `getrandom` crate),
+/// falling back to a time-and-counter mix if that is unavailable.
 pub fn random_bytes(buf: &mut [u8]) {
-    let mut filled = 0;
-    while filled < buf.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
-        let rc = unsafe {
-            libc::getrandom(
-                buf[filled..].as_mut_ptr().cast::<libc::c_void>(),
-                buf.len() - filled,
-                0,
-            )
-        };
-        if rc > 0 {
-            filled += rc as usize;
-            continue;
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        fallback_bytes(&mut buf[filled..]);
-        return;
+    if let Err(e) = getrandom::fill(buf) {
+        log::debug!("no random bytes from the kernel ({e}); using the time-and-counter mix");
+        fallback_bytes(buf);
     }
 }
 

@@ -155,13 +155,13 @@ fn record_pid(content: &str) -> Option<i32> {
 }
 
 fn pid_alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    if rc == 0 {
-        return true;
+    use nix::errno::Errno;
+    // Signal 0 only checks that the process exists. EPERM: alive, not
+    // ours; anything but ESRCH: assume alive.
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(e) => e != Errno::ESRCH,
     }
-    // EPERM: alive, not ours; anything but ESRCH: assume alive.
-    io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Removes the lockfile when its holder is verifiably gone. True when the

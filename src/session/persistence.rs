@@ -108,8 +108,7 @@ fn proc_start_time() -> Option<SystemTime> {
         .trim()
         .parse()
         .ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
     let ticks = u64::try_from(ticks).ok().filter(|t| *t > 0)?;
     let ms = btime * 1000 + start_ticks * 1000 / ticks;
     Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))

@@ -29,6 +29,7 @@
 //!   where the chunk starts (the primary key makes the guarded append a
 //!   plain insert); an append no longer rewrites the whole value.
 
+use parking_lot::Mutex;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::fmt;
@@ -38,7 +39,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postgres::types::ToSql;
@@ -328,10 +329,6 @@ impl fmt::Debug for PgStorage {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl PgStorage {
     /// Connects and creates the tables that are missing (the reference's
     /// `CREATE TABLE IF NOT EXISTS`).
@@ -444,7 +441,7 @@ impl PgStorage {
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
     ) -> io::Result<T> {
-        let mut guard = lock(&self.inner.client);
+        let mut guard = self.inner.client.lock();
         if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
             *guard = Some(Conn {
                 client: self.inner.conn.connect(NoTls).map_err(db_error)?,
@@ -571,15 +568,15 @@ impl PgStorage {
             .inner
             .uses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut mirrors = lock(&self.inner.mirrors);
+        let mut mirrors = self.inner.mirrors.lock();
         if let Some(m) = mirrors.get(key) {
-            lock(m).last_use = use_no;
+            m.lock().last_use = use_no;
             return Ok(m.clone());
         }
         if mirrors.len() >= MAX_MIRRORS {
             let oldest = mirrors
                 .iter()
-                .min_by_key(|(_, m)| lock(m).last_use)
+                .min_by_key(|(_, m)| m.lock().last_use)
                 .map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 mirrors.remove(&k);
@@ -596,7 +593,7 @@ impl PgStorage {
     }
 
     fn forget_mirror(&self, key: &str) {
-        lock(&self.inner.mirrors).remove(key);
+        self.inner.mirrors.lock().remove(key);
     }
 
     /// Brings the mirror of a row up to the row's end; `NotFound` when
@@ -604,7 +601,7 @@ impl PgStorage {
     fn sync(&self, path: &Path, key: &str) -> io::Result<Arc<Mutex<Mirror>>> {
         let m = self.mirror(key)?;
         {
-            let mut mirror = lock(&m);
+            let mut mirror = m.lock();
             let overlap = mirror.len.min(OVERLAP);
             let start = mirror.len - overlap;
             let Some(bytes) = self.fetch_from(key, start)? else {
@@ -635,11 +632,11 @@ impl PgStorage {
 
     fn read_row_at(&self, path: &Path, key: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let mut m = self.mirror(key)?;
-        let have = lock(&m).len;
+        let have = m.lock().len;
         if have == 0 || have < offset.saturating_add(len as u64) {
             m = self.sync(path, key)?;
         }
-        let mirror = lock(&m);
+        let mirror = m.lock();
         let end = mirror.len.min(offset.saturating_add(len as u64));
         let mut buf = vec![0u8; usize::try_from(end.saturating_sub(offset)).unwrap_or(0)];
         mirror.file.read_exact_at(&mut buf, offset)?;
@@ -718,7 +715,7 @@ impl PgStorage {
         };
         if done {
             let m = self.mirror(key)?;
-            let mut mirror = lock(&m);
+            let mut mirror = m.lock();
             mirror.file.set_len(0)?;
             mirror.file.write_all_at(data, 0)?;
             mirror.len = data.len() as u64;
@@ -797,7 +794,7 @@ impl PgStorage {
         if done {
             if let Some(e) = expected {
                 let m = self.mirror(key)?;
-                let mut mirror = lock(&m);
+                let mut mirror = m.lock();
                 if mirror.len == e {
                     mirror.file.write_all_at(line, e)?;
                     mirror.len += line.len() as u64;
@@ -819,8 +816,8 @@ impl PgStorage {
         if size == 0 {
             return Ok(None);
         }
-        if let Some(m) = lock(&self.inner.mirrors).get(key) {
-            let m = lock(m);
+        if let Some(m) = self.inner.mirrors.lock().get(key) {
+            let m = m.lock();
             if m.len == size {
                 let mut b = [0u8; 1];
                 m.file.read_exact_at(&mut b, size - 1)?;
@@ -1012,7 +1009,7 @@ impl AppendWriter for PgAppendWriter {
     }
     fn lock(&mut self) -> io::Result<LockGuard> {
         // No lock: the reference takes none; appends are guarded instead.
-        Ok(LockGuard::new(|| {}))
+        Ok(LockGuard::none())
     }
 }
 
@@ -1038,7 +1035,7 @@ impl Storage for PgStorage {
         match self.place(path) {
             Place::Session(key) => {
                 let m = self.sync(path, &key)?;
-                let mirror = lock(&m);
+                let mirror = m.lock();
                 let mut buf = vec![0u8; usize::try_from(mirror.len).unwrap_or(0)];
                 mirror.file.read_exact_at(&mut buf, 0)?;
                 Ok(buf)
@@ -1173,12 +1170,12 @@ impl Storage for PgStorage {
             Place::Session(key) => {
                 if self.row_exists(&key)? {
                     // Rewrites are guarded by size instead (replace_in_place).
-                    Ok(LockGuard::new(|| {}))
+                    Ok(LockGuard::none())
                 } else {
                     Err(not_found(path))
                 }
             }
-            Place::Blob(_) => Ok(LockGuard::new(|| {})),
+            Place::Blob(_) => Ok(LockGuard::none()),
             Place::Local => self.inner.local.lock(path),
         }
     }
@@ -1276,7 +1273,7 @@ impl Storage for PgStorage {
         let mut buf = vec![0u8; chunk.max(1)];
         loop {
             let n = {
-                let mirror = lock(&m);
+                let mirror = m.lock();
                 let n = mirror.len.saturating_sub(offset).min(buf.len() as u64) as usize;
                 mirror.file.read_exact_at(&mut buf[..n], offset)?;
                 n
@@ -1385,8 +1382,8 @@ impl PgStorage {
             if let Some((size, mtime, identity)) = self.row_stat(key)? {
                 // A mirror of another content (rewritten or shrunk) is
                 // dropped.
-                let stale = lock(&self.inner.mirrors).get(key).is_some_and(|m| {
-                    let mut m = lock(m);
+                let stale = self.inner.mirrors.lock().get(key).is_some_and(|m| {
+                    let mut m = m.lock();
                     let stale = m.len > size || m.identity.is_some_and(|i| i != identity);
                     m.identity = Some(identity);
                     stale

@@ -51,11 +51,9 @@ pub fn terminal_id_from_env(get: impl Fn(&str) -> Option<String>) -> Option<Stri
 
 /// The current terminal's id: the tty of stdin, else the environment.
 pub fn current_terminal_id() -> Option<String> {
-    // SAFETY: ttyname returns a pointer to a static buffer or null.
-    let tty = unsafe {
-        let p = libc::ttyname(0);
-        (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
-    };
+    let tty = nix::unistd::ttyname(std::io::stdin())
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
     tty.as_deref()
         .and_then(terminal_id_from_tty)
         .or_else(|| terminal_id_from_env(|k| std::env::var(k).ok()))

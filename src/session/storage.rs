@@ -2,6 +2,7 @@
 //! behind one trait, with a real-filesystem implementation and an in-memory one
 //! (for tests, fault injection and non-persistent sessions).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -9,7 +10,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// What `stat` reports about a file.
@@ -78,31 +79,29 @@ pub trait AppendWriter: Send {
     fn lock(&mut self) -> io::Result<LockGuard>;
 }
 
-/// Releases an advisory lock when dropped.
+/// Holds a storage's write locks until dropped: for the real filesystem
+/// the reference's lockfile and an exclusive `flock` on the file, released
+/// in reverse order; storages without locks of their own hand out
+/// [`LockGuard::none`].
+#[derive(Debug)]
 pub struct LockGuard {
-    release: Option<Box<dyn FnOnce() + Send>>,
+    held: Option<(File, crate::session::lockfile::Lockfile)>,
 }
 
 impl LockGuard {
-    /// A guard that runs `release` when dropped.
-    pub fn new(release: impl FnOnce() + Send + 'static) -> Self {
-        LockGuard {
-            release: Some(Box::new(release)),
-        }
+    /// A guard that holds nothing (storages whose writes need no lock).
+    pub fn none() -> Self {
+        LockGuard { held: None }
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
-            release();
+        if let Some((file, lockfile)) = self.held.take() {
+            // The `flock` first, then the lockfile: the reverse of taking them.
+            let _ = file.unlock();
+            drop(lockfile);
         }
-    }
-}
-
-impl fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("LockGuard")
     }
 }
 
@@ -269,30 +268,21 @@ impl FileStorage {
     }
 }
 
-fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
-    use std::os::unix::io::AsRawFd;
-    loop {
-        // SAFETY: flock on a valid, open file descriptor.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-}
-
 /// Takes the lockfile of `path`, then `flock` on `file` (the file at
 /// `path`); released in reverse order.
 fn lock_file(path: &Path, file: File) -> io::Result<LockGuard> {
     let lockfile = crate::session::lockfile::Lockfile::acquire(path)?;
-    flock(&file, libc::LOCK_EX)?;
-    Ok(LockGuard::new(move || {
-        let _ = flock(&file, libc::LOCK_UN);
-        drop(lockfile);
-    }))
+    // `File::lock` is `flock(LOCK_EX)` on Linux; a signal may interrupt it.
+    loop {
+        match file.lock() {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(LockGuard {
+        held: Some((file, lockfile)),
+    })
 }
 
 fn file_stat(md: &fs::Metadata) -> FileStat {
@@ -619,7 +609,7 @@ impl MemoryStorage {
 
     fn state(&self) -> MutexGuard<'_, MemState> {
         // A panic while holding the lock leaves plain data behind; keep going.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// Makes every later `op` fail with an I/O error until cleared.
@@ -712,7 +702,7 @@ impl AppendWriter for MemAppendWriter {
         MemoryStorage::check(&self.storage.state(), FaultOp::Fsync)
     }
     fn lock(&mut self) -> io::Result<LockGuard> {
-        Ok(LockGuard::new(|| {}))
+        Ok(LockGuard::none())
     }
 }
 
@@ -856,7 +846,7 @@ impl Storage for MemoryStorage {
     }
     fn lock(&self, path: &Path) -> io::Result<LockGuard> {
         if self.state().files.contains_key(path) {
-            Ok(LockGuard::new(|| {}))
+            Ok(LockGuard::none())
         } else {
             Err(not_found(path))
         }

@@ -15,29 +15,14 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// The date of a day number since 1970-01-01.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+/// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ` (what
+/// JavaScript's `toISOString` gives for years 0 to 9999). An instant past
+/// the year 9999 (reachable only through a zone offset at its very end) is
+/// formatted as the last millisecond of 9999.
 pub fn format_iso_ms(ms: i64) -> String {
-    let days = ms.div_euclid(86_400_000);
-    let rem = ms.rem_euclid(86_400_000);
-    let (y, m, d) = civil_from_days(days);
-    let (h, rem) = (rem / 3_600_000, rem % 3_600_000);
-    let (min, rem) = (rem / 60_000, rem % 60_000);
-    let (s, milli) = (rem / 1000, rem % 1000);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
+    let epoch = jiff::civil::date(1970, 1, 1).at(0, 0, 0, 0);
+    let at = epoch.saturating_add(jiff::SignedDuration::from_millis(ms));
+    format!("{at:.3}Z")
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -164,5 +149,14 @@ mod tests {
             assert_eq!(parse_iso_ms(&format_iso_ms(ms)), Some(ms));
         }
         assert_eq!(format_iso_ms(1_796_227_809_019), "2026-12-02T16:10:09.019Z");
+        // What the hand-written formatter gave before jiff did it.
+        assert_eq!(format_iso_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_iso_ms(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(format_iso_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        let year_zero = parse_iso_ms("0000-03-01T00:00:00.000Z").unwrap();
+        assert_eq!(format_iso_ms(year_zero), "0000-03-01T00:00:00.000Z");
+        let last = parse_iso_ms("9999-12-31T23:59:59.999Z").unwrap();
+        assert_eq!(format_iso_ms(last), "9999-12-31T23:59:59.999Z");
+        assert_eq!(format_iso_ms(last + 1), "9999-12-31T23:59:59.999Z");
     }
 }
