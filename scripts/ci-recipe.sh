@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CI recipe of docs/ci.md: mount an agent directory in the background,
 # check its sessions through the mount and with `sessionfs check`, unmount,
-# and exit non-zero if anything failed. tests/ci_recipe.rs runs this file.
+# and exit non-zero if anything failed. tests/it/cli/ci_recipe.rs runs this file.
 #
 # Environment:
 #   AGENT_DIR   the agent directory to check (default: $PI_CODING_AGENT_DIR,

@@ -1,6 +1,6 @@
 // Generates random session trees, opens each with the reference engine's
 // SessionManager and records its context at every leaf. The output is the
-// golden data of tests/differential.rs (see fixtures/differential/README.md).
+// golden data of tests/it/engine/differential.rs (see fixtures/differential/README.md).
 //
 // Usage (Bun):
 //   bun scripts/reference/differential.ts <cache-dir> [out-dir] [count] [seed]

@@ -1,0 +1,489 @@
+//! The command line, run as a process on copies of the fixtures.
+
+use crate::common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::{fixture_agent_dir, js_json};
+
+const LINEAR: &str =
+    "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee.jsonl";
+const BRANCHES: &str =
+    "--home-dev-pi--/2026-12-02T16-10-09-022Z_01a23785-3efe-72e1-bb81-2b3b9d555d9b.jsonl";
+const V1: &str = "--home-dev-legacy--/2025-01-10T08-00-00-000Z_aaaaaaaaaaaaaaaa.jsonl";
+
+fn run(agent: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+    cmd.args(args)
+        .arg("--agent-dir")
+        .arg(agent)
+        .env_remove("PI_CODING_AGENT_DIR")
+        // The persistent index goes to a cache inside the test's directory.
+        .env("XDG_CACHE_HOME", agent.join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(input) = stdin {
+        // A command that does not read stdin may exit before the write: a
+        // broken pipe then only means the input was not needed.
+        match child.stdin.take().unwrap().write_all(input.as_bytes()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.unwrap(),
+        }
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn session(agent: &Path, rel: &str) -> PathBuf {
+    agent.join("sessions").join(rel)
+}
+
+#[test]
+fn context_and_tree() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let file = session(agent.root(), LINEAR);
+    let f = file.to_str().unwrap();
+    let ctx = js_json(&stdout(&run(agent.root(), &["context", f], None)));
+    assert_eq!(ctx["thinkingLevel"], "high");
+    assert_eq!(ctx["models"]["smol"], "openai/gpt-4o");
+    let at = js_json(&stdout(&run(
+        agent.root(),
+        &["context", f, "--leaf", "5b70aa04"],
+        None,
+    )));
+    assert_eq!(at["messages"].as_array().unwrap().len(), 1);
+    let null = js_json(&stdout(&run(
+        agent.root(),
+        &["context", f, "--leaf", "null"],
+        None,
+    )));
+    assert_eq!(null["messages"], serde_json::json!([]));
+    let tree = stdout(&run(agent.root(), &["tree", f], None));
+    assert_eq!(tree.lines().count(), 18);
+    assert!(tree.lines().last().unwrap().starts_with('*'));
+    assert!(
+        tree.contains("5b70aa04 message: user: hello [renamed]"),
+        "{tree}"
+    );
+    // by session id prefix
+    let by_id = stdout(&run(agent.root(), &["leaf", "01a23785-3ef0"], None));
+    assert_eq!(by_id, "d9c604bb\n");
+    assert_eq!(
+        stdout(&run(agent.root(), &["labels", f], None)),
+        "5b70aa04\trenamed\n"
+    );
+    let header = js_json(&stdout(&run(agent.root(), &["header", f], None)));
+    assert_eq!(header["cwd"], "/home/dev/pi");
+    let entry = js_json(&stdout(&run(agent.root(), &["entry", f, "5b70aa04"], None)));
+    assert_eq!(entry["message"]["content"], "hello");
+}
+
+#[test]
+fn reading_a_v1_file_never_writes_and_the_first_write_migrates_it() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let file = session(agent.root(), V1);
+    let f = file.to_str().unwrap();
+    let before = std::fs::read_to_string(&file).unwrap();
+    assert!(!before.contains("\"version\""));
+    for args in [
+        vec!["context", f],
+        vec!["header", f],
+        vec!["tree", f],
+        vec!["leaf", f],
+        vec!["labels", f],
+    ] {
+        stdout(&run(agent.root(), &args, None));
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            before,
+            "{args:?} must not write"
+        );
+    }
+    let leaf = stdout(&run(agent.root(), &["leaf", f], None));
+    let input = r#"{"type":"custom","customType":"x"}"#;
+    let id = stdout(&run(agent.root(), &["append", f], Some(input)));
+    let after = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        after.starts_with(r#"{"type":"session","version":3,"#),
+        "{after}"
+    );
+    let entry = js_json(&stdout(&run(agent.root(), &["entry", f, id.trim()], None)));
+    assert_eq!(entry["parentId"], leaf.trim(), "migrated ids are stable");
+}
+
+#[test]
+fn append_assigns_ids_and_validates() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let file = session(agent.root(), BRANCHES);
+    let f = file.to_str().unwrap();
+    let input = concat!(
+        r#"{"type":"message","message":{"role":"user","content":"via cli"}}"#,
+        "\n\n",
+        r#"{"type":"label","targetId":"ac6857d4","label":"first"}"#,
+        "\n"
+    );
+    let out = stdout(&run(
+        agent.root(),
+        &["append", f, "--leaf", "36b35bcd"],
+        Some(input),
+    ));
+    let ids: Vec<&str> = out.lines().collect();
+    assert_eq!(ids.len(), 2);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let last2: Vec<serde_json::Value> = text.lines().rev().take(2).map(js_json).collect();
+    assert_eq!(last2[1]["parentId"], "36b35bcd");
+    assert_eq!(last2[0]["parentId"], serde_json::json!(ids[0]));
+    assert_eq!(
+        stdout(&run(agent.root(), &["labels", f], None)),
+        "ac6857d4\tfirst\n36b35bcd\tfork-point\n"
+    );
+
+    // every rejected input leaves the file byte-identical
+    let before = std::fs::read(&file).unwrap();
+    for (bad, args) in [
+        (r#"{"message":{"role":"user"}}"#, vec!["append", f]),
+        (r#"{"type":"bogus"}"#, vec!["append", f]),
+        (r#"{"type":"session","id":"x"}"#, vec!["append", f]),
+        (r#"{"type":"message","id":"x","message":{"role":"user"}}"#, vec!["append", f]),
+        (r#"{"type":"message","parentId":null,"message":{"role":"user"}}"#, vec!["append", f]),
+        (r#"{"type":"label","targetId":"nope","label":"x"}"#, vec!["append", f]),
+        ("not json", vec!["append", f]),
+        (
+            "{\"type\":\"message\",\"message\":{\"role\":\"user\",\"content\":\"ok\"}}\n{\"type\":\"label\",\"targetId\":\"nope\"}",
+            vec!["append", f],
+        ),
+        (r#"{"type":"message","message":{"role":"user","content":"x"}}"#, vec!["append", f, "--leaf", "nope"]),
+    ] {
+        let o = run(agent.root(), &args, Some(bad));
+        assert!(!o.status.success(), "{bad} should fail");
+        assert!(!o.stderr.is_empty(), "{bad}: a clear message");
+        assert_eq!(std::fs::read(&file).unwrap(), before, "{bad}: file unchanged");
+    }
+}
+
+#[test]
+fn label_and_branch_summary() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let file = session(agent.root(), BRANCHES);
+    let f = file.to_str().unwrap();
+    stdout(&run(
+        agent.root(),
+        &["label", f, "0caf4be9", "second root"],
+        None,
+    ));
+    assert!(stdout(&run(agent.root(), &["labels", f], None)).contains("0caf4be9\tsecond root\n"));
+    stdout(&run(agent.root(), &["label", f, "0caf4be9"], None));
+    assert!(!stdout(&run(agent.root(), &["labels", f], None)).contains("0caf4be9"));
+    let id = stdout(&run(
+        agent.root(),
+        &["branch-summary", f, "--from", "489c6125", "gave up"],
+        None,
+    ));
+    let line = js_json(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    );
+    assert_eq!(line["id"], id.trim());
+    assert_eq!(line["parentId"], "489c6125");
+    assert_eq!(line["fromId"], "489c6125");
+    stdout(&run(
+        agent.root(),
+        &["branch-summary", f, "--from", "root", "restart"],
+        None,
+    ));
+    let line = js_json(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    );
+    assert_eq!(line["parentId"], serde_json::Value::Null);
+    assert_eq!(line["fromId"], "root");
+    let before = std::fs::read(&file).unwrap();
+    assert!(!run(agent.root(), &["label", f, "missing", "x"], None)
+        .status
+        .success());
+    assert!(!run(
+        agent.root(),
+        &["branch-summary", f, "--from", "missing", "x"],
+        None
+    )
+    .status
+    .success());
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+}
+
+#[test]
+fn list_recent_and_fork() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let all = js_json(&stdout(&run(
+        agent.root(),
+        &["list", "--all", "--json"],
+        None,
+    )));
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 7);
+    for key in [
+        "path",
+        "id",
+        "cwd",
+        "title",
+        "parentSession",
+        "created",
+        "modified",
+        "messageCount",
+        "firstMessage",
+    ] {
+        assert!(all[0].get(key).is_some(), "{key}");
+    }
+    let pi = js_json(&stdout(&run(
+        agent.root(),
+        &["list", "--cwd", "/home/dev/pi", "--json"],
+        None,
+    )));
+    let pi = pi.as_array().unwrap();
+    assert_eq!(pi.len(), 2);
+    let linear = pi
+        .iter()
+        .find(|s| s["id"] == "01a23785-3ef0-730e-bcbd-2244aa2871ee")
+        .unwrap();
+    assert_eq!(linear["messageCount"], 6);
+    assert_eq!(linear["firstMessage"], "hello");
+    let recent = stdout(&run(
+        agent.root(),
+        &["recent", "--cwd", "/home/dev/pi", "--limit", "1"],
+        None,
+    ));
+    assert_eq!(recent.lines().count(), 1);
+    let forked = stdout(&run(
+        agent.root(),
+        &[
+            "fork",
+            &session(agent.root(), BRANCHES).to_string_lossy(),
+            "--at",
+            "06fff12e",
+        ],
+        None,
+    ));
+    let forked = PathBuf::from(forked.trim());
+    assert!(forked.exists());
+    let tree = stdout(&run(
+        agent.root(),
+        &["tree", forked.to_str().unwrap()],
+        None,
+    ));
+    assert_eq!(tree.lines().count(), 5, "{tree}"); // 4 path entries + the re-created label
+}
+
+#[test]
+fn no_command_modifies_an_unreadable_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions/--w--");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("2026-01-01T00-00-00-000Z_0000000000000001.jsonl");
+    let content = b"{\"type\":\"message\",\"id\":\"a\",\"parentId\":null}\nnot json\n";
+    std::fs::write(&file, content).unwrap();
+    let f = file.to_str().unwrap();
+    for args in [
+        vec!["context", f],
+        vec!["tree", f],
+        vec!["leaf", f],
+        vec!["labels", f],
+        vec!["header", f],
+        vec!["entry", f, "a"],
+        vec!["append", f],
+        vec!["label", f, "a", "x"],
+        vec!["branch-summary", f, "--from", "root", "s"],
+        vec!["fork", f],
+    ] {
+        let o = run(
+            tmp.path(),
+            &args,
+            Some(r#"{"type":"custom","customType":"x"}"#),
+        );
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("unreadable"), "{args:?}: {err}");
+        assert_eq!(std::fs::read(&file).unwrap(), content, "{args:?}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "no temp or forked files"
+    );
+}
+
+/// The index files under the agent directory's cache.
+fn index_files(agent: &Path) -> Vec<PathBuf> {
+    let dir = agent.join("cache/sessionfs/index");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+#[test]
+fn context_keeps_a_persistent_index() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root();
+    let file = session(root, BRANCHES);
+    let f = file.to_str().unwrap();
+    let before = std::fs::read(&file).unwrap();
+
+    // --no-index neither reads nor writes one.
+    let plain = stdout(&run(root, &["context", f, "--no-index"], None));
+    assert!(index_files(root).is_empty());
+
+    // The first run writes the index and the rendered context; the next
+    // ones use them (no rewrite).
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    let all = index_files(root);
+    let files: Vec<PathBuf> = all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "idx"))
+        .cloned()
+        .collect();
+    assert_eq!(files.len(), 1, "{all:?}");
+    let ctx = files[0].with_extension("ctx");
+    assert!(ctx.exists(), "{all:?}");
+    assert_eq!(all.len(), 2, "no temporary files: {all:?}");
+    // The stored rendering is what is printed: a damaged one is ignored.
+    let rendered = std::fs::read(&ctx).unwrap();
+    let mut damaged = rendered.clone();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 0x20;
+    std::fs::write(&ctx, &damaged).unwrap();
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(std::fs::read(&ctx).unwrap(), rendered, "rewritten");
+    // Other leaves and the compact form are built, not taken from it.
+    let compact = stdout(&run(root, &["context", f, "--compact", "--no-index"], None));
+    assert_eq!(
+        stdout(&run(root, &["context", f, "--compact"], None)),
+        compact
+    );
+    let written = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
+    let bytes = std::fs::read(&files[0]).unwrap();
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
+    assert_eq!(
+        std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
+        written
+    );
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "reading never writes the session"
+    );
+
+    // A damaged index is ignored and rebuilt (by a command that loads the
+    // session: the stored pretty context needs no index).
+    std::fs::write(&files[0], b"not an index").unwrap();
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), b"not an index");
+    assert_eq!(
+        stdout(&run(root, &["context", f, "--compact"], None)),
+        compact
+    );
+    assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
+
+    // An outside append: the index is extended, the context shows it.
+    let leaf = stdout(&run(root, &["leaf", f], None)).trim().to_string();
+    let mut out = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    writeln!(
+        out,
+        r#"{{"type":"custom_message","id":"zz000001","parentId":"{leaf}","timestamp":"2026-12-03T00:00:00.000Z","customType":"note","content":"appended outside","display":true}}"#
+    )
+    .unwrap();
+    drop(out);
+    let grown = stdout(&run(root, &["context", f], None));
+    assert!(grown.contains("appended outside"), "{grown}");
+    assert_eq!(
+        grown,
+        stdout(&run(root, &["context", f, "--no-index"], None))
+    );
+    assert!(std::fs::read(&files[0]).unwrap().len() > bytes.len());
+}
+
+#[test]
+fn append_to_an_empty_or_missing_file_in_a_project_starts_a_session() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let dir = agent.root().join("sessions").join("--home-dev-pi--");
+    let input = r#"{"type":"message","message":{"role":"user","content":"the prompt"}}"#;
+    for (name, create) in [
+        ("2026-12-03T00-00-00-000Z_eeee0000eeee0000.jsonl", true),
+        ("2026-12-03T00-00-01-000Z_ffff0000ffff0000.jsonl", false),
+    ] {
+        let file = dir.join(name);
+        if create {
+            std::fs::write(&file, "").unwrap();
+        }
+        let id = stdout(&run(
+            agent.root(),
+            &["append", file.to_str().unwrap()],
+            Some(input),
+        ));
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<_> = text.lines().map(js_json).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["type"], "session");
+        assert_eq!(lines[0]["cwd"], "/home/dev/pi");
+        assert_eq!(lines[1]["id"], id.trim());
+        assert_eq!(lines[1]["message"]["content"], "the prompt");
+    }
+    // Outside a project directory: refused, nothing created.
+    let stray = agent.root().join("stray.jsonl");
+    let out = run(
+        agent.root(),
+        &["append", stray.to_str().unwrap()],
+        Some(input),
+    );
+    assert!(!out.status.success());
+    assert!(!stray.exists());
+}
+
+#[test]
+fn new_creates_a_session_and_prints_its_path() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let path = stdout(&run(
+        agent.root(),
+        &["new", "--cwd", "/home/dev/newproj"],
+        None,
+    ));
+    let path = PathBuf::from(path.trim());
+    assert!(path.starts_with(agent.root().join("sessions").join("--home-dev-newproj--")));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let header = js_json(text.lines().next().unwrap());
+    assert_eq!(header["type"], "session");
+    assert_eq!(header["cwd"], "/home/dev/newproj");
+    assert_eq!(header["version"], 3);
+    assert_eq!(text.lines().count(), 1);
+    // It takes appends at once.
+    let input = r#"{"type":"custom","customType":"x"}"#;
+    stdout(&run(
+        agent.root(),
+        &["append", path.to_str().unwrap()],
+        Some(input),
+    ));
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
+}

@@ -1,0 +1,241 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+pub mod fuse;
+pub mod live;
+pub mod pg;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sessionfs::session::paths::AgentDir;
+use sessionfs::session::pg::{PgStorage, PgUrl};
+use sessionfs::session::storage::{FileStorage, MemoryStorage, Storage};
+
+/// The repository's `fixtures/` directory.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Copies a directory tree.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A private agent directory holding a copy of the fixture sessions and
+/// blobs on the real filesystem.
+pub fn fixture_agent_dir() -> (tempfile::TempDir, AgentDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixtures().join("sessions"), &tmp.path().join("sessions"));
+    copy_tree(&fixtures().join("blobs"), &tmp.path().join("blobs"));
+    let agent = AgentDir::new(tmp.path());
+    (tmp, agent)
+}
+
+/// Copies a real directory tree into a memory storage at the same paths.
+pub fn load_into_memory(storage: &MemoryStorage, from: &Path, to: &Path) {
+    storage.ensure_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            load_into_memory(storage, &entry.path(), &target);
+        } else {
+            storage
+                .write(&target, &std::fs::read(entry.path()).unwrap())
+                .unwrap();
+        }
+    }
+}
+
+/// Which storage an engine test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    File,
+    Memory,
+    /// A table of the shared test server (`docs/team.md`).
+    Postgres,
+}
+
+/// Every backend an engine test runs on: files, memory, and PostgreSQL
+/// where a server can be started (see `pg::server`).
+#[derive(Debug, Clone, Copy)]
+pub struct Backends;
+
+pub const BACKENDS: Backends = Backends;
+
+impl IntoIterator for Backends {
+    type Item = Backend;
+    type IntoIter = std::vec::IntoIter<Backend>;
+    fn into_iter(self) -> Self::IntoIter {
+        let mut all = vec![Backend::File, Backend::Memory];
+        if pg::server().is_some() {
+            all.push(Backend::Postgres);
+        }
+        all.into_iter()
+    }
+}
+
+/// Copies a real directory tree into a storage at the same paths.
+pub fn load_into(storage: &dyn Storage, from: &Path, to: &Path) {
+    storage.ensure_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            load_into(storage, &entry.path(), &target);
+        } else {
+            storage
+                .write(&target, &std::fs::read(entry.path()).unwrap())
+                .unwrap();
+        }
+    }
+}
+
+/// A PostgreSQL storage for `agent` at a full `--storage` URL.
+pub fn pg_storage_at(agent: &AgentDir, url: &str) -> PgStorage {
+    PgStorage::connect(&PgUrl::parse(url).unwrap(), agent).unwrap()
+}
+
+/// A PostgreSQL storage over a fresh table of the test server, for the
+/// agent directory `agent`; `None` when there is no server.
+pub fn pg_storage(agent: &AgentDir, extra: &str) -> Option<PgStorage> {
+    let server = pg::server()?;
+    let url = PgUrl::parse(&server.url(extra)).unwrap();
+    Some(PgStorage::connect(&url, agent).unwrap())
+}
+
+/// A storage and an agent dir holding the fixtures, on either backend.
+pub struct Env {
+    pub storage: Arc<dyn Storage>,
+    pub memory: Option<MemoryStorage>,
+    pub agent: AgentDir,
+    _tmp: tempfile::TempDir,
+}
+
+/// An environment over the agent directory `tmp`: the real filesystem, or a
+/// memory storage holding a copy of the directory's tree.
+fn env_over(backend: Backend, tmp: tempfile::TempDir) -> Env {
+    let agent = AgentDir::new(tmp.path());
+    let (storage, memory): (Arc<dyn Storage>, _) = match backend {
+        Backend::File => (Arc::new(FileStorage::new()), None),
+        Backend::Memory => {
+            let mem = MemoryStorage::new();
+            load_into_memory(&mem, tmp.path(), tmp.path());
+            (Arc::new(mem.clone()), Some(mem))
+        }
+        Backend::Postgres => {
+            let pg = pg_storage(&agent, "").expect("a PostgreSQL server");
+            // Sessions become rows and blobs rows of the blob table; the
+            // local copies go (other paths stay on disk).
+            let sessions = agent.sessions_dir();
+            if sessions.exists() {
+                load_into(&pg, &sessions, &sessions);
+                std::fs::remove_dir_all(&sessions).unwrap();
+            }
+            let blobs = agent.blobs_dir();
+            if blobs.exists() {
+                load_into(&pg, &blobs, &blobs);
+                std::fs::remove_dir_all(&blobs).unwrap();
+            }
+            (Arc::new(pg), None)
+        }
+    };
+    Env {
+        storage,
+        memory,
+        agent,
+        _tmp: tmp,
+    }
+}
+
+/// An environment with the fixture sessions copied in.
+pub fn fixture_env(backend: Backend) -> Env {
+    let (tmp, _) = fixture_agent_dir();
+    env_over(backend, tmp)
+}
+
+/// An empty environment (agent dir exists, no sessions).
+pub fn empty_env(backend: Backend) -> Env {
+    env_over(backend, tempfile::tempdir().unwrap())
+}
+
+/// Replaces `\uD800`–`\uDFFF` escapes by `\uFFFD` so that serde_json can
+/// parse JavaScript JSON with lone surrogates (for value comparisons only).
+pub fn tolerate_surrogates(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 1 < b.len() {
+            if b[i + 1] == b'u' && i + 6 <= b.len() {
+                let hex = &text[i + 2..i + 6];
+                if let Ok(u) = u16::from_str_radix(hex, 16) {
+                    if (0xD800..=0xDFFF).contains(&u) {
+                        out.push_str("\\ufffd");
+                        i += 6;
+                        continue;
+                    }
+                }
+            }
+            out.push_str(&text[i..i + 2]);
+            i += 2;
+            continue;
+        }
+        let ch_len = text[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&text[i..i + ch_len]);
+        i += ch_len;
+    }
+    out
+}
+
+/// Parses JavaScript-style JSON for comparisons.
+pub fn js_json(text: &str) -> serde_json::Value {
+    serde_json::from_str(&tolerate_surrogates(text))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", &text[..text.len().min(200)]))
+}
+
+/// Every session file under `sessions/`, sorted.
+pub fn session_files(sessions: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for project in std::fs::read_dir(sessions).unwrap() {
+        let project = project.unwrap().path();
+        if !project.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&project).unwrap() {
+            let file = file.unwrap().path();
+            if file.extension().is_some_and(|e| e == "jsonl") {
+                out.push(file);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The text of each message of a context (`content` when it is a string,
+/// else `summary`, else empty), in order.
+pub fn message_texts(ctx: &serde_json::Value) -> Vec<String> {
+    ctx["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .or(m["summary"].as_str())
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}

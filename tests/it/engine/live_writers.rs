@@ -1,0 +1,301 @@
+//! Live agent directories (docs/reliability.md, "Other writers"): other
+//! writers that take none of our locks, the reference's lockfile, files
+//! changed in place. Engine level; the mount-level checks are in
+//! `mount/live.rs`.
+
+use crate::common;
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::live::{
+    lockfile, plain_append, small_session_text, write_session, Intercept, Intercepted,
+};
+use sessionfs::session::paths::AgentDir;
+use sessionfs::session::storage::{AppendWriter, FileStorage, LockGuard, Storage};
+use sessionfs::session::{Refresh, Session};
+
+const PROJECT: &str = "--work-live--";
+const STEM: &str = "2026-03-01T10-00-00-000Z_5555666655556666";
+
+fn custom(id: &str, parent: &str, marker: &str) -> String {
+    format!(
+        r#"{{"type":"custom","id":"{id}","parentId":"{parent}","timestamp":"2026-03-01T10:00:05.000Z","customType":"{marker}"}}"#
+    )
+}
+
+/// An agent dir with one session (header, u1, a1).
+fn setup() -> (tempfile::TempDir, AgentDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = small_session_text("5555666655556666", "/work/live");
+    let file = write_session(tmp.path(), PROJECT, STEM, &text);
+    let agent = AgentDir::new(tmp.path());
+    (tmp, agent, file)
+}
+
+/// [`setup`], and the session opened on the real filesystem.
+fn setup_opened() -> (tempfile::TempDir, AgentDir, PathBuf, Session) {
+    let (tmp, agent, path) = setup();
+    let s = Session::open_in(Arc::new(FileStorage::new()), &agent, &path).unwrap();
+    (tmp, agent, path, s)
+}
+
+/// The session's view equals a fresh load: same entries at the same
+/// places, every entry's JSON, the leaf, the context.
+fn assert_same_as_fresh(s: &Session, agent: &AgentDir, path: &Path) {
+    let fresh = Session::open_in(Arc::new(FileStorage::new()), agent, path).unwrap();
+    let view = |s: &Session| -> Vec<(String, u64, String)> {
+        s.entries()
+            .iter()
+            .map(|e| {
+                (
+                    e.id().to_string(),
+                    e.loc.offset,
+                    s.entry_json(e.id()).unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(view(s), view(&fresh), "entries as a fresh load has them");
+    assert_eq!(s.leaf_id(), fresh.leaf_id(), "the leaf rule");
+    assert_eq!(s.labels(), fresh.labels());
+    let ctx = |s: &Session| s.context().unwrap().as_json().to_string();
+    assert_eq!(ctx(s), ctx(&fresh));
+}
+
+fn no_blank_or_torn_lines(path: &Path) {
+    let text = fs::read_to_string(path).unwrap();
+    assert!(text.ends_with('\n'));
+    for (n, line) in text.lines().enumerate() {
+        assert!(!line.trim().is_empty(), "line {} is blank", n + 1);
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("line {} is torn: {e}: {line}", n + 1));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A writer that slips a line in between our look at the file and our write
+// ---------------------------------------------------------------------------
+
+/// The real filesystem, except that each append first lets "another
+/// process" append the lines armed (with a descriptor of its own, no lock):
+/// exactly the race between our `stat` and our `write`.
+#[derive(Debug)]
+struct SlipsInBeforeOurWrite {
+    armed: Arc<Mutex<Vec<String>>>,
+}
+
+struct SlippingWriter {
+    inner: Box<dyn AppendWriter>,
+    path: PathBuf,
+    armed: Arc<Mutex<Vec<String>>>,
+}
+
+impl AppendWriter for SlippingWriter {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
+        for other in std::mem::take(&mut *self.armed.lock().unwrap()) {
+            plain_append(&self.path, &format!("{other}\n"));
+        }
+        self.inner.write_line(line)
+    }
+    fn size(&mut self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn last_byte(&mut self) -> io::Result<Option<u8>> {
+        self.inner.last_byte()
+    }
+    fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.inner.truncate(size)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn fsync(&mut self) -> io::Result<()> {
+        self.inner.fsync()
+    }
+    fn lock(&mut self) -> io::Result<LockGuard> {
+        self.inner.lock()
+    }
+}
+
+impl Intercept for SlipsInBeforeOurWrite {
+    fn open_append(&self, inner: &dyn Storage, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        Ok(Box::new(SlippingWriter {
+            inner: inner.open_append(p)?,
+            path: p.to_path_buf(),
+            armed: self.armed.clone(),
+        }))
+    }
+}
+
+#[test]
+fn a_line_that_lands_between_our_stat_and_our_write_is_indexed_and_ours_found() {
+    // Shorter and longer than ours, with and without an id (a line without
+    // one is not an entry, and a fresh load skips it too).
+    let cases = [
+        vec![custom("o1", "a1", "x")],
+        vec![custom("o2", "a1", &"long".repeat(100))],
+        vec![
+            r#"{"type":"custom","customType":"no-id"}"#.to_string(),
+            custom("o3", "a1", "y"),
+        ],
+    ];
+    for armed_lines in cases {
+        let (_tmp, agent, path) = setup();
+        let armed = Arc::new(Mutex::new(Vec::new()));
+        let storage = Arc::new(Intercepted {
+            inner: Arc::new(FileStorage::new()),
+            hooks: SlipsInBeforeOurWrite {
+                armed: armed.clone(),
+            },
+        });
+        let mut s = Session::open_in(storage, &agent, &path).unwrap();
+        *armed.lock().unwrap() = armed_lines.clone();
+        let ours = s.append_custom("ours", None).unwrap();
+        let json = serde_json::from_str::<serde_json::Value>(&s.entry_json(&ours).unwrap())
+            .expect("our entry reads as our line");
+        assert_eq!(json["customType"], "ours");
+        assert_eq!(json["parentId"], "a1");
+        assert_same_as_fresh(&s, &agent, &path);
+        // And the next append (and its tail read) starts on a line boundary.
+        let next = s.append_custom("next", None).unwrap();
+        assert_eq!(s.entry(&next).unwrap().parent_id(), Some(ours.as_str()));
+        assert_same_as_fresh(&s, &agent, &path);
+        no_blank_or_torn_lines(&path);
+    }
+}
+
+#[test]
+fn an_append_waits_for_a_line_another_writer_is_in_the_middle_of() {
+    let (_tmp, agent, path, mut s) = setup_opened();
+    let line = custom("o1", "a1", "outside");
+    let (head, tail) = line.split_at(40);
+    plain_append(&path, head);
+    let finisher = {
+        let path = path.clone();
+        let tail = tail.to_string();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            plain_append(&path, &format!("{tail}\n"));
+        })
+    };
+    let ours = s.append_custom("ours", None).unwrap();
+    finisher.join().unwrap();
+    no_blank_or_torn_lines(&path);
+    // The parent was decided before the outside line was finished.
+    assert_eq!(s.entry(&ours).unwrap().parent_id(), Some("a1"));
+    assert!(s.entry("o1").is_some());
+    assert_same_as_fresh(&s, &agent, &path);
+}
+
+#[test]
+fn a_line_that_stays_unfinished_is_ended_not_extended() {
+    let (_tmp, agent, path, mut s) = setup_opened();
+    plain_append(&path, r#"{"type":"custom","id":"torn""#);
+    let ours = s.append_custom("ours", None).unwrap();
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.ends_with("\n"));
+    assert!(!text.contains("\n\n"), "no blank line");
+    assert_eq!(s.entry(&ours).unwrap().parent_id(), Some("a1"));
+    assert_same_as_fresh(&s, &agent, &path);
+}
+
+// ---------------------------------------------------------------------------
+// Files changed in place
+// ---------------------------------------------------------------------------
+
+/// Rewrites a file in place: same inode, `O_TRUNC`, one write (what
+/// Node's `writeFileSync` does).
+fn rewrite_in_place(path: &Path, text: &str) {
+    let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(path).unwrap());
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    drop(f);
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::ino(&fs::metadata(path).unwrap()),
+        ino
+    );
+}
+
+#[test]
+fn a_file_rewritten_in_place_and_longer_is_reloaded_not_taken_for_grown() {
+    let (_tmp, agent, path, mut s) = setup_opened();
+    let original = fs::read_to_string(&path).unwrap();
+    // a1 is dropped, two other entries come in: longer than before.
+    let mut lines: Vec<&str> = original.lines().take(2).collect();
+    let b = custom("b1", "u1", &"b".repeat(200));
+    let c = custom("c1", "b1", "c");
+    lines.push(&b);
+    lines.push(&c);
+    rewrite_in_place(&path, &(lines.join("\n") + "\n"));
+    assert_eq!(s.refresh().unwrap(), Refresh::Reloaded);
+    assert!(s.entry("a1").is_none(), "a deleted entry is gone");
+    assert!(s.entry("c1").is_some());
+    assert_same_as_fresh(&s, &agent, &path);
+}
+
+#[test]
+fn a_same_size_rewrite_is_noticed() {
+    let (_tmp, agent, path, mut s) = setup_opened();
+    let original = fs::read_to_string(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(20)); // a different mtime
+    let changed = original.replace(r#""id":"a1""#, r#""id":"a9""#);
+    assert_eq!(changed.len(), original.len());
+    rewrite_in_place(&path, &changed);
+    assert_eq!(s.refresh().unwrap(), Refresh::Reloaded);
+    assert!(s.entry("a9").is_some());
+    assert_same_as_fresh(&s, &agent, &path);
+    // A header rewritten in place at the same size (a title slot) too.
+    std::thread::sleep(Duration::from_millis(20));
+    let changed2 = changed.replace("/work/live", "/work/LIVE");
+    rewrite_in_place(&path, &changed2);
+    assert_eq!(s.refresh().unwrap(), Refresh::Reloaded);
+    assert_eq!(s.header().cwd.as_deref(), Some("/work/LIVE"));
+}
+
+// ---------------------------------------------------------------------------
+// The reference's lockfile
+// ---------------------------------------------------------------------------
+
+#[test]
+fn appends_wait_for_the_reference_lockfile_and_fail_closed() {
+    let (_tmp, agent, path, mut s) = setup_opened();
+    let lock = lockfile(&path);
+    // Held by a live process (this one, as the reference would write it).
+    let record = format!("{}:{}\n", std::process::id(), 1_700_000_000_000u64);
+    fs::write(&lock, &record).unwrap();
+    let before = fs::read(&path).unwrap();
+    let err = s.append_custom("blocked", None).unwrap_err();
+    assert!(err.to_string().contains("holds the lock"), "{err}");
+    assert_eq!(fs::read(&path).unwrap(), before, "nothing written");
+    assert_eq!(fs::read_to_string(&lock).unwrap(), record, "not stolen");
+    // Released while we wait: the append goes through.
+    let releaser = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            fs::remove_file(&lock).unwrap();
+        })
+    };
+    fs::write(&lock, &record).unwrap();
+    s.append_custom("after-wait", None).unwrap();
+    releaser.join().unwrap();
+    assert!(!lock.exists(), "our lockfile is removed after the append");
+    // A dead holder's lock is stale and taken over.
+    fs::write(&lock, "999999999:1\n").unwrap();
+    s.append_custom("after-stale", None).unwrap();
+    assert!(!lock.exists());
+    // Rewrites take it too.
+    fs::write(&lock, &record).unwrap();
+    assert!(s.set_title("t").is_err());
+    fs::remove_file(&lock).unwrap();
+    s.set_title("t").unwrap();
+    assert_same_as_fresh(&s, &agent, &path);
+}

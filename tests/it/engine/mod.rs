@@ -1,0 +1,19 @@
+//! The engine through its public API (`src/session/`, `docs/engine.md`), on
+//! every storage where it applies; no FUSE.
+
+mod bad_input;
+mod basics;
+mod differential;
+mod discovery;
+mod fidelity;
+mod fuzz_smoke;
+mod golden;
+mod history;
+mod live_writers;
+mod model;
+mod persistence;
+mod reference_ports;
+mod reliability;
+mod spec_rules;
+mod team;
+mod views;

@@ -1,0 +1,656 @@
+//! Mount tests, control side (issue 5): `leaf`, `labels` and `append`
+//! driven from the shell, every error (with the session file unchanged and
+//! `last-error` explaining it), a large entry, concurrent writers, and a
+//! scripted branch read back by the engine.
+
+use crate::common;
+use crate::common::fuse;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::js_json;
+use fuse::{eventually, fuse_ok, sh, Mount};
+use serde_json::{json, Value};
+use sessionfs::session::blobs::BlobStore;
+use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::{LeafSel, OpenOptions, Session};
+
+const PROJECT: &str = "--work-ctl--";
+const STEM: &str = "2026-02-01T10-00-00-000Z_abcdabcdabcdabcd";
+
+/// An agent dir with one session: user "q1" (u1), assistant "a1" (a1),
+/// user "q2" (u2).
+struct Fixture {
+    tmp: tempfile::TempDir,
+    file: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sessions").join(PROJECT);
+        fs::create_dir_all(&dir).unwrap();
+        fs::create_dir_all(tmp.path().join("blobs")).unwrap();
+        let file = dir.join(format!("{STEM}.jsonl"));
+        let lines = [
+            r#"{"type":"session","version":3,"id":"abcdabcdabcdabcd","timestamp":"2026-02-01T10:00:00.000Z","cwd":"/work/ctl"}"#,
+            r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2026-02-01T10:00:01.000Z","message":{"role":"user","content":"q1","timestamp":1}}"#,
+            r#"{"type":"message","id":"a1","parentId":"u1","timestamp":"2026-02-01T10:00:02.000Z","message":{"role":"assistant","provider":"p","model":"m","content":[{"type":"text","text":"a1"}],"timestamp":2}}"#,
+            r#"{"type":"message","id":"u2","parentId":"a1","timestamp":"2026-02-01T10:00:03.000Z","message":{"role":"user","content":"q2","timestamp":3}}"#,
+        ];
+        fs::write(&file, lines.join("\n") + "\n").unwrap();
+        Fixture { tmp, file }
+    }
+
+    fn mount(&self) -> Mount {
+        Mount::start(self.tmp.path(), &[])
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        fs::read(&self.file).unwrap()
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        String::from_utf8(self.bytes())
+            .unwrap()
+            .lines()
+            .map(js_json)
+            .collect()
+    }
+
+    /// The engine's view, loaded from scratch.
+    fn engine(&self) -> Session {
+        let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+        let blobs = BlobStore::new(storage.clone(), self.tmp.path().join("blobs"));
+        let options = OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        };
+        Session::open(storage, Some(blobs), &self.file, &options).unwrap()
+    }
+}
+
+fn sdir(m: &Mount) -> PathBuf {
+    m.join(format!("{PROJECT}/{STEM}"))
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// Runs a shell command in the session directory that must fail with the
+/// error text `err`; checks the file did not change and `last-error` holds
+/// `reason`. The command runs through `env`, i.e. coreutils' `echo` and
+/// `printf`, which print the errno (dash's builtins only say "I/O error").
+fn expect_failure(f: &Fixture, dir: &Path, script: &str, err: &str, reason: &str) {
+    let before = f.bytes();
+    let leaf = read(&dir.join("leaf"));
+    let script = format!("env {script}");
+    let script = script.as_str();
+    let (ok, _, stderr) = sh(dir, script);
+    assert!(!ok, "{script}: should fail");
+    assert!(
+        stderr.contains(err),
+        "{script}: stderr {stderr:?}, expected {err:?}"
+    );
+    assert_eq!(f.bytes(), before, "{script}: the session file changed");
+    assert_eq!(read(&dir.join("leaf")), leaf, "{script}: the leaf moved");
+    let last = read(&dir.join("last-error"));
+    assert!(
+        last.contains(reason),
+        "{script}: last-error {last:?} should mention {reason:?}"
+    );
+    assert!(
+        last.starts_with("20"),
+        "last-error starts with a timestamp: {last:?}"
+    );
+}
+
+fn run_ok(dir: &Path, script: &str) {
+    let (ok, _, err) = sh(dir, script);
+    assert!(ok, "{script}: {err}");
+}
+
+#[test]
+fn leaf_commands_branch_and_reset() {
+    if !fuse_ok("leaf_commands_branch_and_reset") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let before = f.bytes();
+    assert_eq!(read(&d.join("leaf")), "u2\n");
+    run_ok(&d, "echo a1 > leaf");
+    assert_eq!(read(&d.join("leaf")), "a1\n");
+    let ctx = js_json(&read(&d.join("context.json")));
+    assert_eq!(ctx["messages"].as_array().unwrap().len(), 2);
+    // Several commands in one write: executed in order.
+    run_ok(&d, "printf 'u2\\nu1' > leaf");
+    assert_eq!(read(&d.join("leaf")), "u1\n");
+    // `>>` works as well; an empty command resets.
+    run_ok(&d, "echo >> leaf");
+    assert_eq!(read(&d.join("leaf")), "");
+    assert_eq!(
+        js_json(&read(&d.join("context.json")))["messages"],
+        json!([])
+    );
+    run_ok(&d, "echo u2 > leaf && printf null > leaf");
+    assert_eq!(read(&d.join("leaf")), "");
+    run_ok(&d, "echo u2 > leaf");
+    assert_eq!(f.bytes(), before, "moving the leaf writes nothing");
+
+    // Errors: unknown id → ENOENT; nothing moves.
+    expect_failure(&f, &d, "echo zzzz > leaf", "No such file", "zzzz");
+    // A failing command stops the write; earlier ones stay applied.
+    let (ok, _, _) = sh(&d, "printf 'a1\\nnope\\nu1\\n' > leaf");
+    assert!(!ok);
+    assert_eq!(read(&d.join("leaf")), "a1\n");
+    assert!(read(&d.join("last-error")).contains("nope"));
+    // Not UTF-8 → EINVAL.
+    run_ok(&d, "echo u2 > leaf");
+    expect_failure(
+        &f,
+        &d,
+        "printf '\\377\\n' > leaf",
+        "Invalid argument",
+        "UTF-8",
+    );
+
+    // fsync on a control file succeeds.
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("leaf"))
+        .unwrap();
+    file.sync_all().unwrap();
+}
+
+#[test]
+fn labels_commands_set_and_clear() {
+    if !fuse_ok("labels_commands_set_and_clear") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    assert_eq!(read(&d.join("labels")), "");
+    run_ok(&d, "echo 'u1   first question  ' > labels");
+    assert_eq!(read(&d.join("labels")), "u1\tfirst question\n");
+    run_ok(&d, "printf 'a1 answer\\nu2\tsecond\\n' >> labels");
+    assert_eq!(
+        read(&d.join("labels")),
+        "u1\tfirst question\na1\tanswer\nu2\tsecond\n"
+    );
+    // `>>` changes the lines written; `>` would replace the whole table.
+    run_ok(&d, "echo a1 >> labels");
+    assert_eq!(read(&d.join("labels")), "u1\tfirst question\nu2\tsecond\n");
+    // On disk: label entries, as the engine reads them.
+    let s = f.engine();
+    assert_eq!(s.labels(), vec![("u1", "first question"), ("u2", "second")]);
+
+    expect_failure(
+        &f,
+        &d,
+        "echo 'zzzz some label' > labels",
+        "No such file",
+        "zzzz",
+    );
+    expect_failure(&f, &d, "echo zzzz > labels", "No such file", "zzzz");
+    expect_failure(
+        &f,
+        &d,
+        "printf 'u1 \\377\\n' > labels",
+        "Invalid argument",
+        "UTF-8",
+    );
+    assert_eq!(read(&d.join("labels")), "u1\tfirst question\nu2\tsecond\n");
+}
+
+#[test]
+fn append_every_entry_type() {
+    if !fuse_ok("append_every_entry_type") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let entries = [
+        r#"{"type":"message","message":{"role":"user","content":"hello","timestamp":5}}"#,
+        r#"{"type":"message","message":{"role":"assistant","provider":"p","model":"m2","content":[{"type":"text","text":"hi"}],"timestamp":6}}"#,
+        r#"{"type":"thinking_level_change","thinkingLevel":"high"}"#,
+        r#"{"type":"model_change","model":"p/m3","role":"default"}"#,
+        r#"{"type":"custom","customType":"ext","data":{"k":1}}"#,
+        r#"{"type":"custom_message","customType":"note","content":"remember","display":true}"#,
+        r#"{"type":"label","targetId":"u1","label":"start"}"#,
+        r#"{"type":"ttsr_injection","injectedRules":["r1","r2"]}"#,
+        r#"{"type":"session_init","systemPrompt":"sys","task":"t","tools":["read"]}"#,
+        r#"{"type":"mode_change","mode":"plan","data":{"x":1}}"#,
+        r#"{"type":"compaction","summary":"sum","firstKeptEntryId":"u2","tokensBefore":100}"#,
+        r#"{"type":"branch_summary","summary":"went on"}"#,
+    ];
+    for (i, e) in entries.iter().enumerate() {
+        let leaf_before = read(&d.join("leaf")).trim().to_string();
+        let n = f.lines().len();
+        // Alternate `>>` and `>`; both append.
+        let redir = if i % 2 == 0 { ">>" } else { ">" };
+        run_ok(&d, &format!("printf '%s\\n' '{e}' {redir} append"));
+        let lines = f.lines();
+        assert_eq!(lines.len(), n + 1, "{e}");
+        let last = lines.last().unwrap();
+        let want: Value = serde_json::from_str(e).unwrap();
+        assert_eq!(last["type"], want["type"]);
+        assert_eq!(
+            last["parentId"],
+            json!(leaf_before),
+            "{e}: child of the leaf"
+        );
+        assert!(last["timestamp"].as_str().unwrap().ends_with('Z'));
+        let id = last["id"].as_str().unwrap().to_string();
+        assert_eq!(read(&d.join("leaf")), format!("{id}\n"), "the leaf moves");
+        // The new entry is visible at once in entries/ and the nested tree.
+        assert!(d.join("entries").join(&id).join("entry.json").exists());
+        assert_eq!(
+            js_json(&read(&d.join("entries").join(&id).join("entry.json")))["id"],
+            json!(id)
+        );
+        let parent_dir: PathBuf = f
+            .engine()
+            .path_to(&leaf_before)
+            .unwrap()
+            .iter()
+            .fold(d.clone(), |p, e| p.join(e.id()));
+        assert!(
+            parent_dir.join(&id).join("entry.json").exists(),
+            "{e}: nested"
+        );
+    }
+    let lines = f.lines();
+    let bs = lines.last().unwrap();
+    assert_eq!(bs["fromId"], lines[lines.len() - 2]["id"], "fromId = leaf");
+    assert_eq!(read(&d.join("labels")), "u1\tstart\n");
+    let ctx = js_json(&read(&d.join("context.json")));
+    assert_eq!(ctx["thinkingLevel"], "high");
+    assert_eq!(ctx["mode"], "plan");
+    assert_eq!(ctx["messages"][0]["role"], "compactionSummary");
+    assert_eq!(
+        ctx["messages"].as_array().unwrap().last().unwrap()["role"],
+        "branchSummary"
+    );
+
+    // Several objects in one write, and one object over several writes.
+    let n = f.lines().len();
+    run_ok(
+        &d,
+        r#"printf '{"type":"custom","customType":"a"}{"type":"custom","customType":"b"}\n{"type":"custom","customType":"c"}' >> append"#,
+    );
+    assert_eq!(f.lines().len(), n + 3);
+    run_ok(
+        &d,
+        r#"{ printf '{"type":"custom",'; sleep 0.1; printf '"customType":"split"}\n'; } >> append"#,
+    );
+    let lines = f.lines();
+    assert_eq!(lines.len(), n + 4);
+    assert_eq!(lines.last().unwrap()["customType"], "split");
+    // An explicit fromId equal to the leaf is accepted; `echo ID > leaf`
+    // then a branch_summary is branch_with_summary.
+    run_ok(&d, "echo a1 > leaf");
+    run_ok(
+        &d,
+        r#"printf '{"type":"branch_summary","fromId":"a1","summary":"back to a1"}' >> append"#,
+    );
+    let last = f.lines().last().unwrap().clone();
+    assert_eq!(last["parentId"], "a1");
+    assert_eq!(last["fromId"], "a1");
+    // After a reset, a branch summary comes from "root" and is a new root.
+    run_ok(&d, "echo > leaf");
+    run_ok(
+        &d,
+        r#"printf '{"type":"branch_summary","summary":"fresh"}' >> append"#,
+    );
+    let last = f.lines().last().unwrap().clone();
+    assert_eq!(last["parentId"], Value::Null);
+    assert_eq!(last["fromId"], "root");
+    let id = last["id"].as_str().unwrap();
+    assert!(
+        d.join(id).join("entry.json").exists(),
+        "a new root in the session dir"
+    );
+
+    // fsync flushes the session file.
+    let mut a = fs::OpenOptions::new()
+        .append(true)
+        .open(d.join("append"))
+        .unwrap();
+    a.write_all(br#"{"type":"custom","customType":"synced"}"#)
+        .unwrap();
+    a.sync_all().unwrap();
+    assert_eq!(f.lines().last().unwrap()["customType"], "synced");
+}
+
+#[test]
+fn append_errors_change_nothing() {
+    if !fuse_ok("append_errors_change_nothing") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let cases: &[(&str, &str, &str)] = &[
+        ("not json at all", "Invalid argument", "object"),
+        ("[1,2]", "Invalid argument", "object"),
+        (
+            r#"{"type":"custom","customType":}"#,
+            "Invalid argument",
+            "JSON",
+        ),
+        (r#"{"customType":"x"}"#, "Invalid argument", "type"),
+        (r#"{"type":"nonsense"}"#, "Invalid argument", "nonsense"),
+        (
+            r#"{"type":"session","id":"x"}"#,
+            "Invalid argument",
+            "session",
+        ),
+        (
+            r#"{"type":"custom","customType":"x","id":"mine"}"#,
+            "Invalid argument",
+            "\"id\"",
+        ),
+        (
+            r#"{"type":"custom","customType":"x","parentId":"u1"}"#,
+            "Invalid argument",
+            "parentId",
+        ),
+        (
+            r#"{"type":"custom","customType":"x","timestamp":"t"}"#,
+            "Invalid argument",
+            "timestamp",
+        ),
+        (
+            r#"{"type":"thinking_level_change"}"#,
+            "Invalid argument",
+            "thinkingLevel",
+        ),
+        (
+            r#"{"type":"thinking_level_change","thinkingLevel":3}"#,
+            "Invalid argument",
+            "thinkingLevel",
+        ),
+        (
+            r#"{"type":"message","message":{"content":"no role"}}"#,
+            "Invalid argument",
+            "role",
+        ),
+        (
+            r#"{"type":"message","message":"text"}"#,
+            "Invalid argument",
+            "message",
+        ),
+        (
+            r#"{"type":"ttsr_injection","injectedRules":[1]}"#,
+            "Invalid argument",
+            "injectedRules",
+        ),
+        (
+            r#"{"type":"custom_message","customType":"c","content":"x"}"#,
+            "Invalid argument",
+            "display",
+        ),
+        (
+            r#"{"type":"label","targetId":"zzzz","label":"l"}"#,
+            "No such file",
+            "zzzz",
+        ),
+        (
+            r#"{"type":"compaction","summary":"s","firstKeptEntryId":"zzzz","tokensBefore":1}"#,
+            "No such file",
+            "zzzz",
+        ),
+        (
+            r#"{"type":"branch_summary","summary":"s","fromId":"a1"}"#,
+            "Invalid argument",
+            "fromId",
+        ),
+    ];
+    for (input, err, reason) in cases {
+        expect_failure(
+            &f,
+            &d,
+            &format!("printf '%s\\n' '{input}' >> append"),
+            err,
+            reason,
+        );
+    }
+    // A failing object in a write fails the whole write: the objects it
+    // completes are one batch, checked before anything is written.
+    let n = f.lines().len();
+    let (ok, _, _) = sh(
+        &d,
+        r#"printf '{"type":"custom","customType":"dropped"}{"type":"bad"}{"type":"custom","customType":"dropped"}' >> append"#,
+    );
+    assert!(!ok);
+    assert_eq!(f.lines().len(), n);
+    // Partial input at close is discarded and reported.
+    let before = f.bytes();
+    run_ok(&d, r#"printf '{"type":"custom","customType":' >> append"#);
+    assert_eq!(f.bytes(), before);
+    // `release` reaches the filesystem after close(2) returned: poll.
+    assert!(
+        eventually(|| read(&d.join("last-error")).contains("incomplete")),
+        "last-error: {}",
+        read(&d.join("last-error"))
+    );
+    // Over the size cap: EFBIG, nothing written.
+    let big = format!(
+        "{{\"type\":\"custom\",\"customType\":\"big\",\"data\":\"{}\"}}",
+        "x".repeat(33 << 20)
+    );
+    let mut a = fs::OpenOptions::new()
+        .append(true)
+        .open(d.join("append"))
+        .unwrap();
+    let e = a.write_all(big.as_bytes()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+    drop(a);
+    assert_eq!(f.bytes(), before);
+    assert!(read(&d.join("last-error")).contains("limit"));
+    // Still usable afterwards.
+    run_ok(
+        &d,
+        r#"printf '{"type":"custom","customType":"after"}\n' >> append"#,
+    );
+    assert_eq!(f.lines().last().unwrap()["customType"], "after");
+}
+
+#[test]
+fn persistence_failure_is_eio() {
+    if !fuse_ok("persistence_failure_is_eio") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let file = f.file.to_str().unwrap().to_string();
+    // An immutable file (root only, and not on every filesystem).
+    let (ok, _, err) = sh(Path::new("/"), &format!("chattr +i '{file}'"));
+    if !ok {
+        eprintln!("skipping the EIO case: chattr +i failed: {err}");
+        return;
+    }
+    struct Unfreeze(String);
+    impl Drop for Unfreeze {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _guard = Unfreeze(file);
+    expect_failure(
+        &f,
+        &d,
+        r#"printf '{"type":"custom","customType":"x"}\n' >> append"#,
+        "Input/output error",
+        "not permitted",
+    );
+}
+
+#[test]
+fn large_entry_in_64k_writes_is_one_truncated_entry() {
+    if !fuse_ok("large_entry_in_64k_writes_is_one_truncated_entry") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let n = f.lines().len();
+    let text = "0123456789abcdef".repeat(3 * 1024 * 1024 / 16);
+    let obj = json!({"type":"message","message":{"role":"user","content":text,"timestamp":9}});
+    let bytes = serde_json::to_vec(&obj).unwrap();
+    assert!(bytes.len() > 3 * 1024 * 1024);
+    let mut a = fs::OpenOptions::new()
+        .append(true)
+        .open(d.join("append"))
+        .unwrap();
+    for chunk in bytes.chunks(64 * 1024) {
+        a.write_all(chunk).unwrap();
+    }
+    a.write_all(b"\n").unwrap();
+    drop(a);
+    let lines = f.lines();
+    assert_eq!(lines.len(), n + 1, "one entry");
+    let content = lines.last().unwrap()["message"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(content.ends_with("[Session persistence truncated large content]"));
+    assert!(content.encode_utf16().count() <= 500_000);
+    assert!(read(&d.join("last-error")).is_empty());
+    let id = lines.last().unwrap()["id"].as_str().unwrap().to_string();
+    assert_eq!(read(&d.join("leaf")), format!("{id}\n"));
+}
+
+#[test]
+fn mount_and_outside_writers_interleave_whole_lines() {
+    if !fuse_ok("mount_and_outside_writers_interleave_whole_lines") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let n0 = f.lines().len();
+    const N: usize = 300;
+    // The second writer: another process appending straight to the JSONL,
+    // one write per line under flock.
+    let file = f.file.to_str().unwrap().to_string();
+    let script = format!(
+        "i=0; while [ $i -lt {N} ]; do i=$((i+1)); \
+         flock '{file}' sh -c \"printf '%s\\n' '{{\\\"type\\\":\\\"custom\\\",\\\"id\\\":\\\"ext'$i'\\\",\\\"parentId\\\":null,\\\"timestamp\\\":\\\"2026-02-01T11:00:00.000Z\\\",\\\"customType\\\":\\\"outside\\\"}}' >> '{file}'\"; done"
+    );
+    let outside = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .spawn()
+        .unwrap();
+    let mut a = fs::OpenOptions::new()
+        .append(true)
+        .open(d.join("append"))
+        .unwrap();
+    for i in 0..N {
+        let obj =
+            format!("{{\"type\":\"custom\",\"customType\":\"mount\",\"data\":{{\"n\":{i}}}}}\n");
+        a.write_all(obj.as_bytes()).unwrap();
+    }
+    drop(a);
+    let status = outside.wait_with_output().unwrap();
+    assert!(status.status.success());
+    let text = String::from_utf8(f.bytes()).unwrap();
+    assert!(text.ends_with('\n'));
+    let lines: Vec<Value> = text.lines().map(js_json).collect();
+    assert_eq!(lines.len(), n0 + 2 * N, "every line on disk once");
+    let count = |t: &str| lines.iter().filter(|l| l["customType"] == t).count();
+    assert_eq!(count("mount"), N);
+    assert_eq!(count("outside"), N);
+    let mut ns: Vec<u64> = lines
+        .iter()
+        .filter(|l| l["customType"] == "mount")
+        .map(|l| l["data"]["n"].as_u64().unwrap())
+        .collect();
+    let sorted = {
+        let mut s = ns.clone();
+        s.sort();
+        s
+    };
+    assert_eq!(ns, sorted, "mount appends in write order");
+    ns.dedup();
+    assert_eq!(ns.len(), N);
+    // The mount's view agrees with the file.
+    let s = f.engine();
+    assert_eq!(s.entries().len(), n0 - 1 + 2 * N);
+    assert_eq!(
+        fs::read_dir(d.join("entries")).unwrap().count(),
+        s.entries().len()
+    );
+}
+
+#[test]
+fn scripted_branch_reads_back_identically_in_the_engine() {
+    if !fuse_ok("scripted_branch_reads_back_identically_in_the_engine") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let script = r#"set -e
+echo 'u1 the start' >> labels
+echo a1 > leaf
+printf '%s\n' '{"type":"branch_summary","summary":"abandoned q2"}' >> append
+printf '%s\n' '{"type":"message","message":{"role":"user","content":"q2 again","timestamp":10}}' >> append
+printf '%s\n' '{"type":"message","message":{"role":"assistant","provider":"p","model":"m","content":[{"type":"text","text":"a2"}],"timestamp":11}}' >> append
+LEAF=$(cat leaf)
+echo "$LEAF the end" >> labels
+echo u2 > leaf
+echo "$LEAF" > leaf
+"#;
+    run_ok(&d, script);
+    let leaf = read(&d.join("leaf")).trim().to_string();
+    let labels = read(&d.join("labels"));
+    let ctx = js_json(&read(&d.join("context.json")));
+    assert_eq!(read(&d.join("last-error")), "");
+    let msgs = ctx["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "branchSummary", "user", "assistant"]
+    );
+
+    // The engine, from scratch.
+    let s = f.engine();
+    let engine_labels: String = s
+        .labels()
+        .iter()
+        .map(|(id, l)| format!("{id}\t{l}\n"))
+        .collect();
+    assert_eq!(engine_labels, labels);
+    assert_eq!(
+        js_json(s.context_at(LeafSel::Id(&leaf)).unwrap().as_json()),
+        ctx
+    );
+    // The file's last entry is the label entry written last (the engine's
+    // leaf after loading); the mount's leaf was moved back to its parent,
+    // the assistant message (in-memory state).
+    let last = s.entries().last().unwrap();
+    assert_eq!(s.leaf_id(), Some(last.id()));
+    assert_eq!(last.type_name(), "label");
+    assert_eq!(last.parent_id(), Some(leaf.as_str()));
+    // Corpus byte conventions: key order, compact JSON, one line each.
+    for line in String::from_utf8(f.bytes()).unwrap().lines().skip(4) {
+        assert!(line.starts_with(r#"{"type":""#), "{line}");
+        let v = js_json(line);
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys[..4], ["type", "id", "parentId", "timestamp"], "{line}");
+        assert_eq!(serde_json::to_string(&v).unwrap(), line, "compact: {line}");
+    }
+}

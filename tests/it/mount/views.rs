@@ -1,0 +1,331 @@
+//! The mount's reading views (issue 15): every file equals the engine's
+//! rendering and the CLI's output byte for byte, with exact sizes; links
+//! (`HEAD`, `refs/`, `branches/`, `by-cwd/`) point where they should; and
+//! every view stays fresh after outside appends, new labels and moves of
+//! the leaf.
+
+use crate::common;
+use crate::common::fuse;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use common::{fixture_agent_dir, session_files};
+use fuse::{fuse_ok, Mount};
+use sessionfs::fs::layout::escape_name;
+use sessionfs::fs::views::image_link;
+use sessionfs::session::blobs::BlobStore;
+use sessionfs::session::render::{entry_images, entry_text, entry_value, Renderer};
+use sessionfs::session::stats::StatsTable;
+use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::svg::render_tree;
+use sessionfs::session::{OpenOptions, Session};
+
+fn engine(agent: &Path, file: &Path) -> Session {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+    let blobs = BlobStore::new(storage.clone(), agent.join("blobs"));
+    let options = OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    let mut s = Session::open(storage, Some(blobs), file, &options).unwrap();
+    s.prepare_reads();
+    s
+}
+
+fn names(dir: &Path) -> BTreeSet<String> {
+    fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect()
+}
+
+/// The file's bytes, checking that its size is exact.
+fn read(path: &Path) -> Vec<u8> {
+    let data = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let size = fs::metadata(path).unwrap().len();
+    assert_eq!(size, data.len() as u64, "size of {}", path.display());
+    data
+}
+
+fn read_str(path: &Path) -> String {
+    String::from_utf8(read(path)).unwrap()
+}
+
+fn link(path: &Path) -> String {
+    fs::read_link(path)
+        .unwrap_or_else(|e| panic!("readlink {}: {e}", path.display()))
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn cli(agent: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .args(args)
+        .arg("--agent-dir")
+        .arg(agent)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn views_equal_the_engine_and_the_cli() {
+    if !fuse_ok("views_equal_the_engine_and_the_cli") {
+        return;
+    }
+    let (tmp, _agent) = fixture_agent_dir();
+    let m = Mount::start(tmp.path(), &["--read-only"]);
+    let agent = tmp.path();
+    for file in session_files(&agent.join("sessions")) {
+        let project = file
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let stem = file.file_stem().unwrap().to_str().unwrap();
+        let sdir = m.join(project).join(stem);
+        let s = engine(agent, &file);
+        let r = Renderer::new(&s, &image_link);
+        let table = StatsTable::build(&s).unwrap();
+        let f = file.to_str().unwrap();
+        let what = |x: &str| format!("{stem}: {x}");
+
+        let listed = names(&sdir);
+        for n in [
+            "context.md",
+            "branch.md",
+            "stats.json",
+            "tree.svg",
+            "refs",
+            "branches",
+            "diff",
+        ] {
+            assert!(listed.contains(n), "{}", what(n));
+        }
+        assert_eq!(
+            read_str(&sdir.join("context.md")),
+            r.context(s.leaf()).unwrap()
+        );
+        assert_eq!(
+            read_str(&sdir.join("context.md")),
+            cli(agent, &["render", f]),
+            "{}",
+            what("render")
+        );
+        assert_eq!(
+            read_str(&sdir.join("branch.md")),
+            cli(agent, &["render", f, "--branch"])
+        );
+        assert_eq!(
+            read_str(&sdir.join("stats.json")),
+            cli(agent, &["stats", f, "--json"])
+        );
+        assert_eq!(
+            read_str(&sdir.join("tree.svg")),
+            render_tree(&s, s.leaf(), &table)
+        );
+        let leaf = s.leaf_id().unwrap().to_string();
+        assert_eq!(
+            link(&sdir.join("HEAD")),
+            format!("entries/{}", escape_name(&leaf))
+        );
+        assert!(listed.contains("HEAD"));
+        assert!(sdir.join("HEAD/entry.json").exists());
+        // refs/: one link per label.
+        let refs = names(&sdir.join("refs"));
+        let labels: BTreeSet<String> = s.labels().iter().map(|(_, l)| escape_name(l)).collect();
+        assert_eq!(refs, labels, "{}", what("refs"));
+        for (id, label) in s.labels() {
+            let target = link(&sdir.join("refs").join(escape_name(label)));
+            assert_eq!(target, format!("../entries/{}", escape_name(id)));
+        }
+        // branches/: the entries without children.
+        let tips: BTreeSet<String> = s
+            .entries()
+            .iter()
+            .filter(|e| s.children(Some(e.id())).unwrap().is_empty())
+            .map(|e| escape_name(e.id()))
+            .collect();
+        assert_eq!(names(&sdir.join("branches")), tips, "{}", what("branches"));
+        for tip in &tips {
+            assert_eq!(
+                link(&sdir.join("branches").join(tip)),
+                format!("../entries/{tip}")
+            );
+        }
+        // diff/: found by name, not listed.
+        assert!(names(&sdir.join("diff")).is_empty());
+        let first = s.entries()[0].id().to_string();
+        let name = format!("{}..{}", escape_name(&first), escape_name(&leaf));
+        assert_eq!(
+            read_str(&sdir.join("diff").join(&name)),
+            cli(agent, &["diff", f, &first, &leaf])
+        );
+        assert!(!sdir.join("diff/nope..nada").exists());
+        // Entry files, flat and nested (the leaf's path).
+        let path = s.index().path_to(s.leaf().unwrap());
+        let mut nested = sdir.clone();
+        for &pos in &path {
+            let id = s.index().get(pos).unwrap().id().to_string();
+            nested = nested.join(escape_name(&id));
+            let flat = sdir.join("entries").join(escape_name(&id));
+            let value = entry_value(&s, pos).unwrap();
+            for dir in [&flat, &nested] {
+                let listed = names(dir);
+                for n in ["entry.json", "entry.md", "text", "stats.json"] {
+                    assert!(listed.contains(n), "{}", what(n));
+                }
+                for n in ["context.json", "context.md", "branch.md"] {
+                    assert!(!listed.contains(n), "{} is not listed", what(n));
+                }
+                assert_eq!(read_str(&dir.join("entry.md")), r.entry(pos).unwrap());
+                assert_eq!(read_str(&dir.join("text")), entry_text(&value));
+                assert_eq!(read_str(&dir.join("stats.json")), table.entry_json(&s, pos));
+                assert_eq!(
+                    read_str(&dir.join("context.md")),
+                    cli(agent, &["render", f, "--leaf", &id])
+                );
+                assert_eq!(
+                    read_str(&dir.join("branch.md")),
+                    cli(agent, &["render", f, "--leaf", &id, "--branch"])
+                );
+                let images = entry_images(&value);
+                assert_eq!(listed.contains("images"), !images.is_empty());
+                for img in &images {
+                    assert_eq!(read(&dir.join("images").join(&img.name)), img.bytes);
+                }
+            }
+        }
+    }
+    // The big session holds images.
+    let big = m.join("--home-dev-big--/2026-12-02T16-10-09-036Z_01a23785-3f0c-71cd-b653-d8359de3b245/entries/91629476/images");
+    assert_eq!(
+        names(&big),
+        ["1.png", "2.png"].iter().map(|s| s.to_string()).collect()
+    );
+    // by-cwd mirrors the working directories.
+    let by_cwd = m.join("by-cwd");
+    assert_eq!(names(&by_cwd), ["home".to_string()].into_iter().collect());
+    assert_eq!(
+        link(&by_cwd.join("home/dev/pi")),
+        "../../../--home-dev-pi--"
+    );
+    assert!(
+        names(&by_cwd.join("home/dev/pi")).len() == 2,
+        "the link leads to the project"
+    );
+    assert_eq!(m.stop().code(), Some(0));
+}
+
+fn line(id: &str, parent: Option<&str>, body: &str) -> String {
+    let parent = parent.map_or("null".to_string(), |p| format!("\"{p}\""));
+    format!("{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{body}}}\n")
+}
+
+fn assistant(text: &str, cost: f64) -> String {
+    format!("{{\"role\":\"assistant\",\"provider\":\"p\",\"model\":\"m\",\"content\":[{{\"type\":\"text\",\"text\":\"{text}\"}}],\"usage\":{{\"input\":1,\"output\":1,\"cacheRead\":0,\"cacheWrite\":0,\"totalTokens\":2,\"cost\":{{\"total\":{cost}}}}}}}")
+}
+
+fn append_outside(file: &Path, text: &str) {
+    let mut f = fs::OpenOptions::new().append(true).open(file).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn views_stay_fresh_after_appends_labels_and_leaf_moves() {
+    if !fuse_ok("views_stay_fresh_after_appends_labels_and_leaf_moves") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("sessions/--w-fresh--");
+    fs::create_dir_all(&project).unwrap();
+    let file: PathBuf = project.join("2026-01-01T00-00-00-000Z_fresh.jsonl");
+    let mut text = String::from("{\"type\":\"session\",\"version\":3,\"id\":\"fresh\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w/fresh\"}\n");
+    text.push_str(&line(
+        "u1",
+        None,
+        "{\"role\":\"user\",\"content\":\"first question\"}",
+    ));
+    text.push_str(&line("a1", Some("u1"), &assistant("first answer", 0.5)));
+    fs::write(&file, &text).unwrap();
+    let m = Mount::start(tmp.path(), &[]);
+    let sdir = m.join("--w-fresh--/2026-01-01T00-00-00-000Z_fresh");
+    let stats = |p: &Path| -> serde_json::Value { serde_json::from_slice(&read(p)).unwrap() };
+    // Read everything once (caches filled).
+    assert!(read_str(&sdir.join("context.md")).contains("first answer"));
+    let before_svg = read_str(&sdir.join("tree.svg"));
+    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["cost"], 0.5);
+    assert_eq!(
+        stats(&sdir.join("entries/u1/stats.json"))["subtree"]["entries"],
+        2
+    );
+    assert_eq!(link(&sdir.join("HEAD")), "entries/a1");
+    assert_eq!(names(&sdir.join("branches")), ["a1".to_string()].into());
+
+    // Another writer appends a second branch from u1.
+    append_outside(
+        &file,
+        &line("a2", Some("u1"), &assistant("other answer", 0.25)),
+    );
+    assert!(read_str(&sdir.join("context.md")).contains("other answer"));
+    assert!(read_str(&sdir.join("branch.md")).contains("other answer"));
+    assert_eq!(stats(&sdir.join("stats.json"))["session"]["cost"], 0.75);
+    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["cost"], 0.25);
+    assert_eq!(
+        stats(&sdir.join("entries/u1/stats.json"))["subtree"]["entries"],
+        3
+    );
+    assert_ne!(read_str(&sdir.join("tree.svg")), before_svg);
+    assert!(read_str(&sdir.join("tree.svg")).contains("data-id=\"a2\""));
+    assert_eq!(link(&sdir.join("HEAD")), "entries/a2");
+    assert_eq!(
+        names(&sdir.join("branches")),
+        ["a1".to_string(), "a2".to_string()].into()
+    );
+
+    // A label through the mount: refs/ shows it.
+    assert!(names(&sdir.join("refs")).is_empty());
+    fs::write(sdir.join("labels"), "a1 first-try\n").unwrap();
+    assert_eq!(names(&sdir.join("refs")), ["first-try".to_string()].into());
+    assert_eq!(link(&sdir.join("refs/first-try")), "../entries/a1");
+    assert!(read_str(&sdir.join("tree.svg")).contains("[first-try]"));
+    // A label by another writer.
+    append_outside(
+        &file,
+        "{\"type\":\"label\",\"id\":\"l2\",\"parentId\":\"a2\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"targetId\":\"a2\",\"label\":\"second\"}\n",
+    );
+    assert_eq!(
+        names(&sdir.join("refs")),
+        ["first-try".to_string(), "second".to_string()].into()
+    );
+
+    // Moves of the leaf.
+    fs::write(sdir.join("leaf"), "a1\n").unwrap();
+    assert_eq!(link(&sdir.join("HEAD")), "entries/a1");
+    let ctx = read_str(&sdir.join("context.md"));
+    assert!(ctx.contains("first answer") && !ctx.contains("other answer"));
+    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["cost"], 0.5);
+    assert!(read_str(&sdir.join("tree.svg")).contains("a1 assistant (p/m)  ◀ leaf"));
+    fs::write(sdir.join("leaf"), "null\n").unwrap();
+    assert!(!names(&sdir).contains("HEAD"), "no HEAD without a leaf");
+    assert!(fs::symlink_metadata(sdir.join("HEAD")).is_err());
+    assert!(read_str(&sdir.join("context.md")).contains("The leaf is null"));
+    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["entries"], 0);
+    fs::write(sdir.join("leaf"), "a2\n").unwrap();
+    assert!(names(&sdir).contains("HEAD"));
+    assert_eq!(link(&sdir.join("HEAD")), "entries/a2");
+    assert_eq!(m.stop().code(), Some(0));
+}

@@ -1,0 +1,246 @@
+//! Recursive tools over the mount (issue 15): `grep -r`, `rg`, `find`,
+//! `du`, `tar`, `cp -r` and `rsync -a` over the whole mount, a project and a
+//! session exit 0 without errors, find each message a constant number of
+//! times, and read bytes linear in the session files (views whose size
+//! grows with an entry's path are reachable by name but not listed).
+
+use crate::common;
+use crate::common::fuse;
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{fixture_agent_dir, session_files};
+use fuse::{fuse_ok, sh, Mount};
+use sessionfs::fs::views::image_link;
+use sessionfs::session::blobs::BlobStore;
+use sessionfs::session::render::{entry_text, entry_value, Renderer};
+use sessionfs::session::stats::StatsTable;
+use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::svg::render_tree;
+use sessionfs::session::{OpenOptions, Session};
+
+/// The engine's view of a session file, without writing anything.
+fn engine(agent: &Path, file: &Path) -> Session {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+    let blobs = BlobStore::new(storage.clone(), agent.join("blobs"));
+    let options = OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    Session::open(storage, Some(blobs), file, &options)
+        .unwrap_or_else(|e| panic!("engine open {}: {e}", file.display()))
+}
+
+/// Positions of the entries the mount shows (the last of a repeated id).
+fn shown(s: &Session) -> Vec<u32> {
+    let index = s.index();
+    (0..index.len() as u32)
+        .filter(|&i| {
+            index
+                .get(i)
+                .is_some_and(|m| index.position(m.id()) == Some(i))
+        })
+        .collect()
+}
+
+/// How many files of the mount hold `needle`, computed from the engine and
+/// the documented layout: per shown entry its listed files (`entry.json`,
+/// `entry.md`, `text`, `stats.json`; images are binary) in both views (flat
+/// and nested), per session its listed files.
+fn expected_hits(agent: &Path, needle: &str) -> usize {
+    let mut n = 0;
+    let count = |text: &str| usize::from(text.contains(needle));
+    for file in session_files(&agent.join("sessions")) {
+        let mut s = engine(agent, &file);
+        s.prepare_reads();
+        let r = Renderer::new(&s, &image_link);
+        let table = StatsTable::build(&s).unwrap();
+        n += count(s.header_json());
+        n += count(&s.context().unwrap().to_pretty());
+        n += count(&r.context(s.leaf()).unwrap());
+        n += count(&r.branch(s.leaf()).unwrap());
+        n += count(&table.session_json(&s, s.leaf()));
+        n += count(&render_tree(&s, s.leaf(), &table));
+        for pos in shown(&s) {
+            let id = s.index().get(pos).unwrap().id().to_string();
+            let files = [
+                s.entry_pretty(&id).unwrap(),
+                r.entry(pos).unwrap(),
+                entry_text(&entry_value(&s, pos).unwrap()),
+                table.entry_json(&s, pos),
+            ];
+            n += 2 * files.iter().map(|f| count(f)).sum::<usize>();
+        }
+    }
+    n
+}
+
+fn run_ok(dir: &Path, script: &str) -> String {
+    let (ok, out, err) = sh(dir, script);
+    assert!(ok, "{script}: failed\n{err}");
+    assert!(err.is_empty(), "{script}: printed errors:\n{err}");
+    out
+}
+
+#[test]
+fn recursive_tools_over_the_corpus_exit_0_with_the_expected_hits() {
+    if !fuse_ok("recursive_tools_over_the_corpus_exit_0_with_the_expected_hits") {
+        return;
+    }
+    let (tmp, _agent) = fixture_agent_dir();
+    let m = Mount::start(tmp.path(), &[]);
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().display().to_string();
+    // Touch every session once (legacy files are migrated on first load).
+    run_ok(m.path(), "find . >/dev/null");
+
+    for needle in [
+        "hi there",
+        "question 3",
+        "after compaction",
+        "a2 alternative",
+    ] {
+        let want = expected_hits(tmp.path(), needle);
+        assert!(want > 0, "{needle}: not in the corpus");
+        let got = run_ok(m.path(), &format!("grep -rlF '{needle}' . | wc -l"));
+        assert_eq!(
+            got.trim().parse::<usize>().unwrap(),
+            want,
+            "grep -r {needle}"
+        );
+        if which("rg") {
+            let got = run_ok(m.path(), &format!("rg -lF '{needle}' . | wc -l"));
+            assert_eq!(got.trim().parse::<usize>().unwrap(), want, "rg {needle}");
+        }
+    }
+
+    for dir in [".", "./--home-dev-pi--"] {
+        run_ok(m.path(), &format!("find {dir} | wc -l"));
+        run_ok(m.path(), &format!("du -sb {dir}"));
+        run_ok(m.path(), &format!("tar cf - {dir} | wc -c"));
+    }
+    run_ok(m.path(), &format!("cp -r . {out}/cp"));
+    // The copy holds the listed files with the mount's bytes.
+    let copied = run_ok(Path::new(&out), "find cp -name entry.json | wc -l");
+    let listed = run_ok(m.path(), "find . -name entry.json | wc -l");
+    assert_eq!(copied, listed);
+    assert!(copied.trim().parse::<usize>().unwrap() > 50);
+    if which("rsync") {
+        run_ok(m.path(), &format!("rsync -a . {out}/rsync"));
+        let synced = run_ok(Path::new(&out), "find rsync -name entry.json | wc -l");
+        assert_eq!(synced, listed);
+    } else {
+        println!("rsync is not installed: rsync -a not checked");
+    }
+    // Path-sized views are not listed, but reachable by name.
+    for name in ["context.json", "context.md", "branch.md"] {
+        let listed = run_ok(
+            m.path(),
+            &format!("find . -path '*/entries/*/{name}' | wc -l"),
+        );
+        assert_eq!(listed.trim(), "0", "{name}");
+    }
+    let pi = "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
+    let first = run_ok(&m.join(pi).join("entries"), "ls | head -1");
+    let ctx = m
+        .join(pi)
+        .join("entries")
+        .join(first.trim())
+        .join("context.json");
+    assert!(fs::read_to_string(ctx).unwrap().contains("messages"));
+    assert_eq!(m.stop().code(), Some(0));
+}
+
+fn which(tool: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        println!("{tool} is not installed: skipped");
+    }
+    found
+}
+
+/// A chain of `n` user/assistant messages, each with a unique marker.
+fn chain_session(n: usize) -> String {
+    let mut t = String::from(
+        "{\"type\":\"session\",\"version\":3,\"id\":\"chain\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w/chain\"}\n",
+    );
+    let mut parent = "null".to_string();
+    for i in 0..n {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        let content = if role == "user" {
+            format!("\"marker-{i:05} please look at this\"")
+        } else {
+            format!("[{{\"type\":\"text\",\"text\":\"marker-{i:05} answered\"}}],\"provider\":\"p\",\"model\":\"m\",\"usage\":{{\"input\":10,\"output\":5,\"cacheRead\":0,\"cacheWrite\":0,\"totalTokens\":15,\"cost\":{{\"total\":0.001}}}}")
+        };
+        t.push_str(&format!(
+            "{{\"type\":\"message\",\"id\":\"m{i:05}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{{\"role\":\"{role}\",\"content\":{content}}}}}\n"
+        ));
+        parent = format!("\"m{i:05}\"");
+    }
+    t
+}
+
+#[test]
+fn a_long_session_walks_in_bytes_linear_in_its_file() {
+    if !fuse_ok("a_long_session_walks_in_bytes_linear_in_its_file") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions/--w-chain--");
+    fs::create_dir_all(&dir).unwrap();
+    let n = 400;
+    let file = dir.join("2026-01-01T00-00-00-000Z_chain.jsonl");
+    fs::write(&file, chain_session(n)).unwrap();
+    let file_size = fs::metadata(&file).unwrap().len();
+    let m = Mount::start(tmp.path(), &[]);
+    let session = m.join("--w-chain--/2026-01-01T00-00-00-000Z_chain");
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().display().to_string();
+    // Every tool over the whole session (nested tree included: it is
+    // listed 32 levels deep, deeper entries are found by name).
+    let du = run_ok(&session, "du -sb --apparent-size . | cut -f1");
+    let du: u64 = du.trim().parse().unwrap();
+    assert!(
+        du < 40 * file_size,
+        "du reports {du} bytes for a {file_size}-byte file"
+    );
+    // One message: a constant number of hits, not one per descendant.
+    let hits = run_ok(&session, "grep -rlF 'marker-00003 answered' . | wc -l");
+    let hits: usize = hits.trim().parse().unwrap();
+    assert!((2..=12).contains(&hits), "{hits} hits");
+    let deep = run_ok(&session, "grep -rlF 'marker-00399' . | wc -l");
+    assert!(
+        (2..=12).contains(&deep.trim().parse::<usize>().unwrap()),
+        "{deep}"
+    );
+    // tar writes every path name: bounded paths keep it linear.
+    let bytes = run_ok(&session, "tar cf - . | wc -c");
+    let bytes: u64 = bytes.trim().parse().unwrap();
+    assert!(bytes < 60 * file_size, "tar: {bytes} bytes");
+    run_ok(&session, &format!("cp -r . {out}/cp"));
+    if which("rsync") {
+        run_ok(&session, &format!("rsync -a . {out}/rsync"));
+    }
+    if which("rg") {
+        let hits = run_ok(&session, "rg -lF 'marker-00003 answered' . | wc -l");
+        assert!((2..=12).contains(&hits.trim().parse::<usize>().unwrap()));
+    }
+    let depth = run_ok(
+        &session,
+        "find . -type d | awk -F/ '{print NF}' | sort -n | tail -1",
+    );
+    assert!(
+        depth.trim().parse::<usize>().unwrap() <= 34,
+        "listed depth {depth}"
+    );
+    // Deeper levels are reachable by name.
+    let deep_dir = (0..100).fold(session.clone(), |p, i| p.join(format!("m{i:05}")));
+    assert!(deep_dir.join("entry.json").exists());
+    assert_eq!(m.stop().code(), Some(0));
+}
