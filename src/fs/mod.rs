@@ -762,8 +762,9 @@ impl Filesystem for SessionFs {
 
     /// Listings with attributes: every name counts as looked up (the
     /// kernel forgets them like any other lookup). The directories of
-    /// `entries/` get their real attributes and TTLs, so a walk over
-    /// `entries/` needs no `lookup` per entry; the rest get placeholder
+    /// `entries/` and the unchanging files of entry directories get their
+    /// real attributes and TTLs, so a walk over `entries/` needs no
+    /// `lookup` per entry or file; the rest get placeholder
     /// attributes (size 0) with no TTL, so the kernel asks for the real
     /// ones (`getattr`, or a `lookup` of the name) when something needs
     /// them — `stat`, and a read beyond the size it knows, both ask first.
@@ -782,32 +783,52 @@ impl Filesystem for SessionFs {
         // Children of a session share its file's owner; the rest get
         // placeholders anyway (see below).
         let owner = self.owner(&node);
+        // The unchanging files of an entry directory, with their real
+        // attributes (found once per reply, when the first is listed).
+        let mut entry_files: Option<Vec<(EntryFile, Attr)>> = None;
         let read = self.listings.read(
             &self.tree,
             ino.0,
             &node,
             offset,
             &mut |cookie, name, child, mtime| {
-                // Real attributes only where the listing already has them
-                // (the directories of `entries/`, with their entry's time);
-                // everything else goes with placeholder attributes and no
-                // TTL, which the kernel replaces (getattr) before any use:
-                // computing them here would cost a `stat` per session in a
-                // project's listing, and a whole context per `context.json`.
-                // `.` and `..` are not looked up by the kernel, nor their
-                // attributes used: no count.
+                // Real attributes only where they are cheap and fixed: the
+                // directories of `entries/` (with their entry's time) and
+                // the unchanging files of an entry directory (`entry.json`,
+                // `entry.md`, `text`, `append`), so that a walk needs no
+                // `lookup` per file. Everything else goes with placeholder
+                // attributes and no TTL, which the kernel replaces
+                // (getattr) before any use: computing them here would cost
+                // a `stat` per session in a project's listing, and a whole
+                // context per `context.json`. `.` and `..` are not looked
+                // up by the kernel, nor their attributes used: no count.
                 let dots = name == "." || name == "..";
-                let (mtime, ttl) = match mtime {
-                    Some(mtime) if !dots => {
+                let known = match (child, &node) {
+                    (Node::EntryFile(.., f), Node::EntryDir(key, id, view)) if !dots => {
+                        let files = entry_files.get_or_insert_with(|| {
+                            self.tree
+                                .entry_file_attrs(key, id, *view)
+                                .unwrap_or_default()
+                        });
+                        files.iter().find(|(g, _)| g == f).map(|(_, a)| *a)
+                    }
+                    _ => None,
+                };
+                let (mtime, size, ttl) = match (known, mtime) {
+                    (Some(a), _) => {
+                        let (attr_ttl, entry_ttl) = ttls(child);
+                        (a.mtime, a.size, attr_ttl.min(entry_ttl))
+                    }
+                    (None, Some(mtime)) if !dots => {
                         let (attr_ttl, entry_ttl) = ttls(child);
                         // One TTL serves the name and the attributes here.
-                        (mtime, attr_ttl.min(entry_ttl))
+                        (mtime, 0, attr_ttl.min(entry_ttl))
                     }
-                    _ => (SystemTime::UNIX_EPOCH, Duration::ZERO),
+                    _ => (SystemTime::UNIX_EPOCH, 0, Duration::ZERO),
                 };
                 let attr = Attr {
                     node_type: child.node_type(),
-                    size: 0,
+                    size,
                     perm: self.perm_of(child, &owner),
                     mtime,
                 };

@@ -1231,27 +1231,7 @@ impl Tree {
             Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
                 let s = s.ok_or_else(|| not_found(id))?;
                 let pos = check_entry(s, id, *view)?;
-                let size = match st.entry_sizes.get(&(pos, *f)) {
-                    Some(&size) => size,
-                    None => {
-                        let size = render_entry_file(st, s, id, pos, *f)?.len() as u64;
-                        if !f.is_dynamic() {
-                            st.entry_sizes.insert((pos, *f), size);
-                        }
-                        size
-                    }
-                };
-                let mtime = if f.is_dynamic() {
-                    self.file_mtime(key)
-                } else {
-                    self.entry_mtime_or_file(key, s, pos)
-                };
-                Ok(Attr {
-                    node_type: NodeType::File,
-                    size,
-                    perm,
-                    mtime,
-                })
+                self.entry_file_attr(st, s, key, id, pos, *f, perm)
             }),
             Node::ByCwd(prefix) => {
                 if !prefix.is_empty() {
@@ -1310,6 +1290,68 @@ impl Tree {
                 })
             }
         }
+    }
+
+    /// The attributes of the file `f` of the entry at `pos`.
+    #[allow(clippy::too_many_arguments)]
+    fn entry_file_attr(
+        &self,
+        st: &mut SlotState,
+        s: &Session,
+        key: &SessionKey,
+        id: &str,
+        pos: u32,
+        f: EntryFile,
+        perm: u16,
+    ) -> Result<Attr> {
+        let size = match st.entry_sizes.get(&(pos, f)) {
+            Some(&size) => size,
+            None => {
+                let size = render_entry_file(st, s, id, pos, f)?.len() as u64;
+                if !f.is_dynamic() {
+                    st.entry_sizes.insert((pos, f), size);
+                }
+                size
+            }
+        };
+        let mtime = if f.is_dynamic() {
+            self.file_mtime(key)
+        } else {
+            self.entry_mtime_or_file(key, s, pos)
+        };
+        Ok(Attr {
+            node_type: NodeType::File,
+            size,
+            perm,
+            mtime,
+        })
+    }
+
+    /// The attributes of the files an entry directory lists whose content
+    /// never changes (`entry.json`, `entry.md`, `text`, `append`), found in
+    /// one visit of the session. `readdirplus` hands them out with the
+    /// listing, so that a walk (`grep -r`, `du`, `tar`) needs no `lookup`
+    /// per file (docs/filesystem.md, "Recursive tools"). Their sizes are
+    /// exact, so each is rendered once (and its size kept).
+    pub fn entry_file_attrs(
+        &self,
+        key: &SessionKey,
+        id: &Arc<str>,
+        view: View,
+    ) -> Result<Vec<(EntryFile, Attr)>> {
+        self.with_session(key, |st, s| {
+            let s = s.ok_or_else(|| not_found(id))?;
+            let pos = check_entry(s, id, view)?;
+            EntryFile::ALL
+                .iter()
+                .filter(|f| f.listed() && !f.is_dynamic())
+                .map(|&f| {
+                    let node = Node::EntryFile(key.clone(), id.clone(), view, f);
+                    let perm = node.perm(self.read_only);
+                    Ok((f, self.entry_file_attr(st, s, key, id, pos, f, perm)?))
+                })
+                .collect()
+        })
     }
 
     fn dir_mtime(&self, dir: &Path) -> SystemTime {
