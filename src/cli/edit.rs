@@ -150,7 +150,7 @@ pub fn new_session(args: &NewArgs) -> Result<i32> {
     session.write_now()?;
     let path = session
         .path()
-        .ok_or_else(|| Error::Invalid("internal: a new session without a file".into()))?;
+        .ok_or_else(|| Error::Internal("a new session without a file".into()))?;
     print_out(&format!("{}\n", path.display()))?;
     Ok(0)
 }

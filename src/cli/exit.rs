@@ -13,10 +13,11 @@ pub const USAGE: i32 = 2;
 pub const NOT_FOUND: i32 = 3;
 /// Invalid input: an entry or command that fails validation, a file that
 /// is not a session file, an ambiguous session id prefix, input over a
-/// size limit.
+/// size limit, a file named where a directory is needed (or the reverse).
 pub const INVALID: i32 = 4;
 /// An I/O error: reading or writing a file failed, the file changed under
-/// the command, a read-only session, the prompt history database.
+/// the command, a read-only session, a change or access not permitted, the
+/// prompt history database, an internal error.
 pub const IO: i32 = 5;
 
 /// The exit code of an error.
@@ -25,13 +26,21 @@ pub fn code_of(err: &Error) -> i32 {
         return NOT_FOUND;
     }
     match err {
-        Error::EntryNotFound(_) | Error::Outside(_) => NOT_FOUND,
-        Error::Invalid(_) | Error::TooLarge(_) | Error::Unreadable { .. } => INVALID,
+        Error::EntryNotFound(_) | Error::NotFound(_) | Error::Outside(_) => NOT_FOUND,
+        Error::Invalid(_)
+        | Error::TooLarge(_)
+        | Error::Unreadable { .. }
+        | Error::NotADirectory(_)
+        | Error::IsADirectory(_)
+        | Error::NotASymlink(_) => INVALID,
         Error::Io { .. }
         | Error::Conflict { .. }
         | Error::Stale(_)
         | Error::ReadOnly
-        | Error::History(_) => IO,
+        | Error::NotPermitted(_)
+        | Error::PermissionDenied(_)
+        | Error::History(_)
+        | Error::Internal(_) => IO,
     }
 }
 

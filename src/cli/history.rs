@@ -145,7 +145,7 @@ fn print_entries(entries: &[HistoryEntry], json: bool) -> crate::Result<i32> {
     let mut text = String::new();
     if json {
         let rendered = serde_json::to_string_pretty(entries)
-            .map_err(|e| Error::Invalid(format!("rendering JSON: {e}")))?;
+            .map_err(|e| Error::Internal(format!("rendering JSON: {e}")))?;
         text.push_str(&rendered);
         text.push('\n');
     } else {

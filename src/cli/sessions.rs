@@ -57,7 +57,7 @@ pub fn list(args: &ListArgs) -> Result<i32> {
             .iter()
             .map(|info| {
                 let mut v = serde_json::to_value(info)
-                    .map_err(|e| Error::Invalid(format!("serialising the list: {e}")))?;
+                    .map_err(|e| Error::Internal(format!("serialising the list: {e}")))?;
                 if let Some(obj) = v.as_object_mut() {
                     obj.insert("name".into(), display_name(info).into());
                     obj.insert("created".into(), json_time(info.created.as_deref()));
@@ -95,7 +95,7 @@ fn display_name(info: &crate::session::discovery::SessionInfo) -> String {
 
 fn print_pretty(value: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(value)
-        .map_err(|e| Error::Invalid(format!("serialising: {e}")))?;
+        .map_err(|e| Error::Internal(format!("serialising: {e}")))?;
     print_out(&format!("{text}\n"))
 }
 

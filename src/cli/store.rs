@@ -95,7 +95,7 @@ pub fn check(args: &CheckArgs) -> Result<i32> {
     }
     if args.json {
         let text = serde_json::to_string_pretty(&problems)
-            .map_err(|e| Error::Invalid(format!("serialising the report: {e}")))?;
+            .map_err(|e| Error::Internal(format!("serialising the report: {e}")))?;
         print_out(&format!("{text}\n"))?;
     } else {
         let mut out = String::new();

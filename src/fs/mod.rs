@@ -8,7 +8,6 @@
 //! * [`control`]: parsers of the `append`, `leaf` and `labels` commands;
 //! * [`views`]: the reading views (Markdown, text, stats, tree picture, refs);
 //! * [`watch`]: the worker that keeps kernel caches fresh;
-//! * [`errno`]: engine errors → errno;
 //! * [`mount`]: mounting, signals and unmounting;
 //! * [`requestlog`]: `--debug`, one log line per request;
 //! * [`owner`]: owners and modes of the nodes;
@@ -17,7 +16,6 @@
 pub mod cache;
 pub mod control;
 pub mod demo;
-pub mod errno;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod inode;
@@ -51,7 +49,7 @@ use crate::fs::inode::InodeTable;
 use crate::fs::layout::{Caching, EntryFile, Node, NodeType, SessionFile};
 use crate::fs::listing::Listings;
 use crate::fs::owner::{masked_perm, owner_of, Owner};
-use crate::fs::tree::{is_not_found, Attr, Tree};
+use crate::fs::tree::{Attr, Tree};
 use crate::session::error::Error;
 
 /// Directories, symlinks and their names.
@@ -115,11 +113,10 @@ fn file_type(t: NodeType) -> FileType {
     }
 }
 
+/// The reply to an error: its errno, decided in one place
+/// ([`Error::errno`]).
 fn err_of(e: &Error) -> Errno {
-    if is_not_found(e) {
-        return Errno::ENOENT;
-    }
-    errno::fuse_errno(e)
+    Errno::from_i32(e.errno())
 }
 
 impl SessionFs {
@@ -193,7 +190,9 @@ impl SessionFs {
     }
 
     fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
-        self.inodes.get(ino.0).ok_or(Errno::ENOENT)
+        self.inodes
+            .get(ino.0)
+            .ok_or_else(|| err_of(&Error::NotFound(format!("inode {}", ino.0))))
     }
 
     fn dir_node(&self, ino: INodeNo) -> Result<Node, Errno> {
@@ -201,17 +200,27 @@ impl SessionFs {
         if node.is_dir() {
             Ok(node)
         } else {
-            Err(Errno::ENOTDIR)
+            Err(err_of(&Error::NotADirectory(format!("{node:?}"))))
         }
     }
 
     /// The errno for an attempt to change the tree.
     fn refuse(&self) -> Errno {
-        if self.tree.read_only() {
-            Errno::EROFS
+        err_of(&if self.tree.read_only() {
+            Error::ReadOnly
         } else {
-            Errno::EPERM
-        }
+            Error::NotPermitted("changing the tree".into())
+        })
+    }
+
+    /// The errno for opening a file that is not a control file for
+    /// writing, or an `access` for writing the mode refuses.
+    fn refuse_write(&self, node: &Node) -> Errno {
+        err_of(&if self.tree.read_only() {
+            Error::ReadOnly
+        } else {
+            Error::PermissionDenied(format!("{node:?}"))
+        })
     }
 
     fn add_handle(&self, h: Handle) -> u64 {
@@ -266,7 +275,7 @@ impl Filesystem for SessionFs {
         };
         let child = match self.tree.lookup(&parent, name.as_bytes()) {
             Ok(c) => c,
-            Err(e) if is_not_found(&e) => {
+            Err(e) if e.is_not_found() => {
                 // A negative entry, cached briefly.
                 let attr = self.file_attr(
                     0,
@@ -346,7 +355,7 @@ impl Filesystem for SessionFs {
             return reply.error(self.refuse());
         }
         if self.tree.read_only() {
-            return reply.error(Errno::EROFS);
+            return reply.error(err_of(&Error::ReadOnly));
         }
         if let (Some(0), Node::File(key, SessionFile::Labels)) = (size, &node) {
             if let Err(e) = self.tree.finish_labels_table(key, None, req.pid()) {
@@ -448,7 +457,7 @@ impl Filesystem for SessionFs {
         let (handle, fopen) = match &node {
             n if n.is_control() => {
                 if writes && self.tree.read_only() {
-                    return reply.error(Errno::EROFS);
+                    return reply.error(err_of(&Error::ReadOnly));
                 }
                 let replaces_labels = matches!(n, Node::File(_, SessionFile::Labels))
                     && acc != OpenAccMode::O_RDONLY
@@ -466,11 +475,7 @@ impl Filesystem for SessionFs {
             }
             Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => {
                 if writes {
-                    return reply.error(if self.tree.read_only() {
-                        Errno::EROFS
-                    } else {
-                        Errno::EACCES
-                    });
+                    return reply.error(self.refuse_write(&node));
                 }
                 let dynamic = node.caching() == Caching::Dynamic;
                 let fopen = if dynamic {
@@ -487,8 +492,8 @@ impl Filesystem for SessionFs {
                     fopen,
                 )
             }
-            n if n.is_dir() => return reply.error(Errno::EISDIR),
-            _ => return reply.error(Errno::EINVAL),
+            n if n.is_dir() => return reply.error(err_of(&Error::IsADirectory(format!("{n:?}")))),
+            n => return reply.error(err_of(&Error::Invalid(format!("{n:?}: not a file")))),
         };
         // The node must still exist.
         if let Err(e) = self.tree.attr(&node) {
@@ -967,10 +972,10 @@ impl Filesystem for SessionFs {
                 && (!wants(AccessFlags::X_OK) || bits & 0o1 != 0)
         };
         if !allowed {
-            return reply.error(Errno::EACCES);
+            return reply.error(err_of(&Error::PermissionDenied(format!("{node:?}"))));
         }
         if wants(AccessFlags::W_OK) && self.tree.read_only() {
-            return reply.error(Errno::EROFS);
+            return reply.error(err_of(&Error::ReadOnly));
         }
         reply.ok()
     }

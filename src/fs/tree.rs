@@ -79,12 +79,7 @@ enum Status {
 }
 
 fn not_found(what: impl std::fmt::Display) -> Error {
-    Error::EntryNotFound(what.to_string())
-}
-
-/// True for errors that mean "no such node".
-pub fn is_not_found(err: &Error) -> bool {
-    matches!(err, Error::EntryNotFound(_)) || err.is_not_found()
+    Error::NotFound(what.to_string())
 }
 
 /// Where a tree reports changes.
@@ -682,7 +677,7 @@ impl Tree {
     pub fn refresh_loaded(&self, key: &SessionKey) {
         let _ = self.cache.with_loaded(key, |st| {
             if let Err(e) = self.ensure(key, st) {
-                if is_not_found(&e) {
+                if e.is_not_found() {
                     st.session = None;
                 }
             }
@@ -820,7 +815,7 @@ impl Tree {
             | Node::Ref(..)
             | Node::Tip(..)
             | Node::Diff(..)
-            | Node::Image(..) => Err(Error::Invalid("not a directory".into())),
+            | Node::Image(..) => Err(Error::NotADirectory(format!("{parent:?}"))),
         }
     }
 
@@ -1000,7 +995,7 @@ impl Tree {
             | Node::Ref(..)
             | Node::Tip(..)
             | Node::Diff(..)
-            | Node::Image(..) => Err(Error::Invalid("not a directory".into())),
+            | Node::Image(..) => Err(Error::NotADirectory(format!("{dir:?}"))),
         }
     }
 
@@ -1113,7 +1108,7 @@ impl Tree {
                 }
                 Ok(format!("../entries/{}", escape_name(id)))
             }),
-            _ => Err(Error::Invalid("not a symlink".into())),
+            other => Err(Error::NotASymlink(format!("{other:?}"))),
         }
     }
 
@@ -1592,7 +1587,8 @@ impl Tree {
                     .map(|img| Arc::new(img.bytes))
                     .ok_or_else(|| not_found(name))
             }),
-            _ => Err(Error::Invalid("not a file".into())),
+            // `open` gives directories `EISDIR` and no handle.
+            other => Err(Error::Internal(format!("read of {other:?}, not a file"))),
         }
     }
 
@@ -1618,7 +1614,8 @@ impl Tree {
             SessionFile::Append => append_objects(stream, data, |entries| {
                 batch::append_batch(s, entries).map(drop)
             }),
-            other => Err(Error::Invalid(format!(
+            // `open` makes write handles for control files only.
+            other => Err(Error::Internal(format!(
                 "{} accepts no commands",
                 other.name()
             ))),
@@ -1707,13 +1704,16 @@ impl Tree {
         }
         self.with_session(key, |st, s| {
             let Some(s) = s else {
+                // A write to a session whose file cannot be read: `EIO`,
+                // as any access to its contents (`docs/filesystem.md`).
                 let reason = st
                     .broken
                     .as_ref()
                     .map_or_else(String::new, |b| b.reason.clone());
-                return Err(Error::Invalid(format!(
-                    "the session file cannot be read: {reason}"
-                )));
+                return Err(Error::Unreadable {
+                    path: self.session_path(key),
+                    reason,
+                });
             };
             let before = s.entries().len();
             let had_leaf = s.leaf().is_some();

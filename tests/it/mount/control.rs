@@ -498,6 +498,46 @@ fn persistence_failure_is_eio() {
     );
 }
 
+/// A write to a session whose file became unreadable while its control
+/// files were open fails with `EIO` (`docs/filesystem.md`, "Errors"), as
+/// reading it does, and the file stays as it is; `last-error` says why.
+#[test]
+fn a_write_to_a_session_that_became_unreadable_is_eio() {
+    if !fuse_ok("a_write_to_a_session_that_became_unreadable_is_eio") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    assert_eq!(read(&d.join("leaf")), "u2\n");
+    let garbage = b"this is not a session file\n";
+    let cases: [(&str, &[u8]); 3] = [
+        ("append", br#"{"type":"custom","customType":"x"}"#),
+        ("leaf", b"u1\n"),
+        ("labels", b"u1 start\n"),
+    ];
+    let mut handles: Vec<(&str, fs::File, &[u8])> = cases
+        .iter()
+        .map(|(name, data)| {
+            let h = fs::OpenOptions::new()
+                .append(true)
+                .open(d.join(name))
+                .unwrap();
+            (*name, h, *data)
+        })
+        .collect();
+    // Rewritten in place by another program: same inode, not JSONL.
+    fs::write(&f.file, garbage).unwrap();
+    for (name, h, data) in &mut handles {
+        let err = h.write_all(data).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{name}: {err}");
+    }
+    drop(handles);
+    assert_eq!(f.bytes(), garbage, "the unreadable file is untouched");
+    let reason = read(&d.join("last-error"));
+    assert!(reason.contains("unreadable"), "last-error: {reason}");
+}
+
 #[test]
 fn large_entry_in_64k_writes_is_one_truncated_entry() {
     if !fuse_ok("large_entry_in_64k_writes_is_one_truncated_entry") {
