@@ -40,6 +40,7 @@ pub fn code_of(err: &Error) -> i32 {
         | Error::NotPermitted(_)
         | Error::PermissionDenied(_)
         | Error::History(_)
+        | Error::BadHandle(_)
         | Error::Internal(_) => IO,
     }
 }

@@ -7,6 +7,7 @@
 //! * [`cache`]: the LRU of loaded sessions;
 //! * [`control`]: parsers of the `append`, `leaf` and `labels` commands;
 //! * [`views`]: the reading views (Markdown, text, stats, tree picture, refs);
+//! * [`handles`]: the open files (FUSE-free; the callbacks here are shims over it);
 //! * [`watch`]: the worker that keeps kernel caches fresh;
 //! * [`mount`]: mounting, signals and unmounting;
 //! * [`requestlog`]: `--debug`, one log line per request;
@@ -18,6 +19,7 @@ pub mod control;
 pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod handles;
 pub mod inode;
 pub mod layout;
 pub mod listing;
@@ -28,12 +30,9 @@ pub mod tree;
 pub mod views;
 pub mod watch;
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -44,11 +43,11 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::fs::control::{AppendStream, LabelTable};
+use crate::fs::handles::{Handles, OpenMode, PageCache};
 use crate::fs::inode::InodeTable;
 use crate::fs::layout::{Caching, EntryFile, Node, NodeType, SessionFile};
 use crate::fs::listing::Listings;
-use crate::fs::owner::{masked_perm, owner_of, Owner};
+use crate::fs::owner::{check_access, masked_perm, owner_of, Owner, Wants};
 use crate::fs::tree::{Attr, Tree};
 use crate::session::error::Error;
 
@@ -61,36 +60,14 @@ pub const DYNAMIC_ENTRY_TTL: Duration = Duration::from_secs(1);
 /// A name that does not exist.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 
-enum Handle {
-    /// A readable file: its content, rendered on the first read (and again
-    /// on a read at offset 0 for dynamic files).
-    Read {
-        node: Node,
-        content: Option<Arc<Vec<u8>>>,
-        dynamic: bool,
-    },
-    /// A control file open for writing (and maybe reading).
-    Control {
-        node: Node,
-        stream: AppendStream,
-        content: Option<Arc<Vec<u8>>>,
-        /// The id the kernel gave for the last writer (see `flush`).
-        last_writer: u32,
-        /// `labels` opened with `O_TRUNC`: the table written replaces the
-        /// labels (see `LabelTable`).
-        table: Option<LabelTable>,
-    },
-}
-
 /// The filesystem served by `sessionfs mount`.
 pub struct SessionFs {
     tree: Arc<Tree>,
     inodes: Arc<InodeTable>,
-    handles: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
+    handles: Handles,
     listings: Listings,
     /// The kernel supports answering `opendir` with `ENOSYS` (5.1+).
     no_opendir: bool,
-    next_fh: AtomicU64,
     uid: u32,
     gid: u32,
 }
@@ -126,12 +103,11 @@ impl SessionFs {
             nix::unistd::getgid().as_raw(),
         );
         SessionFs {
+            handles: Handles::new(tree.clone()),
             tree,
             inodes,
-            handles: Mutex::new(HashMap::new()),
             listings: Listings::new(),
             no_opendir: false,
-            next_fh: AtomicU64::new(1),
             uid,
             gid,
         }
@@ -212,42 +188,6 @@ impl SessionFs {
             Error::NotPermitted("changing the tree".into())
         })
     }
-
-    /// The errno for opening a file that is not a control file for
-    /// writing, or an `access` for writing the mode refuses.
-    fn refuse_write(&self, node: &Node) -> Errno {
-        err_of(&if self.tree.read_only() {
-            Error::ReadOnly
-        } else {
-            Error::PermissionDenied(format!("{node:?}"))
-        })
-    }
-
-    fn add_handle(&self, h: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, Arc::new(Mutex::new(h)));
-        fh
-    }
-
-    fn handle(&self, fh: FileHandle) -> Option<Arc<Mutex<Handle>>> {
-        self.handles.lock().get(&fh.0).cloned()
-    }
-
-    fn take_handle(&self, fh: FileHandle) -> Option<Arc<Mutex<Handle>>> {
-        self.handles.lock().remove(&fh.0)
-    }
-
-    fn render(&self, node: &Node) -> Result<Arc<Vec<u8>>, Errno> {
-        self.tree.read(node).map_err(|e| err_of(&e))
-    }
-}
-
-fn slice(content: &[u8], offset: u64, size: u32) -> &[u8] {
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(content.len());
-    let end = start.saturating_add(size as usize).min(content.len());
-    &content[start..end]
 }
 
 impl Filesystem for SessionFs {
@@ -452,55 +392,20 @@ impl Filesystem for SessionFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let acc = flags.acc_mode();
-        let writes = acc != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        let (handle, fopen) = match &node {
-            n if n.is_control() => {
-                if writes && self.tree.read_only() {
-                    return reply.error(err_of(&Error::ReadOnly));
-                }
-                let replaces_labels = matches!(n, Node::File(_, SessionFile::Labels))
-                    && acc != OpenAccMode::O_RDONLY
-                    && flags.0 & libc::O_TRUNC != 0;
-                (
-                    Handle::Control {
-                        node: node.clone(),
-                        stream: AppendStream::new(),
-                        content: None,
-                        last_writer: 0,
-                        table: replaces_labels.then(LabelTable::default),
-                    },
-                    FopenFlags::FOPEN_DIRECT_IO,
-                )
-            }
-            Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => {
-                if writes {
-                    return reply.error(self.refuse_write(&node));
-                }
-                let dynamic = node.caching() == Caching::Dynamic;
-                let fopen = if dynamic {
-                    FopenFlags::FOPEN_DIRECT_IO
-                } else {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                };
-                (
-                    Handle::Read {
-                        node: node.clone(),
-                        content: None,
-                        dynamic,
-                    },
-                    fopen,
-                )
-            }
-            n if n.is_dir() => return reply.error(err_of(&Error::IsADirectory(format!("{n:?}")))),
-            n => return reply.error(err_of(&Error::Invalid(format!("{n:?}: not a file")))),
+        let mode = OpenMode {
+            write: flags.acc_mode() != OpenAccMode::O_RDONLY,
+            truncate: flags.0 & libc::O_TRUNC != 0,
         };
-        // The node must still exist.
-        if let Err(e) = self.tree.attr(&node) {
-            return reply.error(err_of(&e));
+        match self.handles.open(&node, mode) {
+            Ok((fh, cache)) => reply.opened(
+                FileHandle(fh),
+                match cache {
+                    PageCache::Direct => FopenFlags::FOPEN_DIRECT_IO,
+                    PageCache::Keep => FopenFlags::FOPEN_KEEP_CACHE,
+                },
+            ),
+            Err(e) => reply.error(err_of(&e)),
         }
-        let fh = self.add_handle(handle);
-        reply.opened(FileHandle(fh), fopen);
     }
 
     fn read(
@@ -514,43 +419,9 @@ impl Filesystem for SessionFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let Some(h) = self.handle(fh) else {
-            return reply.error(Errno::EBADF);
-        };
-        let mut h = h.lock();
-        let content = match &mut *h {
-            Handle::Read {
-                node,
-                content,
-                dynamic,
-            } => {
-                if content.is_none() || (*dynamic && offset == 0) {
-                    match self.render(node) {
-                        Ok(c) => *content = Some(c),
-                        Err(e) => return reply.error(e),
-                    }
-                }
-                content.clone()
-            }
-            Handle::Control { node, content, .. } => {
-                if matches!(
-                    node,
-                    Node::File(_, SessionFile::Append) | Node::EntryFile(.., EntryFile::Append)
-                ) {
-                    return reply.data(&[]);
-                }
-                if content.is_none() || offset == 0 {
-                    match self.render(node) {
-                        Ok(c) => *content = Some(c),
-                        Err(e) => return reply.error(e),
-                    }
-                }
-                content.clone()
-            }
-        };
-        match content {
-            Some(c) => reply.data(slice(&c, offset, size)),
-            None => reply.data(&[]),
+        match self.handles.read(fh.0, offset, size) {
+            Ok(bytes) => reply.data(bytes.as_slice()),
+            Err(e) => reply.error(err_of(&e)),
         }
     }
 
@@ -566,42 +437,8 @@ impl Filesystem for SessionFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let Some(h) = self.handle(fh) else {
-            return reply.error(Errno::EBADF);
-        };
-        let mut h = h.lock();
-        let Handle::Control {
-            node,
-            stream,
-            last_writer,
-            table,
-            ..
-        } = &mut *h
-        else {
-            return reply.error(Errno::EBADF);
-        };
-        *last_writer = req.pid();
-        let result = match (node, table) {
-            (Node::File(key, _), Some(table)) => {
-                table.written = true;
-                self.tree.write_labels_table(key, table, data, req.pid())
-            }
-            (Node::File(key, file), None) => {
-                self.tree.write_control(key, *file, stream, data, req.pid())
-            }
-            (Node::EntryFile(key, id, _, EntryFile::Append), _) => {
-                self.tree
-                    .write_entry_append(key, id, stream, data, req.pid())
-            }
-            _ => return reply.error(Errno::EBADF),
-        };
-        match result {
-            Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
-            // Objects before the failing one were appended: a short write
-            // (see `AppendStream::accepted`); the resent rest then fails.
-            Err(_) if stream.accepted() > 0 => {
-                reply.written(u32::try_from(stream.accepted()).unwrap_or(u32::MAX))
-            }
+        match self.handles.write(fh.0, req.pid(), data) {
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(err_of(&e)),
         }
     }
@@ -614,52 +451,10 @@ impl Filesystem for SessionFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Commands run (and are written) when their write arrives; only an
-        // incomplete `append` object is left, and then `close` fails; and a
-        // table written over `labels` ends here (the labels it leaves out
-        // are cleared), once something was written (see `LabelTable`).
-        if let Some(h) = self.handle(fh) {
-            let mut h = h.lock();
-            if let Handle::Control {
-                node: Node::File(key, _),
-                table: Some(table),
-                ..
-            } = &mut *h
-            {
-                if table.written {
-                    if let Err(e) = self.tree.finish_labels_table(key, Some(table), req.pid()) {
-                        return reply.error(err_of(&e));
-                    }
-                }
-                return reply.ok();
-            }
-            if let Handle::Control {
-                node,
-                stream,
-                last_writer,
-                ..
-            } = &mut *h
-            {
-                let key = match node {
-                    Node::File(key, SessionFile::Append)
-                    | Node::EntryFile(key, _, _, EntryFile::Append) => Some(key.clone()),
-                    _ => None,
-                };
-                let pending = stream.pending();
-                // Only the writer of the incomplete object fails: another
-                // process closing its copy of the descriptor (a command run
-                // between two writes of a shell's `{ …; } >> append`) does
-                // not end the object.
-                if let (Some(key), true) = (key, pending > 0 && req.pid() == *last_writer) {
-                    // Reported (and discarded) here, so `release` has
-                    // nothing left to report.
-                    stream.reset();
-                    let e = self.tree.flush_partial(&key, pending, req.pid());
-                    return reply.error(err_of(&e));
-                }
-            }
+        match self.handles.flush(fh.0, req.pid()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err_of(&e)),
         }
-        reply.ok();
     }
 
     fn release(
@@ -672,28 +467,7 @@ impl Filesystem for SessionFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if let Some(h) = self.take_handle(fh) {
-            let h = h.lock();
-            if let Handle::Control {
-                node: Node::File(key, _),
-                table: Some(table),
-                ..
-            } = &*h
-            {
-                // Nothing was written: the empty table (`: > labels`).
-                if !table.written {
-                    let _ = self.tree.finish_labels_table(key, None, req.pid());
-                }
-            }
-            if let Handle::Control { node, stream, .. } = &*h {
-                let pending = stream.pending();
-                if pending > 0 {
-                    if let Some(key) = node.session_key() {
-                        self.tree.discard_partial(key, pending, req.pid());
-                    }
-                }
-            }
-        }
+        self.handles.release(fh.0, req.pid());
         reply.ok();
     }
 
@@ -876,7 +650,7 @@ impl Filesystem for SessionFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.take_handle(fh);
+        self.handles.forget(fh.0);
         reply.ok();
     }
 
@@ -944,40 +718,30 @@ impl Filesystem for SessionFs {
     }
 
     /// `access(2)` by the permission bits (sent by the kernel when it
-    /// does not check them itself, see `mount`): the owner's bits, and for
-    /// root everything but executing a file without an execute bit, as on
-    /// any filesystem.
+    /// does not check them itself, see `mount`; the rules are
+    /// [`check_access`]'s).
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let node = match self.node(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
         let owner = self.owner(&node);
-        let perm = self.perm_of(&node, &owner);
-        let wants = |flag: AccessFlags| mask.contains(flag);
-        let allowed = if req.uid() == 0 {
-            !wants(AccessFlags::X_OK) || node.is_dir() || perm & 0o111 != 0
-        } else {
-            // The class the caller belongs to: owner, group, others.
-            let shift = if req.uid() == owner.0.uid {
-                6
-            } else if req.gid() == owner.0.gid {
-                3
-            } else {
-                0
-            };
-            let bits = (perm >> shift) & 0o7;
-            (!wants(AccessFlags::R_OK) || bits & 0o4 != 0)
-                && (!wants(AccessFlags::W_OK) || bits & 0o2 != 0)
-                && (!wants(AccessFlags::X_OK) || bits & 0o1 != 0)
+        let wants = Wants {
+            read: mask.contains(AccessFlags::R_OK),
+            write: mask.contains(AccessFlags::W_OK),
+            exec: mask.contains(AccessFlags::X_OK),
         };
-        if !allowed {
-            return reply.error(err_of(&Error::PermissionDenied(format!("{node:?}"))));
+        match check_access(
+            self.perm_of(&node, &owner),
+            &owner.0,
+            node.is_dir(),
+            (req.uid(), req.gid()),
+            wants,
+            self.tree.read_only(),
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err_of(&e)),
         }
-        if wants(AccessFlags::W_OK) && self.tree.read_only() {
-            return reply.error(err_of(&Error::ReadOnly));
-        }
-        reply.ok()
     }
 
     fn create(

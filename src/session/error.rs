@@ -16,6 +16,7 @@
 //! | `PermissionDenied` (opening a read-only file for writing; an `access` the mode refuses) | `EACCES` |
 //! | `ReadOnly` (a write on a read-only mount or session) | `EROFS` |
 //! | `TooLarge` (input over a size cap) | `EFBIG` |
+//! | `BadHandle` (a file handle the mount does not know, or a write to one opened for reading) | `EBADF` |
 //! | `Io` with `ENOSPC`, `EDQUOT` or `EROFS` (disk full, quota, read-only filesystem) | itself |
 //! | `Io` (any other operating-system error: a failed write, a read error) | `EIO` |
 //! | `Unreadable` (a file the engine cannot parse, also a write to it) | `EIO` |
@@ -99,6 +100,10 @@ pub enum Error {
     /// A database error of the prompt history.
     #[error("history database: {0}")]
     History(String),
+    /// A file handle the mount does not know (or one of the wrong kind:
+    /// a write to a file opened for reading).
+    #[error("bad file handle {0}")]
+    BadHandle(u64),
     /// A broken invariant of the engine: a bug, not bad input.
     #[error("internal error: {0}")]
     Internal(String),
@@ -129,6 +134,7 @@ impl Error {
             Error::PermissionDenied(_) => libc::EACCES,
             Error::ReadOnly => libc::EROFS,
             Error::TooLarge(_) => libc::EFBIG,
+            Error::BadHandle(_) => libc::EBADF,
             Error::Io { source, .. } => match source.raw_os_error() {
                 Some(e @ (libc::ENOSPC | libc::EDQUOT | libc::EROFS)) => e,
                 _ if source.kind() == io::ErrorKind::NotFound => libc::ENOENT,
@@ -190,6 +196,7 @@ mod tests {
             (Error::PermissionDenied(s()), libc::EACCES),
             (Error::ReadOnly, libc::EROFS),
             (Error::TooLarge(s()), libc::EFBIG),
+            (Error::BadHandle(7), libc::EBADF),
             (io(libc::ENOSPC), libc::ENOSPC),
             (io(libc::EDQUOT), libc::EDQUOT),
             (io(libc::EROFS), libc::EROFS),

@@ -1,0 +1,585 @@
+//! The open files of the mount, without FUSE: what `open`, `read`, `write`,
+//! `flush` and `release` do with a file handle (`docs/filesystem.md`,
+//! "Control files" and "Errors"). The FUSE callbacks in `fs/mod.rs` only
+//! translate their arguments and replies; every error here is an
+//! [`Error`], whose errno is decided by [`Error::errno`].
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::fs::control::{AppendStream, LabelTable};
+use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
+use crate::fs::tree::Tree;
+use crate::session::error::{Error, Result};
+
+/// One open file.
+enum Handle {
+    /// A readable file: its content, rendered on the first read (and again
+    /// on a read at offset 0 for dynamic files).
+    Read {
+        node: Node,
+        content: Option<Arc<Vec<u8>>>,
+        dynamic: bool,
+    },
+    /// A control file open for writing (and maybe reading).
+    Control {
+        node: Node,
+        stream: AppendStream,
+        content: Option<Arc<Vec<u8>>>,
+        /// The id the kernel gave for the last writer (see `flush`).
+        last_writer: u32,
+        /// `labels` opened with `O_TRUNC`: the table written replaces the
+        /// labels (see `LabelTable`).
+        table: Option<LabelTable>,
+    },
+}
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenMode {
+    /// Opened for writing (write-only or read-write).
+    pub write: bool,
+    /// With `O_TRUNC`.
+    pub truncate: bool,
+}
+
+impl OpenMode {
+    /// Opened for reading only, without `O_TRUNC`.
+    pub const READ: OpenMode = OpenMode {
+        write: false,
+        truncate: false,
+    };
+
+    /// Asks for a change of the file (`O_TRUNC` on its own counts).
+    fn writes(self) -> bool {
+        self.write || self.truncate
+    }
+}
+
+/// How the kernel may cache an open file's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageCache {
+    /// Not at all: every read comes here (control files, dynamic files).
+    Direct,
+    /// Kept across opens (files whose content does not change).
+    Keep,
+}
+
+/// Bytes of a file's content, without copying it.
+pub struct Bytes {
+    content: Option<Arc<Vec<u8>>>,
+    start: usize,
+    end: usize,
+}
+
+impl Bytes {
+    const EMPTY: Bytes = Bytes {
+        content: None,
+        start: 0,
+        end: 0,
+    };
+
+    /// `size` bytes at `offset` of `content` (fewer at its end).
+    fn slice(content: Arc<Vec<u8>>, offset: u64, size: u32) -> Bytes {
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(content.len());
+        let end = start.saturating_add(size as usize).min(content.len());
+        Bytes {
+            content: Some(content),
+            start,
+            end,
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        self.content
+            .as_ref()
+            .map_or(&[][..], |c| &c[self.start..self.end])
+    }
+}
+
+/// The table of open files, by handle number.
+pub struct Handles {
+    tree: Arc<Tree>,
+    table: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
+    next: AtomicU64,
+}
+
+impl Handles {
+    pub fn new(tree: Arc<Tree>) -> Self {
+        Handles {
+            tree,
+            table: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn get(&self, fh: u64) -> Result<Arc<Mutex<Handle>>> {
+        self.table
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(Error::BadHandle(fh))
+    }
+
+    /// Opens `node`: control files for reading and writing, every other
+    /// file for reading only (writing it is `PermissionDenied`, or
+    /// `ReadOnly` on a read-only mount), directories not at all. Returns
+    /// the new handle and how the kernel may cache the pages.
+    pub fn open(&self, node: &Node, mode: OpenMode) -> Result<(u64, PageCache)> {
+        let (handle, cache) = match node {
+            n if n.is_control() => {
+                if mode.writes() && self.tree.read_only() {
+                    return Err(Error::ReadOnly);
+                }
+                let replaces_labels =
+                    matches!(n, Node::File(_, SessionFile::Labels)) && mode.write && mode.truncate;
+                (
+                    Handle::Control {
+                        node: node.clone(),
+                        stream: AppendStream::new(),
+                        content: None,
+                        last_writer: 0,
+                        table: replaces_labels.then(LabelTable::default),
+                    },
+                    PageCache::Direct,
+                )
+            }
+            Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => {
+                if mode.writes() {
+                    return Err(if self.tree.read_only() {
+                        Error::ReadOnly
+                    } else {
+                        Error::PermissionDenied(format!("{node:?}"))
+                    });
+                }
+                let dynamic = node.caching() == Caching::Dynamic;
+                (
+                    Handle::Read {
+                        node: node.clone(),
+                        content: None,
+                        dynamic,
+                    },
+                    if dynamic {
+                        PageCache::Direct
+                    } else {
+                        PageCache::Keep
+                    },
+                )
+            }
+            n if n.is_dir() => return Err(Error::IsADirectory(format!("{n:?}"))),
+            n => return Err(Error::Invalid(format!("{n:?}: not a file"))),
+        };
+        // The node must still exist.
+        self.tree.attr(node)?;
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
+        Ok((fh, cache))
+    }
+
+    /// `size` bytes at `offset`. The content is rendered on the first read
+    /// and kept for the handle's later reads, except that a read at offset
+    /// 0 of a dynamic or control file renders it again; `append` reads as
+    /// empty.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+        let h = self.get(fh)?;
+        let mut h = h.lock();
+        let content = match &mut *h {
+            Handle::Read {
+                node,
+                content,
+                dynamic,
+            } => {
+                if content.is_none() || (*dynamic && offset == 0) {
+                    *content = Some(self.tree.read(node)?);
+                }
+                content.clone()
+            }
+            Handle::Control { node, content, .. } => {
+                if matches!(
+                    node,
+                    Node::File(_, SessionFile::Append) | Node::EntryFile(.., EntryFile::Append)
+                ) {
+                    return Ok(Bytes::EMPTY);
+                }
+                if content.is_none() || offset == 0 {
+                    *content = Some(self.tree.read(node)?);
+                }
+                content.clone()
+            }
+        };
+        Ok(content.map_or(Bytes::EMPTY, |c| Bytes::slice(c, offset, size)))
+    }
+
+    /// One write by process `pid` to a control file: the commands it
+    /// completes run now. Returns the bytes taken: all of them, or, when
+    /// objects before a failing one were appended, only those (a short
+    /// write; the resent rest then fails, see `AppendStream::accepted`).
+    pub fn write(&self, fh: u64, pid: u32, data: &[u8]) -> Result<usize> {
+        let h = self.get(fh)?;
+        let mut h = h.lock();
+        let Handle::Control {
+            node,
+            stream,
+            last_writer,
+            table,
+            ..
+        } = &mut *h
+        else {
+            return Err(Error::BadHandle(fh));
+        };
+        *last_writer = pid;
+        let result = match (node, table) {
+            (Node::File(key, _), Some(table)) => {
+                table.written = true;
+                self.tree.write_labels_table(key, table, data, pid)
+            }
+            (Node::File(key, file), None) => self.tree.write_control(key, *file, stream, data, pid),
+            (Node::EntryFile(key, id, _, EntryFile::Append), _) => {
+                self.tree.write_entry_append(key, id, stream, data, pid)
+            }
+            _ => return Err(Error::BadHandle(fh)),
+        };
+        match result {
+            Ok(()) => Ok(data.len()),
+            Err(_) if stream.accepted() > 0 => Ok(stream.accepted()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `close` of a descriptor of the handle by process `pid`. Commands ran
+    /// when their write arrived; left are a table written over `labels`,
+    /// which ends here (the labels it leaves out are cleared) once
+    /// something was written, and an incomplete `append` object of `pid`'s,
+    /// which is discarded and fails the close. Another process closing its
+    /// copy of the descriptor (a command run between two writes of a
+    /// shell's `{ …; } >> append`) does not end the object.
+    pub fn flush(&self, fh: u64, pid: u32) -> Result<()> {
+        let Ok(h) = self.get(fh) else {
+            return Ok(());
+        };
+        let mut h = h.lock();
+        let Handle::Control {
+            node,
+            stream,
+            last_writer,
+            table,
+            ..
+        } = &mut *h
+        else {
+            return Ok(());
+        };
+        if let (Node::File(key, _), Some(table)) = (&*node, table) {
+            if table.written {
+                self.tree.finish_labels_table(key, Some(table), pid)?;
+            }
+            return Ok(());
+        }
+        let key = match node {
+            Node::File(key, SessionFile::Append)
+            | Node::EntryFile(key, _, _, EntryFile::Append) => key,
+            _ => return Ok(()),
+        };
+        let pending = stream.pending();
+        if pending > 0 && pid == *last_writer {
+            // Reported (and discarded) here, so `release` has nothing
+            // left to report.
+            stream.reset();
+            return Err(self.tree.flush_partial(key, pending, pid));
+        }
+        Ok(())
+    }
+
+    /// The last close of the handle, by process `pid`: a table over
+    /// `labels` nothing was written to is the empty table (`: > labels`),
+    /// and an incomplete object left in a stream is reported and dropped.
+    pub fn release(&self, fh: u64, pid: u32) {
+        let Some(h) = self.table.lock().remove(&fh) else {
+            return;
+        };
+        let h = h.lock();
+        if let Handle::Control {
+            node,
+            stream,
+            table,
+            ..
+        } = &*h
+        {
+            if let (Node::File(key, _), Some(table)) = (node, table) {
+                if !table.written {
+                    let _ = self.tree.finish_labels_table(key, None, pid);
+                }
+            }
+            let pending = stream.pending();
+            if pending > 0 {
+                if let Some(key) = node.session_key() {
+                    self.tree.discard_partial(key, pending, pid);
+                }
+            }
+        }
+    }
+
+    /// Drops a handle without the work of `release` (directory handles).
+    pub fn forget(&self, fh: u64) {
+        self.table.lock().remove(&fh);
+    }
+
+    /// The number of open handles.
+    pub fn len(&self) -> usize {
+        self.table.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::layout::{SessionKey, View};
+    use crate::fs::tree::TreeConfig;
+    use crate::session::paths::AgentDir;
+    use std::fs;
+
+    const KEY: (&str, &str) = ("--p--", "2026_aaaa-a");
+    const WRITE: OpenMode = OpenMode {
+        write: true,
+        truncate: false,
+    };
+    const TRUNCATE: OpenMode = OpenMode {
+        write: true,
+        truncate: true,
+    };
+
+    fn session_text() -> String {
+        let mut t = String::from(
+            "{\"type\":\"session\",\"version\":3,\"id\":\"aaaa\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n",
+        );
+        let mut parent = "null".to_string();
+        for i in 0..3 {
+            t.push_str(&format!(
+                "{{\"type\":\"custom\",\"id\":\"e{i}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}}\n"
+            ));
+            parent = format!("\"e{i}\"");
+        }
+        t
+    }
+
+    /// A tree over one session of three entries, `e0` to `e2`.
+    fn setup(read_only: bool) -> (tempfile::TempDir, Arc<Tree>, SessionKey) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sessions").join(KEY.0);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join(format!("{}.jsonl", KEY.1)), session_text()).unwrap();
+        let tree = Tree::new(TreeConfig {
+            agent: AgentDir::new(tmp.path()),
+            read_only,
+            index: None,
+            cache_bytes: 64 << 20,
+        });
+        (tmp, Arc::new(tree), SessionKey::new(KEY.0, KEY.1))
+    }
+
+    fn file(key: &SessionKey, f: SessionFile) -> Node {
+        Node::File(key.clone(), f)
+    }
+
+    fn read_all(h: &Handles, fh: u64) -> String {
+        String::from_utf8(h.read(fh, 0, 1 << 20).unwrap().as_slice().to_vec()).unwrap()
+    }
+
+    fn errno<T>(r: Result<T>) -> i32 {
+        r.err().map_or(0, |e| e.errno())
+    }
+
+    #[test]
+    fn open_gives_each_kind_of_node_its_answer() {
+        let (_tmp, tree, key) = setup(false);
+        let h = Handles::new(tree);
+        let entry = |f| Node::EntryFile(key.clone(), "e1".into(), View::Flat, f);
+        // (node, mode, errno or 0, page cache when opened)
+        let cases = [
+            (
+                file(&key, SessionFile::Leaf),
+                WRITE,
+                0,
+                Some(PageCache::Direct),
+            ),
+            (
+                file(&key, SessionFile::Append),
+                WRITE,
+                0,
+                Some(PageCache::Direct),
+            ),
+            (
+                file(&key, SessionFile::Labels),
+                TRUNCATE,
+                0,
+                Some(PageCache::Direct),
+            ),
+            (
+                file(&key, SessionFile::Context),
+                OpenMode::READ,
+                0,
+                Some(PageCache::Direct),
+            ),
+            (
+                entry(EntryFile::Entry),
+                OpenMode::READ,
+                0,
+                Some(PageCache::Keep),
+            ),
+            (entry(EntryFile::Append), WRITE, 0, Some(PageCache::Direct)),
+            (file(&key, SessionFile::Context), WRITE, libc::EACCES, None),
+            (
+                file(&key, SessionFile::Header),
+                TRUNCATE,
+                libc::EACCES,
+                None,
+            ),
+            (entry(EntryFile::Entry), WRITE, libc::EACCES, None),
+            (
+                Node::Session(key.clone()),
+                OpenMode::READ,
+                libc::EISDIR,
+                None,
+            ),
+            (Node::Root, OpenMode::READ, libc::EISDIR, None),
+            (Node::Head(key.clone()), OpenMode::READ, libc::EINVAL, None),
+            (
+                Node::File(SessionKey::new(KEY.0, "2026_gone"), SessionFile::Leaf),
+                WRITE,
+                libc::ENOENT,
+                None,
+            ),
+        ];
+        for (node, mode, want, cache) in cases {
+            let got = h.open(&node, mode);
+            assert_eq!(errno(h.open(&node, mode)), want, "{node:?} {mode:?}");
+            assert_eq!(got.ok().map(|(_, c)| c), cache, "{node:?} {mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_read_only_mount_refuses_every_write_with_erofs() {
+        let (_tmp, tree, key) = setup(true);
+        let h = Handles::new(tree);
+        for f in [SessionFile::Leaf, SessionFile::Append, SessionFile::Context] {
+            assert_eq!(errno(h.open(&file(&key, f), WRITE)), libc::EROFS, "{f:?}");
+        }
+        assert_eq!(
+            errno(h.open(&file(&key, SessionFile::Leaf), OpenMode::READ)),
+            0
+        );
+    }
+
+    #[test]
+    fn unknown_handles_and_writes_to_read_handles_are_ebadf() {
+        let (_tmp, tree, key) = setup(false);
+        let h = Handles::new(tree);
+        assert_eq!(errno(h.read(99, 0, 10)), libc::EBADF);
+        assert_eq!(errno(h.write(99, 1, b"e1\n")), libc::EBADF);
+        assert_eq!(errno(h.flush(99, 1)), 0, "a flush of nothing is fine");
+        h.release(99, 1);
+        let (fh, _) = h
+            .open(&file(&key, SessionFile::Context), OpenMode::READ)
+            .unwrap();
+        assert_eq!(errno(h.write(fh, 1, b"{}")), libc::EBADF);
+        assert_eq!(h.len(), 1);
+        h.release(fh, 1);
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn reads_slice_the_content_and_render_it_again_at_offset_zero() {
+        let (tmp, tree, key) = setup(false);
+        let h = Handles::new(tree.clone());
+        let (fh, _) = h
+            .open(&file(&key, SessionFile::Leaf), OpenMode::READ)
+            .unwrap();
+        assert_eq!(read_all(&h, fh), "e2\n");
+        assert_eq!(h.read(fh, 1, 1).unwrap().as_slice(), b"2");
+        assert_eq!(h.read(fh, 10, 5).unwrap().as_slice(), b"");
+        // Another writer moves the leaf: a read at offset 0 sees it.
+        let (w, _) = h.open(&file(&key, SessionFile::Leaf), WRITE).unwrap();
+        assert_eq!(h.write(w, 1, b"e0\n").unwrap(), 3);
+        assert_eq!(
+            h.read(fh, 1, 5).unwrap().as_slice(),
+            b"2\n",
+            "kept after offset 0"
+        );
+        assert_eq!(read_all(&h, fh), "e0\n");
+        // `append` reads as empty.
+        let (a, _) = h.open(&file(&key, SessionFile::Append), WRITE).unwrap();
+        assert_eq!(read_all(&h, a), "");
+        drop(tmp);
+    }
+
+    #[test]
+    fn appends_take_whole_objects_and_batches() {
+        let (_tmp, tree, key) = setup(false);
+        let path = tree.session_path(&key);
+        let h = Handles::new(tree.clone());
+        let lines = || fs::read_to_string(&path).unwrap().lines().count();
+        let (fh, _) = h.open(&file(&key, SessionFile::Append), WRITE).unwrap();
+        let obj = br#"{"type":"custom","customType":"x"}"#;
+        assert_eq!(h.write(fh, 7, obj).unwrap(), obj.len());
+        assert_eq!(lines(), 5);
+        // Half an object: taken, waiting for the rest; another process
+        // closing its copy of the descriptor does not end it.
+        assert_eq!(h.write(fh, 7, br#"{"type":"cus"#).unwrap(), 12);
+        assert_eq!(errno(h.flush(fh, 8)), 0);
+        assert_eq!(h.write(fh, 7, br#"tom","customType":"y"}"#).unwrap(), 22);
+        assert_eq!(lines(), 6);
+        // The writer closing with half an object: EINVAL, nothing of it.
+        h.write(fh, 7, br#"{"type":"#).unwrap();
+        assert_eq!(errno(h.flush(fh, 7)), libc::EINVAL);
+        assert_eq!(lines(), 6);
+        // A good object then a bad one in one write: one batch, refused
+        // as a whole (nothing taken, nothing appended).
+        let mut both = br#"{"type":"custom","customType":"z"}"#.to_vec();
+        both.extend_from_slice(br#"{"type":"nonsense"}"#);
+        assert_eq!(errno(h.write(fh, 7, &both)), libc::EINVAL);
+        assert_eq!(lines(), 6);
+        h.release(fh, 7);
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn a_table_written_over_labels_replaces_them_at_close() {
+        let (_tmp, tree, key) = setup(false);
+        let h = Handles::new(tree);
+        let labels = file(&key, SessionFile::Labels);
+        let read_labels = |h: &Handles| {
+            let (fh, _) = h.open(&labels, OpenMode::READ).unwrap();
+            let text = read_all(h, fh);
+            h.release(fh, 1);
+            text
+        };
+        let (fh, _) = h.open(&labels, WRITE).unwrap();
+        h.write(fh, 1, b"e0 first\ne1 second\n").unwrap();
+        h.flush(fh, 1).unwrap();
+        h.release(fh, 1);
+        assert_eq!(read_labels(&h), "e0\tfirst\ne1\tsecond\n");
+        // `>`: the table replaces the labels, at close.
+        let (fh, _) = h.open(&labels, TRUNCATE).unwrap();
+        h.write(fh, 1, b"e1\tsecond\n").unwrap();
+        assert_eq!(
+            read_labels(&h),
+            "e0\tfirst\ne1\tsecond\n",
+            "not before close"
+        );
+        h.flush(fh, 1).unwrap();
+        h.release(fh, 1);
+        assert_eq!(read_labels(&h), "e1\tsecond\n");
+        // `: > labels`: opened with O_TRUNC, nothing written, released.
+        let (fh, _) = h.open(&labels, TRUNCATE).unwrap();
+        h.flush(fh, 1).unwrap();
+        h.release(fh, 1);
+        assert_eq!(read_labels(&h), "");
+    }
+}
