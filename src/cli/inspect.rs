@@ -61,9 +61,7 @@ pub fn context(args: &ContextArgs) -> Result<i32> {
     // later) is not kept.
     let keep = if stored
         && ctx.leaf() == session.leaf()
-        && !ctx
-            .as_json()
-            .contains(crate::session::blobs::BLOB_REF_PREFIX)
+        && !crate::session::blobrefs::contains_ref_prefix(ctx.as_json().as_bytes())
     {
         session.stored_context_writer()
     } else {

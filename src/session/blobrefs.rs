@@ -21,9 +21,11 @@
 //! stays as it is.
 
 use std::ops::Range;
+use std::sync::LazyLock;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use memchr::memmem::Finder;
 use serde_json::value::RawValue;
 
 use crate::session::ids::is_lower_hex;
@@ -93,24 +95,25 @@ enum Encoding {
 /// (which could spell it). Other escapes (lone surrogates, control
 /// characters) do not make a line a candidate.
 pub fn may_hold_ref(text: &str) -> bool {
-    if text.contains(BLOB_REF_PREFIX) {
+    // Called for every line of a context: SIMD substring searches.
+    let b = text.as_bytes();
+    if contains_ref_prefix(b) {
         return true;
     }
-    let b = text.as_bytes();
-    let mut from = 0;
-    while let Some(at) = text[from..].find("\\u00") {
-        let i = from + at + 4;
-        if let Some(hex) = b.get(i..i + 2) {
-            let code = std::str::from_utf8(hex)
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            if code.is_some_and(|c| BLOB_REF_PREFIX.as_bytes().contains(&c)) {
-                return true;
-            }
-        }
-        from = from + at + 2;
-    }
-    false
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u00"));
+    ESCAPE.find_iter(b).any(|at| {
+        b.get(at + 4..at + 6)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .is_some_and(|c| BLOB_REF_PREFIX.as_bytes().contains(&c))
+    })
+}
+
+/// Whether `bytes` hold [`BLOB_REF_PREFIX`] literally.
+pub fn contains_ref_prefix(bytes: &[u8]) -> bool {
+    static PREFIX: LazyLock<Finder<'static>> =
+        LazyLock::new(|| Finder::new(BLOB_REF_PREFIX.as_bytes()));
+    PREFIX.find(bytes).is_some()
 }
 
 /// Resolves the blob refs in `text`, the raw JSON of a value that is the
