@@ -106,6 +106,10 @@ pub struct SlotState {
     pub views: HashMap<SessionFile, (ContextKey, Arc<Vec<u8>>)>,
     /// The stats table, for (generation, entry count).
     pub stats: Option<((u64, usize), Arc<StatsTable>)>,
+    /// `context.json` served from the persistent index's stored rendering
+    /// while the session is not loaded, for the file as fingerprinted
+    /// (see `Tree::unloaded_context`). Counts as loaded in the budget.
+    pub stored_context: Option<(Fingerprint, Arc<Vec<u8>>)>,
     tick: u64,
 }
 
@@ -137,6 +141,7 @@ impl SlotState {
         self.context_fold = None;
         self.views.clear();
         self.stats = None;
+        self.stored_context = None;
     }
 
     fn estimate(&self) -> usize {
@@ -146,7 +151,8 @@ impl SlotState {
         let context = self.context.as_ref().map_or(0, |(_, c)| c.len());
         let views: usize = self.views.values().map(|(_, v)| v.len()).sum();
         let stats = self.stats.as_ref().map_or(0, |(_, t)| t.estimated_bytes());
-        512 + session + context + views + stats + self.entry_sizes.len() * 48
+        let stored = self.stored_context.as_ref().map_or(0, |(_, c)| c.len());
+        512 + session + context + views + stats + stored + self.entry_sizes.len() * 48
     }
 
     fn pinned(&self) -> bool {
@@ -173,6 +179,13 @@ impl SlotState {
         self.entry_sizes = HashMap::new();
         self.context = None;
         self.context_fold = None;
+        self.stored_context = None;
+    }
+
+    /// Holds something the cache budget counts: a loaded session or a
+    /// stored rendering of its context.
+    fn holds_data(&self) -> bool {
+        self.session.is_some() || self.stored_context.is_some()
     }
 }
 
@@ -230,7 +243,7 @@ impl SessionCache {
             let result = f(&mut st);
             let tick = self.clock.fetch_add(1, Ordering::Relaxed);
             st.tick = tick;
-            (result, tick, st.estimate(), st.session.is_some())
+            (result, tick, st.estimate(), st.holds_data())
         };
         self.account(key, tick, est, loaded);
         result
@@ -326,7 +339,7 @@ impl SessionCache {
                 continue;
             }
             st.unload();
-            if st.session.is_some() {
+            if st.holds_data() {
                 // Pinned: keep it accounted for.
                 let est = st.estimate();
                 drop(st);

@@ -29,7 +29,7 @@ use crate::session::check::Checker;
 use crate::session::discovery::{link_stays_inside, project_cwd, project_dirs};
 use crate::session::error::{Error, Result};
 use crate::session::index::TreeIndex;
-use crate::session::index_store::IndexStore;
+use crate::session::index_store::{pretty_context_variant, IndexStore};
 use crate::session::json::{pretty, pretty_append};
 use crate::session::paths::{session_id_from_file_name, AgentDir};
 use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
@@ -696,6 +696,15 @@ impl Tree {
     /// The child `name` of `parent`; `Err` (not found) when there is none.
     pub fn lookup(&self, parent: &Node, name: &[u8]) -> Result<Node> {
         let missing = || not_found(String::from_utf8_lossy(name));
+        // `context.json` of an unloaded session with a stored rendering is
+        // found without loading it (see `Tree::unloaded_context`).
+        if let Node::Session(key) = parent {
+            if matches!(SessionFile::from_name(name), Some(SessionFile::Context))
+                && self.unloaded_context(key).is_some()
+            {
+                return Ok(Node::File(key.clone(), SessionFile::Context));
+            }
+        }
         match parent {
             Node::Root => {
                 if name == b"by-id" {
@@ -1125,6 +1134,16 @@ impl Tree {
             perm,
             mtime,
         };
+        if let Node::File(key, SessionFile::Context) = node {
+            if let Some(data) = self.unloaded_context(key) {
+                return Ok(Attr {
+                    node_type: NodeType::File,
+                    size: data.len() as u64,
+                    perm,
+                    mtime: self.file_mtime(key),
+                });
+            }
+        }
         match node {
             Node::Root => {
                 let real = self.dir_mtime(&self.sessions_dir);
@@ -1540,8 +1559,50 @@ impl Tree {
         Ok(())
     }
 
+    /// `context.json` of a session that is not loaded, taken from the
+    /// stored rendering of its persistent index when the file is unchanged
+    /// since it was rendered (docs/filesystem.md, "Persistent index"): the
+    /// first `cat` after mounting checks the file and copies the text
+    /// instead of loading the session. Kept in the slot for the requests of
+    /// that `cat` (and counted in the cache budget) while the file's
+    /// identity, size and mtime stay; a load takes over from it.
+    fn unloaded_context(&self, key: &SessionKey) -> Option<Arc<Vec<u8>>> {
+        let store = self.index.as_ref()?;
+        // A loaded session renders it (cheap check first: no system call).
+        if self.cache.with_loaded(key, |_| ()).is_some() {
+            return None;
+        }
+        let path = self.session_path(key);
+        // Symlinked sessions are opened (and confined) by a load.
+        if self.storage.lstat(&path).ok()?.is_symlink {
+            return None;
+        }
+        let fp = fingerprint(&self.session_file_meta(key)?);
+        self.cache.with_slot(key, |st| {
+            if st.session.is_some() || st.broken.is_some() || st.saved_leaf.is_some() {
+                return None;
+            }
+            if let Some((seen, data)) = &st.stored_context {
+                if *seen == fp {
+                    return Some(data.clone());
+                }
+            }
+            st.stored_context = None;
+            let variant = pretty_context_variant(Some(self.blobs.dir()));
+            let text = store.stored_context(&*self.storage, &path, &variant, None)?;
+            let data = Arc::new(text);
+            st.stored_context = Some((fp, data.clone()));
+            Some(data)
+        })
+    }
+
     /// The content of a file node.
     pub fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
+        if let Node::File(key, SessionFile::Context) = node {
+            if let Some(data) = self.unloaded_context(key) {
+                return Ok(data);
+            }
+        }
         match node {
             Node::File(key, SessionFile::Problems) => self.problems(key),
             Node::File(key, f) => self.with_session(key, |st, s| match (s, f) {
@@ -2046,7 +2107,7 @@ fn render_session_file(st: &mut SlotState, s: &Session, f: SessionFile) -> Resul
                 }
             }
             buf.push(b'\n');
-            if !json.contains(crate::session::blobs::BLOB_REF_PREFIX) {
+            if !crate::session::blobrefs::contains_ref_prefix(json.as_bytes()) {
                 if let Some(mut keep) = s.stored_context_writer() {
                     use std::io::Write;
                     if keep.write_all(&buf).is_ok() {
@@ -2314,6 +2375,58 @@ mod tests {
         append(&[msg("m7", "o1", "assistant", "x")]);
         assert_eq!(read(), fresh());
         assert_eq!(extensions(), Some(5));
+    }
+
+    /// A fresh mount serves a stored rendering without loading the session
+    /// (issue 18: the first `cat context.json` costs a check and a copy);
+    /// a load takes over, a changed file is built again, a moved leaf and a
+    /// mount without an index never use it.
+    #[test]
+    fn stored_context_is_served_without_loading_the_session() {
+        let (tmp, _) = setup(64 << 20);
+        let store = IndexStore::new(tmp.path().join("idx"));
+        let mount = |index: Option<IndexStore>| {
+            Tree::new(TreeConfig {
+                agent: AgentDir::new(tmp.path()),
+                read_only: false,
+                index,
+                cache_bytes: 64 << 20,
+            })
+        };
+        let a = SessionKey::new("--p--", "2026_aaaa-a");
+        let ctx = Node::File(a.clone(), SessionFile::Context);
+        let loaded = |tree: &Tree| tree.cache().with_loaded(&a, |_| ()).is_some();
+        let first = mount(Some(store.clone())).read(&ctx).unwrap();
+        let tree = mount(Some(store.clone()));
+        let session = Node::Session(a.clone());
+        assert_eq!(tree.lookup(&session, b"context.json").unwrap(), ctx);
+        assert_eq!(tree.attr(&ctx).unwrap().size, first.len() as u64);
+        assert_eq!(tree.read(&ctx).unwrap(), first);
+        assert!(
+            !loaded(&tree),
+            "the session was loaded to serve its context"
+        );
+        assert!(tree.cache().estimated_bytes() >= first.len());
+        // Anything else loads it; the load renders the same text.
+        leaf(&tree, &a);
+        assert!(loaded(&tree));
+        assert_eq!(tree.read(&ctx).unwrap(), first);
+        // Without an index the session is loaded.
+        let plain = mount(None);
+        assert_eq!(plain.read(&ctx).unwrap(), first);
+        assert!(loaded(&plain));
+        // A changed file is not served from the store.
+        let tree = mount(Some(store.clone()));
+        assert_eq!(tree.read(&ctx).unwrap(), first);
+        {
+            use std::io::Write;
+            let path = tree.session_path(&a);
+            let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+            writeln!(f, r#"{{"type":"message","id":"m9","parentId":"e4","timestamp":"2026-01-01T00:00:09.000Z","message":{{"role":"user","content":"later"}}}}"#).unwrap();
+        }
+        let grown = tree.read(&ctx).unwrap();
+        assert!(String::from_utf8_lossy(&grown).contains("later"));
+        assert!(loaded(&tree));
     }
 
     /// A mount with a persistent index stores its first rendering of an

@@ -364,6 +364,9 @@ impl IndexStore {
     /// rendered (the same checks as for an index: identity, size, mtime,
     /// head and tail hashes) and the stored text is intact.
     /// With `expect`, only a rendering of exactly those bytes is taken.
+    /// The text is read once, into a buffer of its size (no regrowing, and
+    /// huge pages where the kernel offers them: a fresh 4 KiB page costs
+    /// microseconds, `docs/benchmarks.md`), and checked there.
     pub fn stored_context(
         &self,
         storage: &dyn Storage,
@@ -371,11 +374,57 @@ impl IndexStore {
         variant: &str,
         expect: Option<&Fingerprint>,
     ) -> Option<Vec<u8>> {
-        let mut out = Vec::new();
-        match self.write_stored_context(storage, path, variant, expect, &mut out) {
-            Ok(true) => Some(out),
-            _ => None,
+        use std::os::unix::fs::FileExt;
+        let (file, text_start, text_end) =
+            self.stored_context_file(storage, path, variant, expect)?;
+        let len = usize::try_from(text_end - text_start).ok()?;
+        let mut out = Vec::with_capacity(len + 8);
+        advise_huge_pages(out.spare_capacity_mut());
+        out.resize(len + 8, 0);
+        file.read_exact_at(&mut out, text_start).ok()?;
+        let sum = u64::from_le_bytes(out[len..].try_into().ok()?);
+        out.truncate(len);
+        (xxhash_rust::xxh3::xxh3_64(&out) == sum).then_some(out)
+    }
+
+    /// The stored rendering's file, checked up to its text: the file and
+    /// the text's range (the 8-byte checksum follows it).
+    fn stored_context_file(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+    ) -> Option<(std::fs::File, u64, u64)> {
+        use std::os::unix::fs::FileExt;
+        let canonical = storage.canonicalize(path).ok()?;
+        let file = std::fs::File::open(self.context_file_for(&canonical)).ok()?;
+        let len = file.metadata().ok()?.len();
+        let mut head = vec![0u8; len.min(64 << 10) as usize];
+        if len < 8 || file.read_exact_at(&mut head, 0).is_err() {
+            return None;
         }
+        let text_end = len - 8;
+        let mut r = Reader {
+            data: &head,
+            pos: 0,
+        };
+        if r.take(CTX_MAGIC.len())? != CTX_MAGIC
+            || r.str()? != ENGINE_HASH
+            || r.bytes()? != canonical.as_os_str().as_encoded_bytes()
+            || r.str()? != variant
+        {
+            return None;
+        }
+        let fp = read_fingerprint(&mut r)?;
+        if expect.is_some_and(|e| *e != fp) || r.pos as u64 > text_end {
+            return None;
+        }
+        let stat = storage.stat(path).ok()?;
+        if stat.size != fp.size || stat.mtime != fp.mtime || !fp.bytes_match(storage, path, &stat) {
+            return None;
+        }
+        Some((file, r.pos as u64, text_end))
     }
 
     /// [`IndexStore::stored_context`] written to `out` in pieces (the text
@@ -391,46 +440,9 @@ impl IndexStore {
     ) -> std::io::Result<bool> {
         use std::os::unix::fs::FileExt;
         const PIECE: usize = 256 << 10;
-        let Ok(canonical) = storage.canonicalize(path) else {
-            return Ok(false);
-        };
-        let Ok(file) = std::fs::File::open(self.context_file_for(&canonical)) else {
-            return Ok(false);
-        };
-        let Ok(len) = file.metadata().map(|m| m.len()) else {
-            return Ok(false);
-        };
-        let mut head = vec![0u8; len.min(64 << 10) as usize];
-        if len < 8 || file.read_exact_at(&mut head, 0).is_err() {
-            return Ok(false);
-        }
-        let text_end = len - 8;
-        let checked = (|| {
-            let mut r = Reader {
-                data: &head,
-                pos: 0,
-            };
-            if r.take(CTX_MAGIC.len())? != CTX_MAGIC
-                || r.str()? != ENGINE_HASH
-                || r.bytes()? != canonical.as_os_str().as_encoded_bytes()
-                || r.str()? != variant
-            {
-                return None;
-            }
-            let fp = read_fingerprint(&mut r)?;
-            if expect.is_some_and(|e| *e != fp) || r.pos as u64 > text_end {
-                return None;
-            }
-            let stat = storage.stat(path).ok()?;
-            if stat.size != fp.size
-                || stat.mtime != fp.mtime
-                || !fp.bytes_match(storage, path, &stat)
-            {
-                return None;
-            }
-            Some(r.pos as u64)
-        })();
-        let Some(text_start) = checked else {
+        let Some((file, text_start, text_end)) =
+            self.stored_context_file(storage, path, variant, expect)
+        else {
             return Ok(false);
         };
         let mut sum = [0u8; 8];
@@ -521,6 +533,28 @@ pub fn pretty_context_variant(blobs_dir: Option<&Path>) -> String {
     match blobs_dir {
         Some(dir) => format!("pretty-last-entry\0{}", dir.display()),
         None => "pretty-last-entry".into(),
+    }
+}
+
+/// Asks the kernel for transparent huge pages in the 2 MiB-aligned part of
+/// `buf` (in `madvise` mode it uses them only where asked). Advice only:
+/// failures are ignored.
+fn advise_huge_pages<T>(buf: &mut [T]) {
+    const HUGE: usize = 2 << 20;
+    let start = buf.as_mut_ptr() as usize;
+    let end = start + std::mem::size_of_val(buf);
+    let first = start.next_multiple_of(HUGE);
+    let last = end / HUGE * HUGE;
+    if first < last {
+        // SAFETY: the range lies inside `buf`, memory this process owns;
+        // MADV_HUGEPAGE changes no contents.
+        unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_HUGEPAGE,
+            );
+        }
     }
 }
 
