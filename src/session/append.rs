@@ -3,6 +3,7 @@
 //! stored object in the corpus key order (`type`, `id`, `parentId`,
 //! `timestamp`, then the type's fields).
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::session::error::{Error, Result};
@@ -105,6 +106,201 @@ impl NewEntry {
     pub fn type_name(&self) -> &'static str {
         self.kind.type_name().unwrap_or("")
     }
+
+    /// A new entry of `kind` whose fields are `payload`'s, in its order
+    /// (absent options left out).
+    fn of(kind: EntryKind, payload: impl Serialize) -> Self {
+        // A payload struct of strings, numbers, booleans and JSON values
+        // always serialises to an object.
+        let fields = match serde_json::to_value(payload) {
+            Ok(Value::Object(fields)) => fields,
+            _ => Map::new(),
+        };
+        NewEntry::new(kind, fields)
+    }
+
+    /// A `message` entry. (Built without a copy of `message`, which may
+    /// hold image data.)
+    pub fn message(message: Value) -> Self {
+        let mut fields = Map::with_capacity(1);
+        fields.insert(MESSAGE.into(), message);
+        NewEntry::new(EntryKind::Message, fields)
+    }
+    /// A `thinking_level_change`.
+    pub fn thinking_level_change(level: &str) -> Self {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            thinking_level: &'a str,
+        }
+        Self::of(
+            EntryKind::ThinkingLevelChange,
+            P {
+                thinking_level: level,
+            },
+        )
+    }
+    /// A `model_change` (`model` is `provider/id`).
+    pub fn model_change(model: &str, role: Option<&str>) -> Self {
+        #[derive(Serialize)]
+        struct P<'a> {
+            model: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            role: Option<&'a str>,
+        }
+        Self::of(EntryKind::ModelChange, P { model, role })
+    }
+    /// A `compaction`.
+    pub fn compaction(payload: Compaction<'_>) -> Self {
+        Self::of(EntryKind::Compaction, payload)
+    }
+    /// A `custom` entry.
+    pub fn custom(custom_type: &str, data: Option<Value>) -> Self {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            custom_type: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            data: Option<Value>,
+        }
+        Self::of(EntryKind::Custom, P { custom_type, data })
+    }
+    /// A `custom_message`.
+    pub fn custom_message(
+        custom_type: &str,
+        content: Value,
+        display: bool,
+        details: Option<Value>,
+    ) -> Self {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            custom_type: &'a str,
+            content: Value,
+            display: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            details: Option<Value>,
+        }
+        Self::of(
+            EntryKind::CustomMessage,
+            P {
+                custom_type,
+                content,
+                display,
+                details,
+            },
+        )
+    }
+    /// A `ttsr_injection` of the rules' names.
+    pub fn ttsr_injection(rules: &[&str]) -> Self {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            injected_rules: &'a [&'a str],
+        }
+        Self::of(
+            EntryKind::TtsrInjection,
+            P {
+                injected_rules: rules,
+            },
+        )
+    }
+    /// A `session_init`.
+    pub fn session_init(
+        system_prompt: &str,
+        task: &str,
+        tools: &[&str],
+        output_schema: Option<Value>,
+    ) -> Self {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            system_prompt: &'a str,
+            task: &'a str,
+            tools: &'a [&'a str],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            output_schema: Option<Value>,
+        }
+        Self::of(
+            EntryKind::SessionInit,
+            P {
+                system_prompt,
+                task,
+                tools,
+                output_schema,
+            },
+        )
+    }
+    /// A `mode_change`.
+    pub fn mode_change(mode: &str, data: Option<Value>) -> Self {
+        #[derive(Serialize)]
+        struct P<'a> {
+            mode: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            data: Option<Value>,
+        }
+        Self::of(EntryKind::ModeChange, P { mode, data })
+    }
+    /// A `label` entry: sets the label of `target_id`, or clears it (`None`
+    /// or empty).
+    pub fn label(target_id: &str, label: Option<&str>) -> Self {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            target_id: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            label: Option<&'a str>,
+        }
+        let label = label.filter(|l| !l.is_empty());
+        Self::of(EntryKind::Label, P { target_id, label })
+    }
+    /// A `branch_summary` whose `fromId` is `from_id` (`"root"` for none).
+    pub fn branch_summary(
+        from_id: &str,
+        summary: &str,
+        details: Option<Value>,
+        from_extension: Option<bool>,
+    ) -> Self {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct P<'a> {
+            from_id: &'a str,
+            summary: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            details: Option<Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            from_extension: Option<bool>,
+        }
+        Self::of(
+            EntryKind::BranchSummary,
+            P {
+                from_id,
+                summary,
+                details,
+                from_extension,
+            },
+        )
+    }
+}
+
+/// The member of a `message` entry that holds the message.
+const MESSAGE: &str = "message";
+
+/// The fields of a `compaction` (see [`NewEntry::compaction`]).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Compaction<'a> {
+    pub summary: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub short_summary: Option<&'a str>,
+    pub first_kept_entry_id: &'a str,
+    pub tokens_before: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserve_data: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_extension: Option<bool>,
 }
 
 /// Parses one entry supplied as JSON text (a line of `sessionfs append`,
@@ -263,8 +459,8 @@ fn check_usage(message: &Value) -> Result<()> {
 }
 
 /// The object to store: `type`, `id`, `parentId`, `timestamp`, then the
-/// fields in the order given.
-pub fn assemble(entry: &NewEntry, id: &str, parent_id: Option<&str>, timestamp: &str) -> Value {
+/// fields in the order given (moved, not copied: they may hold image data).
+pub fn assemble(entry: NewEntry, id: &str, parent_id: Option<&str>, timestamp: &str) -> Value {
     let mut obj = Map::with_capacity(entry.fields.len() + 4);
     obj.insert("type".into(), Value::String(entry.type_name().into()));
     obj.insert("id".into(), Value::String(id.into()));
@@ -273,9 +469,7 @@ pub fn assemble(entry: &NewEntry, id: &str, parent_id: Option<&str>, timestamp: 
         parent_id.map_or(Value::Null, |p| Value::String(p.into())),
     );
     obj.insert("timestamp".into(), Value::String(timestamp.into()));
-    for (k, v) in &entry.fields {
-        obj.insert(k.clone(), v.clone());
-    }
+    obj.extend(entry.fields);
     Value::Object(obj)
 }
 
@@ -289,7 +483,7 @@ mod tests {
         let e = parse_new_entry(json!({"type":"message","message":{"role":"user","content":"hi"}}))
             .unwrap();
         assert_eq!(e.kind, EntryKind::Message);
-        let v = assemble(&e, "abcd0123", None, "2026-01-01T00:00:00.000Z");
+        let v = assemble(e.clone(), "abcd0123", None, "2026-01-01T00:00:00.000Z");
         assert_eq!(
             serde_json::to_string(&v).unwrap(),
             r#"{"type":"message","id":"abcd0123","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"hi"}}"#
@@ -313,7 +507,7 @@ mod tests {
     fn fields_keep_the_order_they_were_given_in() {
         let e =
             parse_new_entry_json(br#"{"type":"custom","customType":"c","data":1,"z":2}"#).unwrap();
-        let v = assemble(&e, "abcd0123", Some("p"), "2026-01-01T00:00:00.000Z");
+        let v = assemble(e.clone(), "abcd0123", Some("p"), "2026-01-01T00:00:00.000Z");
         assert_eq!(
             serde_json::to_string(&v).unwrap(),
             r#"{"type":"custom","id":"abcd0123","parentId":"p","timestamp":"2026-01-01T00:00:00.000Z","customType":"c","data":1,"z":2}"#

@@ -180,6 +180,18 @@ impl IdTable {
     }
 }
 
+/// One row of [`TreeIndex::tree`].
+#[derive(Debug, Clone, Copy)]
+pub struct TreeRow<'a> {
+    /// Distance from the root.
+    pub depth: usize,
+    /// Branch points above the entry (the indentation when rendered).
+    pub level: usize,
+    /// The entry starts a branch: its parent has more than one child.
+    pub branch_start: bool,
+    pub meta: &'a EntryMeta,
+}
+
 /// All entries of a session with their tree links.
 #[derive(Debug, Default, Clone)]
 pub struct TreeIndex {
@@ -544,6 +556,43 @@ impl TreeIndex {
     /// The label of an entry id.
     pub fn label(&self, id: &str) -> Option<&str> {
         self.labels.get(id).map(|l| &**l)
+    }
+
+    /// The tree for display: roots in file order, children by timestamp
+    /// ([`TreeIndex::children`]), each row with its depth and its *level*:
+    /// the number of branch points above it (an entry with one child keeps
+    /// the child on its own level, so a linear conversation of any length
+    /// stays flat when rendered).
+    pub fn tree(&self) -> Vec<TreeRow<'_>> {
+        let mut out = Vec::with_capacity(self.len());
+        // Several roots are branches of a virtual root.
+        let roots = self.roots();
+        let several = roots.len() > 1;
+        let mut stack: Vec<(usize, usize, bool, u32)> = roots
+            .into_iter()
+            .rev()
+            .map(|r| (0, usize::from(several), several, r))
+            .collect();
+        while let Some((depth, level, branch_start, i)) = stack.pop() {
+            let Some(meta) = self.get(i) else {
+                continue;
+            };
+            out.push(TreeRow {
+                depth,
+                level,
+                branch_start,
+                meta,
+            });
+            let kids = self.children(i);
+            let branches = kids.len() > 1;
+            let child_level = level + usize::from(branches);
+            stack.extend(
+                kids.into_iter()
+                    .rev()
+                    .map(|c| (depth + 1, child_level, branches, c)),
+            );
+        }
+        out
     }
 
     /// Every labelled entry that exists, in file order.
