@@ -28,6 +28,10 @@ pub enum LeafSel<'a> {
     Id(&'a str),
     /// The last entry in file order.
     Last,
+    /// An entry's position in the index (the session's own leaf, passed
+    /// without a lookup of its id); an invalid one falls back to the last
+    /// entry.
+    At(u32),
 }
 
 /// Reads entry lines and resolves blob references for the context builder.
@@ -170,6 +174,7 @@ pub fn resolve_leaf(index: &TreeIndex, leaf: LeafSel<'_>) -> Option<u32> {
         LeafSel::Null => None,
         LeafSel::Id(id) => index.position(id).or_else(last),
         LeafSel::Last => last(),
+        LeafSel::At(i) => index.get(i).map(|_| i).or_else(last),
     }
 }
 

@@ -216,10 +216,10 @@ impl Session {
         Ok(s)
     }
 
-    /// The leaf as a selector for the context builder.
-    fn leaf_sel(&self) -> LeafSel<'_> {
-        match self.leaf.and_then(|i| self.index.get(i)) {
-            Some(meta) => LeafSel::Id(meta.id()),
+    /// The leaf as a selector for the context builder: by position.
+    fn leaf_sel(&self) -> LeafSel<'static> {
+        match self.leaf {
+            Some(i) => LeafSel::At(i),
             None => LeafSel::Null,
         }
     }
