@@ -117,6 +117,9 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
     };
     let read_only = opts.read_only.unwrap_or(args.read_only);
     let recover = args.recover || opts.recover;
+    if args.demo && !cfg!(feature = "demo") {
+        return Err(crate::Error::Invalid(crate::fs::demo::NO_DEMO.into()));
+    }
     // A wrong agent directory is reported before forking, too.
     if !args.demo {
         crate::cli::common::check_agent_dir(&AgentDir::resolve(agent_dir.as_deref()))?;

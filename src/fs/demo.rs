@@ -1,5 +1,6 @@
 //! The bundled example sessions (the reference corpus in `fixtures/`),
-//! embedded at build time, for `sessionfs mount --demo`.
+//! embedded at build time, for `sessionfs mount --demo` (the default
+//! `demo` feature; without it nothing is embedded and `--demo` fails).
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -34,6 +35,10 @@ pub fn write_demo(agent_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Why `--demo` fails in a build without the `demo` feature.
+pub const NO_DEMO: &str =
+    "this build has no bundled example sessions (built without the `demo` feature)";
+
 /// A private temporary agent directory holding the example sessions;
 /// removed when dropped.
 pub struct DemoDir {
@@ -42,6 +47,9 @@ pub struct DemoDir {
 
 impl DemoDir {
     pub fn create() -> io::Result<Self> {
+        if !cfg!(feature = "demo") {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, NO_DEMO));
+        }
         let path = std::env::temp_dir().join(format!(
             "sessionfs-demo-{}-{}",
             std::process::id(),

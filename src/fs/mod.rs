@@ -17,6 +17,7 @@
 pub mod cache;
 pub mod control;
 pub mod demo;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod handles;

@@ -13,6 +13,7 @@ pub mod diff;
 pub mod discovery;
 pub mod error;
 pub mod format;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gc;

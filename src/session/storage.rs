@@ -562,7 +562,8 @@ impl Storage for FileStorage {
 // In-memory storage
 // ---------------------------------------------------------------------------
 
-/// Operations of [`MemoryStorage`] that can be made to fail (fault injection).
+/// Operations of [`MemoryStorage`] that can be made to fail (fault
+/// injection, with the `testing` feature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultOp {
     Read,
@@ -585,6 +586,7 @@ struct MemFile {
 struct MemState {
     files: BTreeMap<PathBuf, MemFile>,
     dirs: std::collections::BTreeSet<PathBuf>,
+    #[cfg(any(test, feature = "testing"))]
     faults: std::collections::BTreeSet<FaultOp>,
 }
 
@@ -608,16 +610,17 @@ impl MemoryStorage {
     }
 
     fn state(&self) -> MutexGuard<'_, MemState> {
-        // A panic while holding the lock leaves plain data behind; keep going.
         self.state.lock()
     }
 
     /// Makes every later `op` fail with an I/O error until cleared.
+    #[cfg(any(test, feature = "testing"))]
     pub fn inject_fault(&self, op: FaultOp) {
         self.state().faults.insert(op);
     }
 
     /// Removes all injected faults.
+    #[cfg(any(test, feature = "testing"))]
     pub fn clear_faults(&self) {
         self.state().faults.clear();
     }
@@ -627,12 +630,20 @@ impl MemoryStorage {
         self.state().files.keys().cloned().collect()
     }
 
+    #[cfg(any(test, feature = "testing"))]
     fn check(state: &MemState, op: FaultOp) -> io::Result<()> {
         if state.faults.contains(&op) {
             Err(io::Error::other(format!("injected fault: {op:?}")))
         } else {
             Ok(())
         }
+    }
+
+    /// Without the `testing` feature nothing fails on purpose.
+    #[cfg(not(any(test, feature = "testing")))]
+    #[inline]
+    fn check(_: &MemState, _: FaultOp) -> io::Result<()> {
+        Ok(())
     }
 
     fn new_identity(&self) -> u64 {

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -55,10 +54,10 @@ pub fn plain_append(path: &Path, text: &str) {
 /// one write.
 pub fn flock_append(path: &Path, line: &str) {
     let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
-    // SAFETY: flock on an open descriptor.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    // `File::lock` is `flock(LOCK_EX)`.
+    f.lock().unwrap();
     f.write_all(format!("{line}\n").as_bytes()).unwrap();
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+    f.unlock().unwrap();
 }
 
 /// The reference's lockfile for a session file: `.<name>.lock` beside it.
