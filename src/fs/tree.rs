@@ -26,7 +26,7 @@ use crate::fs::views::{self, CwdChild};
 use crate::session::append::NewEntry;
 use crate::session::blobs::BlobStore;
 use crate::session::check::Checker;
-use crate::session::discovery::{link_stays_inside, project_cwd, project_dirs};
+use crate::session::discovery::{self, link_stays_inside, project_cwd, project_dirs};
 use crate::session::error::{Error, Result};
 use crate::session::index::TreeIndex;
 use crate::session::index_store::{pretty_context_variant, IndexStore};
@@ -350,10 +350,12 @@ impl Tree {
     }
 
     /// Session names (file names without `.jsonl`) of a project, sorted, by
-    /// the engine's rules (`discovery::session_files_in`): `*.jsonl`, not
-    /// hidden (our `.*.tmp` temp files never show), symlinks only when they
-    /// resolve inside the agent directory. Stale temp files of crashed
-    /// rewrites are cleaned up unless the mount is read-only.
+    /// the engine's rule (`discovery::is_session_item`: `*.jsonl`, not
+    /// hidden, symlinks only when they resolve inside the agent directory),
+    /// and of regular files and symlinks only (the type from the directory
+    /// entry). Unlike `discovery::session_files_in`, a missing project is
+    /// an error and stale temp files of crashed rewrites are cleaned up only
+    /// when the mount is not read-only.
     pub fn sessions(&self, project: &str) -> Result<Vec<String>> {
         let dir = self.sessions_dir.join(project);
         let items = self.storage.list(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -384,12 +386,16 @@ impl Tree {
         self.sessions_dir.parent().unwrap_or(&self.sessions_dir)
     }
 
+    /// `discovery::is_session_item` in this tree's agent directory.
     fn is_session_item(&self, dir: &Path, name: &str, is_dir: bool, is_symlink: bool) -> bool {
-        !is_dir
-            && name.ends_with(".jsonl")
-            && !name.starts_with('.')
-            && (!is_symlink
-                || link_stays_inside(&*self.storage, &dir.join(name), self.agent_root()))
+        discovery::is_session_item(
+            &*self.storage,
+            dir,
+            name,
+            is_dir,
+            is_symlink,
+            self.agent_root(),
+        )
     }
 
     fn project_exists(&self, project: &str) -> bool {

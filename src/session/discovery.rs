@@ -117,10 +117,27 @@ pub fn session_files_in(storage: &dyn Storage, dir: &Path, root: &Path) -> Resul
     }
     Ok(items
         .into_iter()
-        .filter(|i| !i.is_dir && i.name.ends_with(".jsonl") && !i.name.starts_with('.'))
-        .filter(|i| !i.is_symlink || link_stays_inside(storage, &dir.join(&i.name), root))
+        .filter(|i| is_session_item(storage, dir, &i.name, i.is_dir, i.is_symlink, root))
         .map(|i| dir.join(i.name))
         .collect())
+}
+
+/// The rule for a name in a project directory `dir` to be a session file:
+/// not a directory, `*.jsonl`, not hidden (our `.*.tmp` temp files never
+/// count), and a symlink only when it resolves inside the agent directory
+/// `root`. The mount's listings follow it too (`fs::tree`).
+pub fn is_session_item(
+    storage: &dyn Storage,
+    dir: &Path,
+    name: &str,
+    is_dir: bool,
+    is_symlink: bool,
+    root: &Path,
+) -> bool {
+    !is_dir
+        && name.ends_with(".jsonl")
+        && !name.starts_with('.')
+        && (!is_symlink || link_stays_inside(storage, &dir.join(name), root))
 }
 
 /// Session files of a project directory (its grandparent is taken as the
