@@ -1,0 +1,265 @@
+//! The control files (`leaf`, `labels`, `append`, `entries/<id>/append`):
+//! one write's commands run on the session, and `last-error` keeps why one
+//! failed (`docs/filesystem.md`, "Control files").
+
+use super::*;
+
+impl Tree {
+    /// Executes the commands of one write to a control file by process
+    /// `pid`. On error the reason is logged and kept for `last-error`; on
+    /// success `last-error` is cleared (see `docs/filesystem.md`,
+    /// "last-error").
+    pub fn write_control(
+        &self,
+        key: &SessionKey,
+        file: SessionFile,
+        stream: &mut AppendStream,
+        data: &[u8],
+        pid: u32,
+    ) -> Result<()> {
+        self.command(key, file.name(), pid, |s| match file {
+            SessionFile::Leaf => run_leaf(s, data),
+            SessionFile::Labels => run_labels(s, data),
+            SessionFile::Append => append_objects(stream, data, |entries| {
+                batch::append_batch(s, entries).map(drop)
+            }),
+            // `open` makes write handles for control files only.
+            other => Err(Error::Internal(format!(
+                "{} accepts no commands",
+                other.name()
+            ))),
+        })
+    }
+
+    /// One write to `entries/<id>/append`: the objects it completes are
+    /// appended as a chain under entry `id`, in one step, leaving the leaf
+    /// where it was (`batch::append_batch_under`).
+    pub fn write_entry_append(
+        &self,
+        key: &SessionKey,
+        id: &str,
+        stream: &mut AppendStream,
+        data: &[u8],
+        pid: u32,
+    ) -> Result<()> {
+        self.command(key, "entries/append", pid, |s| {
+            append_objects(stream, data, |entries| {
+                batch::append_batch_under(s, id, entries).map(drop)
+            })
+        })
+    }
+
+    /// One write to a `labels` file opened with `O_TRUNC` (see
+    /// [`LabelTable`]): its complete lines are checked and kept for the
+    /// close; a bad one fails the write and the whole table.
+    pub fn write_labels_table(
+        &self,
+        key: &SessionKey,
+        table: &mut LabelTable,
+        data: &[u8],
+        pid: u32,
+    ) -> Result<()> {
+        let result = self.command(key, SessionFile::Labels.name(), pid, |s| {
+            let lines = table.lines(data)?;
+            check_label_lines(s, &lines)?;
+            table.pending.extend(lines);
+            Ok(())
+        });
+        table.failed |= result.is_err();
+        result
+    }
+
+    /// The end of a table written over `labels` (at close): its lines set
+    /// labels, and the labels of entries the table did not name are
+    /// cleared; nothing when a line was refused. `None` (a truncation
+    /// without a table: `: > labels`, `truncate -s 0`) clears every label.
+    pub fn finish_labels_table(
+        &self,
+        key: &SessionKey,
+        table: Option<&mut LabelTable>,
+        pid: u32,
+    ) -> Result<()> {
+        let mut empty = LabelTable::default();
+        let table = table.unwrap_or(&mut empty);
+        if table.failed {
+            return Ok(());
+        }
+        let result = self.command(key, SessionFile::Labels.name(), pid, |s| {
+            let last = table.finish()?;
+            check_label_lines(s, &last)?;
+            table.pending.extend(last);
+            for cmd in std::mem::take(&mut table.pending) {
+                table.seen.insert(cmd.id().to_string());
+                labels::run(s, &cmd)?;
+            }
+            labels::clear_others(s, &table.seen)
+        });
+        table.failed |= result.is_err();
+        result
+    }
+
+    /// Runs a command of process `pid` on a loaded, readable session, then
+    /// tells the watcher about new entries and keeps a failure for
+    /// `last-error` (a success clears it).
+    pub(super) fn command(
+        &self,
+        key: &SessionKey,
+        what: &str,
+        pid: u32,
+        run: impl FnOnce(&mut Session) -> Result<()>,
+    ) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        self.with_session(key, |st, s| {
+            let Some(s) = s else {
+                // A write to a session whose file cannot be read: `EIO`,
+                // as any access to its contents (`docs/filesystem.md`).
+                let reason = st
+                    .broken
+                    .as_ref()
+                    .map_or_else(String::new, |b| b.reason.clone());
+                return Err(Error::Unreadable {
+                    path: self.session_path(key),
+                    reason,
+                });
+            };
+            let before = s.entries().len();
+            let had_leaf = s.leaf().is_some();
+            let result = run(s);
+            // The command may have indexed lines that others appended
+            // (`Session::append` picks them up first).
+            // A reset leaf removes `HEAD` from the session's listing without
+            // changing the file: the kernel's cached listing must go.
+            let head_changed = had_leaf != s.leaf().is_some();
+            if head_changed {
+                // The session directory's mtime moves at once (the
+                // worker's invalidation below arrives asynchronously).
+                self.bump_session_stamp(key);
+            }
+            let stale = st.note_topology(s.topology_changes()) || head_changed;
+            if s.entries().len() != before || stale {
+                self.report_new(key, new_entries(s, before), stale);
+            }
+            match &result {
+                Err(e) => record_error(st, key, what, pid, &e.to_string()),
+                Ok(()) => st.last_error = None,
+            }
+            result
+        })
+    }
+
+    /// An `append` file is flushed (closed) by `pid` with an incomplete
+    /// object: reported in `last-error`, and the flush fails with `EINVAL`.
+    /// The caller discards the object.
+    pub fn flush_partial(&self, key: &SessionKey, pending: usize, pid: u32) -> Error {
+        let message = format!(
+            "incomplete JSON object at close ({pending} bytes); it is discarded and nothing \
+             of it was appended"
+        );
+        let _ = self.with_session(key, |st, _| {
+            record_error(st, key, SessionFile::Append.name(), pid, &message);
+            Ok(())
+        });
+        Error::Invalid(message)
+    }
+
+    /// An `append` file was released with an incomplete object.
+    pub fn discard_partial(&self, key: &SessionKey, pending: usize, pid: u32) {
+        let _ = self.with_session(key, |st, _| {
+            record_error(
+                st,
+                key,
+                SessionFile::Append.name(),
+                pid,
+                &format!(
+                    "incomplete JSON object discarded when the file was closed ({pending} bytes)"
+                ),
+            );
+            Ok(())
+        });
+    }
+
+    /// `fsync` of a control file: fsyncs the session file.
+    pub fn fsync(&self, key: &SessionKey, pid: u32) -> Result<()> {
+        self.with_session(key, |st, s| {
+            let Some(s) = s else { return Ok(()) };
+            let result = s.flush();
+            if let Err(e) = &result {
+                record_error(st, key, "fsync", pid, &e.to_string());
+            }
+            result
+        })
+    }
+}
+
+/// Keeps a failure for `last-error`: `<timestamp> <file> pid <pid>:
+/// <reason>` (see `docs/filesystem.md`, "last-error").
+pub(super) fn record_error(
+    st: &mut SlotState,
+    key: &SessionKey,
+    what: &str,
+    pid: u32,
+    message: &str,
+) {
+    log::warn!(
+        "{}/{}: {what} (pid {pid}): {message}",
+        key.project,
+        key.session
+    );
+    st.last_error = Some(format!("{} {what} pid {pid}: {message}\n", now_iso()));
+}
+
+pub(super) fn run_leaf(s: &mut Session, data: &[u8]) -> Result<()> {
+    for cmd in parse_leaf_commands(data)? {
+        match cmd {
+            LeafCommand::Branch(id) => s.branch(&id)?,
+            LeafCommand::Reset => s.reset_leaf(),
+        }
+    }
+    Ok(())
+}
+
+/// The commands of one write to `labels` (not truncating): all checked
+/// first, so a write naming an unknown entry changes nothing.
+pub(super) fn run_labels(s: &mut Session, data: &[u8]) -> Result<()> {
+    let cmds = parse_label_commands(data)?;
+    check_label_lines(s, &cmds)?;
+    for cmd in cmds {
+        labels::run(s, &cmd)?;
+    }
+    Ok(())
+}
+
+/// Checks label commands before any is run: every id must name an entry.
+pub(super) fn check_label_lines(s: &Session, lines: &[LabelCommand]) -> Result<()> {
+    match lines.iter().find(|c| s.entry(c.id()).is_none()) {
+        Some(c) => Err(Error::EntryNotFound(c.id().to_string())),
+        None => Ok(()),
+    }
+}
+
+/// Splits one write into the objects it completes and hands them, parsed,
+/// to `apply` as one batch (see `session::batch`): a bad object, or bad
+/// bytes between objects, writes nothing of the batch.
+pub(super) fn append_objects(
+    stream: &mut AppendStream,
+    data: &[u8],
+    apply: impl FnOnce(Vec<NewEntry>) -> Result<()>,
+) -> Result<()> {
+    let mut objects: Vec<Vec<u8>> = Vec::new();
+    let result = stream
+        .feed(data, &mut |obj| {
+            objects.push(obj.to_vec());
+            Ok(())
+        })
+        .and_then(|()| match objects.is_empty() {
+            true => Ok(()),
+            false => apply(batch::parse_batch(&objects)?),
+        });
+    if result.is_err() {
+        // Nothing of this write was appended: no short write.
+        stream.refuse_accepted();
+    }
+    result
+}

@@ -1,0 +1,194 @@
+//! The directory structure under `sessions/`, names only: projects,
+//! namespaces, session files, `by-id` links, by the engine's discovery
+//! rules over the tree's `Storage`.
+
+use super::*;
+
+impl Tree {
+    /// Project directories, sorted, by the engine's rules
+    /// (`discovery::project_dirs`): not hidden, names in UTF-8, symlinks
+    /// only when they resolve inside the agent directory.
+    pub fn projects(&self) -> Result<Vec<String>> {
+        if self.namespaced {
+            let mut out = Vec::new();
+            for ns in self.namespaces()? {
+                for p in self.projects_in(&ns)? {
+                    out.push(format!("{ns}/{p}"));
+                }
+            }
+            return Ok(out);
+        }
+        self.projects_in("")
+    }
+
+    /// The namespaces (`Storage::has_namespaces`), sorted; none when the
+    /// sessions directory holds projects.
+    pub fn namespaces(&self) -> Result<Vec<String>> {
+        if !self.namespaced {
+            return Ok(Vec::new());
+        }
+        self.projects_in("")
+    }
+
+    /// The project directories of a namespace (`""`: of the sessions
+    /// directory), names only.
+    pub(super) fn projects_in(&self, namespace: &str) -> Result<Vec<String>> {
+        let dir = match namespace {
+            "" => self.sessions_dir.clone(),
+            ns => self.sessions_dir.join(ns),
+        };
+        Ok(project_dirs(&*self.storage, &dir)?
+            .into_iter()
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect())
+    }
+
+    /// Session names (file names without `.jsonl`) of a project, sorted, by
+    /// the engine's rule (`discovery::is_session_item`: `*.jsonl`, not
+    /// hidden, symlinks only when they resolve inside the agent directory),
+    /// and of regular files and symlinks only (the type from the directory
+    /// entry). Unlike `discovery::session_files_in`, a missing project is
+    /// an error and stale temp files of crashed rewrites are cleaned up only
+    /// when the mount is not read-only.
+    pub fn sessions(&self, project: &str) -> Result<Vec<String>> {
+        let dir = self.sessions_dir.join(project);
+        let items = self.storage.list(&dir).map_err(|e| Error::io(&dir, e))?;
+        let mut out = Vec::new();
+        let mut temps = false;
+        for item in items {
+            let name = item.name;
+            temps |= is_our_temp_name(&name);
+            // The type from the directory entry (no stat): regular files,
+            // and symlinks that stay inside the agent directory.
+            if !(item.is_file || item.is_symlink)
+                || !self.is_session_item(&dir, &name, false, item.is_symlink)
+            {
+                continue;
+            }
+            if let Some(stem) = name.strip_suffix(".jsonl") {
+                out.push(stem.to_string());
+            }
+        }
+        if temps && !self.read_only {
+            clean_stale_temps(&*self.storage, &dir);
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    pub(super) fn agent_root(&self) -> &Path {
+        self.sessions_dir.parent().unwrap_or(&self.sessions_dir)
+    }
+
+    /// `discovery::is_session_item` in this tree's agent directory.
+    pub(super) fn is_session_item(
+        &self,
+        dir: &Path,
+        name: &str,
+        is_dir: bool,
+        is_symlink: bool,
+    ) -> bool {
+        discovery::is_session_item(
+            &*self.storage,
+            dir,
+            name,
+            is_dir,
+            is_symlink,
+            self.agent_root(),
+        )
+    }
+
+    pub(super) fn project_exists(&self, project: &str) -> bool {
+        let plain = |p: &str| !p.is_empty() && !p.contains('/') && !p.starts_with('.');
+        let valid = match project.split_once('/') {
+            Some((ns, p)) if self.namespaced => plain(ns) && plain(p),
+            _ => !self.namespaced && plain(project),
+        };
+        if !valid {
+            return false;
+        }
+        let path = self.sessions_dir.join(project);
+        match self.storage.lstat(&path) {
+            Ok(m) if m.is_dir => true,
+            Ok(m) if m.is_symlink => {
+                self.storage.stat(&path).is_ok_and(|t| t.is_dir)
+                    && link_stays_inside(&*self.storage, &path, self.agent_root())
+            }
+            _ => false,
+        }
+    }
+
+    /// A namespace directory (`Storage::has_namespaces`).
+    pub(super) fn namespace_exists(&self, ns: &str) -> bool {
+        self.namespaced
+            && !ns.is_empty()
+            && !ns.contains('/')
+            && !ns.starts_with('.')
+            && self
+                .storage
+                .stat(&self.sessions_dir.join(ns))
+                .is_ok_and(|m| m.is_dir)
+    }
+
+    /// Picks up a change of the session file at `path` that a storage
+    /// reported (`Storage::watch`), as the watcher does for inotify.
+    pub fn refresh_path(&self, path: &Path) {
+        let Ok(rel) = path.strip_prefix(&self.sessions_dir) else {
+            return;
+        };
+        let (Some(dir), Some(name)) = (rel.parent(), rel.file_name().and_then(|n| n.to_str()))
+        else {
+            return;
+        };
+        let (Some(project), Some(stem)) = (dir.to_str(), name.strip_suffix(".jsonl")) else {
+            return;
+        };
+        if self.project_exists(project) {
+            self.refresh_loaded(&SessionKey::new(project, stem));
+        }
+    }
+
+    /// The metadata of a session file (following an allowed symlink); `None`
+    /// when it is not a session file of the mount.
+    pub(crate) fn session_file_meta(&self, key: &SessionKey) -> Option<FileStat> {
+        if key.session.contains('/') || !self.project_exists(&key.project) {
+            return None;
+        }
+        let dir = self.sessions_dir.join(&*key.project);
+        let name = key.file_name();
+        let path = dir.join(&name);
+        let lmeta = self.storage.lstat(&path).ok()?;
+        let is_symlink = lmeta.is_symlink;
+        if !self.is_session_item(&dir, &name, lmeta.is_dir, is_symlink) {
+            return None;
+        }
+        let meta = if is_symlink {
+            self.storage.stat(&path).ok()?
+        } else {
+            lmeta
+        };
+        meta.is_file.then_some(meta)
+    }
+
+    /// `by-id` links: (session id, session), the first session in sorted
+    /// order winning when ids repeat.
+    pub fn links(&self) -> Result<Vec<(String, SessionKey)>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for project in self.projects()? {
+            let Ok(sessions) = self.sessions(&project) else {
+                continue;
+            };
+            for stem in sessions {
+                let file = format!("{stem}.jsonl");
+                let Some(id) = session_id_from_file_name(&file) else {
+                    continue;
+                };
+                if seen.insert(id.to_string()) {
+                    out.push((id.to_string(), SessionKey::new(&project, &stem)));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
