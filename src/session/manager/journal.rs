@@ -202,7 +202,7 @@ impl Journal {
     pub(crate) fn require_path(&self) -> Result<&Path> {
         self.path
             .as_deref()
-            .ok_or_else(|| Error::Invalid("the session has no file".into()))
+            .ok_or_else(|| Error::Internal("the session has no file".into()))
     }
     /// The session is kept in a file (every state but [`Backing::Memory`]).
     pub(crate) fn is_persistent(&self) -> bool {
@@ -310,7 +310,7 @@ impl Journal {
                 .mem
                 .get(start..end)
                 .map(Cow::Borrowed)
-                .ok_or_else(|| Error::Invalid("internal: memory line out of range".into()));
+                .ok_or_else(|| Error::Internal("memory line out of range".into()));
         }
         let path = self.require_path()?;
         let bytes = self.read_disk(loc.offset, loc.len as usize)?;
@@ -624,12 +624,12 @@ impl Journal {
             self.writer = Some(self.storage.open_append(&path).at(&path)?);
         }
         let Some(writer) = self.writer.as_mut() else {
-            return Err(Error::Invalid("internal: no writer".into()));
+            return Err(Error::Internal("no writer".into()));
         };
         let _lock = writer.lock().at(&path)?;
         let stat = self.storage.stat(&path).at(&path)?;
         let Some(disk) = self.disk() else {
-            return Err(Error::Invalid("internal: no disk state".into()));
+            return Err(Error::Internal("no disk state".into()));
         };
         if stat.identity != disk.identity || stat.size < disk.size {
             // Our descriptor may be on the replaced file: open it again.
@@ -647,7 +647,7 @@ impl Journal {
         let deadline = Instant::now() + Self::PARTIAL_LINE_WAIT;
         let ends_line = loop {
             let Some(writer) = self.writer.as_mut() else {
-                return Err(Error::Invalid("internal: no writer".into()));
+                return Err(Error::Internal("no writer".into()));
             };
             match writer.last_byte().at(&path)? {
                 None | Some(b'\n') => break true,
@@ -666,7 +666,7 @@ impl Journal {
         buf.extend_from_slice(line);
         buf.push(b'\n');
         let Some(writer) = self.writer.as_mut() else {
-            return Err(Error::Invalid("internal: no writer".into()));
+            return Err(Error::Internal("no writer".into()));
         };
         let at = writer.write_line(&buf).at(&path)? + u64::from(!ends_line);
         writer.flush().at(&path)?;

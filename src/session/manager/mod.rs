@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use crate::session::blobs::BlobStore;
+use crate::session::error::Error;
 use crate::session::format::{HeaderInfo, CURRENT_VERSION};
 use crate::session::ids::new_session_id;
 use crate::session::index::TreeIndex;
@@ -164,4 +165,12 @@ fn new_header_with_id(id: String, cwd: &str, parent: Option<&str>) -> (String, H
         parent_session: parent.map(str::to_string),
     };
     (line, info)
+}
+
+/// A stored entry line that no longer reads as the JSON object indexed
+/// there: the file changed under the session (readers reload and retry).
+fn stale_line(id: &str) -> Error {
+    Error::Stale(format!(
+        "the line of entry {id} changed in the file; reload the session"
+    ))
 }

@@ -155,10 +155,10 @@ impl Session {
             session.migrate()?;
         } else {
             let Some(before) = before else {
-                return Err(Error::Invalid(format!(
-                    "{}: vanished while it was being read",
-                    path.display()
-                )));
+                return Err(Error::Conflict {
+                    path: path.to_path_buf(),
+                    reason: "vanished while it was being read".into(),
+                });
             };
             session.install_loaded(loaded, Some(before))?;
         }
@@ -252,7 +252,7 @@ impl Session {
         let header = loaded
             .header
             .clone()
-            .ok_or_else(|| Error::Invalid("internal: load without header".into()))?;
+            .ok_or_else(|| Error::Internal("load without header".into()))?;
         let line = self
             .journal
             .read_header_line(loaded.header_offset, in_memory)?;

@@ -201,8 +201,7 @@ impl Session {
     pub fn entry_json(&self, id: &str) -> Result<String> {
         let idx = self.position(id)?;
         let line = self.raw_line(idx)?;
-        let text = std::str::from_utf8(&line)
-            .map_err(|_| Error::Invalid("entry line is not UTF-8".into()))?;
+        let text = std::str::from_utf8(&line).map_err(|_| super::stale_line(id))?;
         Ok(self
             .resolve_blobs_in(None, text)
             .unwrap_or_else(|| text.to_string()))

@@ -34,7 +34,7 @@ impl Session {
         }
         let mut obj_text = {
             let obj = RawObject::parse(self.journal.header_line())
-                .map_err(|e| Error::Invalid(format!("header: {e}")))?;
+                .map_err(|e| Error::Internal(format!("header: {e}")))?;
             let title = json_string(title);
             let mut members: Vec<(String, String)> = obj
                 .members
@@ -70,10 +70,10 @@ impl Session {
             let bytes = storage.read(&path).at(&path)?;
             let disk_header = self.journal.header_line().as_bytes();
             let Some(pos) = find_line(&bytes, disk_header) else {
-                return Err(Error::Invalid(format!(
-                    "{}: header line not found for rewrite",
-                    path.display()
-                )));
+                return Err(Error::Conflict {
+                    path: path.to_path_buf(),
+                    reason: "header line not found for rewrite".into(),
+                });
             };
             let mut out = Vec::with_capacity(bytes.len() + title.len() + 16);
             out.extend_from_slice(&bytes[..pos]);
@@ -141,15 +141,14 @@ impl Session {
             }
             let line = self.raw_line(i)?;
             if parent.as_deref() != meta.parent_id() {
-                let text = std::str::from_utf8(&line)
-                    .map_err(|_| Error::Invalid("entry line is not UTF-8".into()))?;
-                let mut obj = RawObject::parse(text).map_err(|e| Error::Invalid(e.to_string()))?;
+                let text = std::str::from_utf8(&line).map_err(|_| super::stale_line(meta.id()))?;
+                let mut obj = RawObject::parse(text).map_err(|_| super::stale_line(meta.id()))?;
                 let pid = parent
                     .as_deref()
                     .map_or_else(|| "null".to_string(), json_string);
                 let raw: Box<serde_json::value::RawValue> =
                     serde_json::value::RawValue::from_string(pid)
-                        .map_err(|e| Error::Invalid(e.to_string()))?;
+                        .map_err(|e| Error::Internal(e.to_string()))?;
                 for m in obj.members.iter_mut().filter(|(k, _)| k == "parentId") {
                     m.1 = &raw;
                 }

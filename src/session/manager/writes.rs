@@ -132,9 +132,7 @@ impl Session {
         }
         let line = value.to_string();
         let LineKind::Entry(scanned) = scan_line(line.as_bytes()) else {
-            return Err(Error::Invalid(
-                "internal: assembled entry does not scan".into(),
-            ));
+            return Err(Error::Internal("assembled entry does not scan".into()));
         };
         let is_assistant = matches!(
             &scanned.facts,

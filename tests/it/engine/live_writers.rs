@@ -16,7 +16,7 @@ use common::live::{
 };
 use sessionfs::session::paths::AgentDir;
 use sessionfs::session::storage::{AppendWriter, FileStorage, LockGuard, Storage};
-use sessionfs::session::{Refresh, Session};
+use sessionfs::session::{Error, Refresh, Session};
 
 const PROJECT: &str = "--work-live--";
 const STEM: &str = "2026-03-01T10-00-00-000Z_5555666655556666";
@@ -258,6 +258,29 @@ fn a_same_size_rewrite_is_noticed() {
     rewrite_in_place(&path, &changed2);
     assert_eq!(s.refresh().unwrap(), Refresh::Reloaded);
     assert_eq!(s.header().cwd.as_deref(), Some("/work/LIVE"));
+}
+
+/// A line overwritten in place after it was indexed no longer reads as
+/// JSON: the session says the file changed under it (`Error::Stale`, which
+/// readers answer by reloading; `EIO` at the mount), not that the user's
+/// input was invalid.
+#[test]
+fn an_indexed_line_garbled_in_place_is_stale_not_invalid_input() {
+    let (_tmp, _agent, path, s) = setup_opened();
+    assert!(s.entry_json("a1").unwrap().contains(r#""id":"a1""#));
+    let mut bytes = fs::read(&path).unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let start = text.find(r#"{"type":"message","id":"a1""#).unwrap();
+    bytes[start + 1] = 0xff;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&bytes)
+        .unwrap();
+    let err = s.entry_json("a1").unwrap_err();
+    assert!(matches!(err, Error::Stale(_)), "{err:?}");
+    assert_eq!(err.errno(), libc::EIO);
 }
 
 // ---------------------------------------------------------------------------
