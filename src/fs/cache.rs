@@ -39,6 +39,64 @@ pub struct Broken {
     pub fingerprint: Fingerprint,
 }
 
+/// What the mount holds of a session's file.
+// One per session slot, in place (as the `Option<Session>` it replaces):
+// the small variants' size costs nothing, a box would cost an indirection
+// on every access.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Default)]
+pub enum SessionState {
+    /// Nothing: never loaded, dropped from the cache, or its file is gone.
+    #[default]
+    Unloaded,
+    /// Loaded and indexed.
+    Loaded(Session),
+    /// The file cannot be opened as a session: why, and the file's state
+    /// then (it is tried again once that changes).
+    Broken(Broken),
+}
+
+impl SessionState {
+    /// The loaded session.
+    pub fn loaded(&self) -> Option<&Session> {
+        match self {
+            SessionState::Loaded(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn loaded_mut(&mut self) -> Option<&mut Session> {
+        match self {
+            SessionState::Loaded(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Why the file cannot be opened, when it cannot.
+    pub fn broken(&self) -> Option<&Broken> {
+        match self {
+            SessionState::Broken(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        matches!(self, SessionState::Loaded(_))
+    }
+
+    /// Takes the loaded session out, leaving [`SessionState::Unloaded`];
+    /// any other state stays.
+    pub fn take_loaded(&mut self) -> Option<Session> {
+        match std::mem::take(self) {
+            SessionState::Loaded(s) => Some(s),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
 /// Enough of a file's metadata to notice that it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
@@ -74,10 +132,8 @@ pub struct RenderedFold {
 /// Everything the mount keeps about one session.
 #[derive(Debug, Default)]
 pub struct SlotState {
-    /// The loaded session.
-    pub session: Option<Session>,
-    /// Set when the file cannot be opened.
-    pub broken: Option<Broken>,
+    /// The session: unloaded, loaded, or broken.
+    pub session: SessionState,
     /// The text of `last-error`.
     pub last_error: Option<String>,
     /// The leaf to restore after a reload.
@@ -145,7 +201,7 @@ impl SlotState {
     }
 
     fn estimate(&self) -> usize {
-        let session = self.session.as_ref().map_or(0, |s| {
+        let session = self.session.loaded().map_or(0, |s| {
             s.entries().len() * BYTES_PER_ENTRY + s.header_json().len() + 4096
         });
         let context = self.context.as_ref().map_or(0, |(_, c)| c.len());
@@ -157,7 +213,7 @@ impl SlotState {
 
     fn pinned(&self) -> bool {
         self.session
-            .as_ref()
+            .loaded()
             .is_some_and(Session::has_unwritten_entries)
     }
 
@@ -166,7 +222,7 @@ impl SlotState {
         if self.pinned() {
             return;
         }
-        if let Some(s) = self.session.take() {
+        if let Some(s) = self.session.take_loaded() {
             let file_size = s
                 .path()
                 .and_then(|p| s.storage().stat(p).ok())
@@ -185,7 +241,7 @@ impl SlotState {
     /// Holds something the cache budget counts: a loaded session or a
     /// stored rendering of its context.
     fn holds_data(&self) -> bool {
-        self.session.is_some() || self.stored_context.is_some()
+        self.session.is_loaded() || self.stored_context.is_some()
     }
 }
 
@@ -260,7 +316,7 @@ impl SessionCache {
             slots.get(key).cloned()?
         };
         let mut st = slot.lock();
-        st.session.as_ref()?;
+        st.session.loaded()?;
         Some(f(&mut st))
     }
 
@@ -284,7 +340,7 @@ impl SessionCache {
         }
         if let Some(slot) = slot {
             let mut st = slot.lock();
-            st.session = None;
+            st.session.take_loaded();
         }
     }
 
@@ -354,5 +410,32 @@ impl SessionCache {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taking_the_session_out_leaves_a_broken_file_broken() {
+        let broken = || {
+            SessionState::Broken(Broken {
+                reason: "no header".into(),
+                fingerprint: Fingerprint {
+                    size: 3,
+                    mtime: None,
+                    ino: 1,
+                },
+            })
+        };
+        let mut st = broken();
+        assert!(st.take_loaded().is_none());
+        assert_eq!(st.broken().map(|b| b.reason.as_str()), Some("no header"));
+        assert!(!st.is_loaded() && st.loaded().is_none());
+        let mut st = SessionState::Unloaded;
+        assert!(st.take_loaded().is_none());
+        assert!(matches!(st, SessionState::Unloaded));
+        assert!(SessionState::default().broken().is_none());
     }
 }

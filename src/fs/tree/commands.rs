@@ -116,8 +116,8 @@ impl Tree {
                 // A write to a session whose file cannot be read: `EIO`,
                 // as any access to its contents (`docs/filesystem.md`).
                 let reason = st
-                    .broken
-                    .as_ref()
+                    .session
+                    .broken()
                     .map_or_else(String::new, |b| b.reason.clone());
                 return Err(Error::Unreadable {
                     path: self.session_path(key),

@@ -21,7 +21,9 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::fs::cache::{Broken, ContextKey, Fingerprint, RenderedFold, SessionCache, SlotState};
+use crate::fs::cache::{
+    Broken, ContextKey, Fingerprint, RenderedFold, SessionCache, SessionState, SlotState,
+};
 use crate::fs::control::{
     parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LabelTable, LeafCommand,
 };
@@ -291,7 +293,7 @@ impl Tree {
     /// file. `Err` (not found) when the file is gone.
     fn ensure(&self, key: &SessionKey, st: &mut SlotState) -> Result<Status> {
         let path = self.session_path(key);
-        if let Some(s) = st.session.as_mut() {
+        if let Some(s) = st.session.loaded_mut() {
             let before = s.entries().len();
             match s.refresh() {
                 Ok(Refresh::Unchanged) => {
@@ -305,7 +307,7 @@ impl Tree {
                     {
                         return Ok(Status::Ready);
                     }
-                    st.session = None;
+                    st.session = SessionState::Unloaded;
                     return Err(not_found(path.display()));
                 }
                 Ok(Refresh::Grew(_)) => {
@@ -326,12 +328,11 @@ impl Tree {
                     return Ok(Status::Ready);
                 }
                 Err(e) if e.is_not_found() => {
-                    st.session = None;
+                    st.session = SessionState::Unloaded;
                     st.saved_leaf = None;
                     return Err(not_found(path.display()));
                 }
                 Err(Error::Unreadable { reason, .. }) => {
-                    st.session = None;
                     st.saved_leaf = None;
                     let fingerprint = self
                         .session_file_meta(key)
@@ -341,7 +342,7 @@ impl Tree {
                             mtime: None,
                             ino: 0,
                         });
-                    st.broken = Some(Broken {
+                    st.session = SessionState::Broken(Broken {
                         reason: reason.clone(),
                         fingerprint,
                     });
@@ -357,7 +358,7 @@ impl Tree {
             return Err(not_found(path.display()));
         };
         let fp = fingerprint(&meta);
-        if let Some(b) = &st.broken {
+        if let Some(b) = st.session.broken() {
             if b.fingerprint == fp {
                 return Ok(Status::Broken);
             }
@@ -394,7 +395,6 @@ impl Tree {
                     }
                 }
                 s.prepare_reads();
-                st.broken = None;
                 // Loaded before (then dropped from the cache, or gone, or
                 // unreadable): the kernel may hold copies of its entry
                 // files, stale unless the file is as it was when dropped.
@@ -402,7 +402,7 @@ impl Tree {
                 // loaded, so this load is where the change is noticed.
                 let loaded_before = st.generation > 0;
                 st.forget_derived(s.topology_changes());
-                st.session = Some(s);
+                st.session = SessionState::Loaded(s);
                 if loaded_before && !unchanged {
                     self.report_reloaded(key);
                 }
@@ -415,7 +415,7 @@ impl Tree {
                     other => other.to_string(),
                 };
                 log::warn!("{}: cannot open session: {reason}", path.display());
-                st.broken = Some(Broken {
+                st.session = SessionState::Broken(Broken {
                     reason,
                     fingerprint: fp,
                 });
@@ -458,10 +458,11 @@ impl Tree {
     ) -> Result<R> {
         self.cache.with_slot(key, |st| match self.ensure(key, st)? {
             Status::Ready => {
-                let mut session = st.session.take();
+                // Out of the slot while `f` has the rest of it.
+                let mut session = st.session.take_loaded();
                 let result = f(st, session.as_mut());
-                if st.session.is_none() {
-                    st.session = session;
+                if let (Some(s), SessionState::Unloaded) = (session, &st.session) {
+                    st.session = SessionState::Loaded(s);
                 }
                 result
             }
@@ -475,7 +476,7 @@ impl Tree {
         let _ = self.cache.with_loaded(key, |st| {
             if let Err(e) = self.ensure(key, st) {
                 if e.is_not_found() {
-                    st.session = None;
+                    st.session.take_loaded();
                 }
             }
         });
@@ -864,7 +865,7 @@ impl Tree {
             Node::EntryDir(key, id, View::Nested) => self
                 .cache
                 .with_loaded(key, |st| {
-                    let s = st.session.as_ref()?;
+                    let s = st.session.loaded()?;
                     let index = s.index();
                     let parent = visible_parent(index, index.position(id)?)?;
                     let pid = index.get(parent)?.id();
@@ -1263,7 +1264,7 @@ impl Tree {
         }
         let fp = fingerprint(&self.session_file_meta(key)?);
         self.cache.with_slot(key, |st| {
-            if st.session.is_some() || st.broken.is_some() || st.saved_leaf.is_some() {
+            if !matches!(st.session, SessionState::Unloaded) || st.saved_leaf.is_some() {
                 return None;
             }
             if let Some((seen, data)) = &st.stored_context {
@@ -1471,7 +1472,7 @@ fn check_entry(s: &Session, id: &str, _view: View) -> Result<u32> {
 }
 
 fn render_last_error(st: &SlotState) -> String {
-    if let Some(b) = &st.broken {
+    if let Some(b) = st.session.broken() {
         return format!("unreadable session file: {}\n", b.reason);
     }
     st.last_error.clone().unwrap_or_default()

@@ -124,7 +124,7 @@ impl Tree {
             .cache
             .with_loaded(key, |st| {
                 st.session
-                    .as_ref()
+                    .loaded()
                     .filter(|s| !s.is_on_disk() || s.has_unwritten_entries())
                     .map(|s| s.entries().len())
             })
