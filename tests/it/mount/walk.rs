@@ -95,6 +95,18 @@ fn recursive_tools_over_the_corpus_exit_0_with_the_expected_hits() {
     let out = out_dir.path().display().to_string();
     // Touch every session once (legacy files are migrated on first load).
     run_ok(m.path(), "find . >/dev/null");
+    // Files listed with their attributes (readdirplus, by the `find`
+    // above) show the sizes of their content before anything read them:
+    // `stat` answers from those attributes.
+    let pi = "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
+    let mismatched = run_ok(
+        &m.join(pi).join("entries"),
+        r#"for d in */; do ls -l "$d" >/dev/null; for f in "$d"*; do
+             [ -f "$f" ] || continue
+             [ "$(stat -c %s "$f")" = "$(cat "$f" | wc -c)" ] || echo "$f"
+           done; done"#,
+    );
+    assert_eq!(mismatched, "", "sizes that differ from the content");
 
     for needle in [
         "hi there",
@@ -142,7 +154,6 @@ fn recursive_tools_over_the_corpus_exit_0_with_the_expected_hits() {
         );
         assert_eq!(listed.trim(), "0", "{name}");
     }
-    let pi = "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee";
     let first = run_ok(&m.join(pi).join("entries"), "ls | head -1");
     let ctx = m
         .join(pi)
