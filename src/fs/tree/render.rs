@@ -1,0 +1,579 @@
+//! Attributes and contents of the mount's files: sizes and times for
+//! `getattr`, and the bytes of every file, rendered from the loaded
+//! session and kept per slot while they stay current (`docs/filesystem.md`,
+//! "The files", "Incremental contexts").
+
+use super::*;
+
+impl Tree {
+    /// The attributes of a node; `Err` (not found) when it no longer exists.
+    pub fn attr(&self, node: &Node) -> Result<Attr> {
+        let perm = node.perm(self.read_only);
+        let dir = |mtime| Attr {
+            node_type: NodeType::Dir,
+            size: 0,
+            perm,
+            mtime,
+        };
+        if let Node::File(key, SessionFile::Context) = node {
+            if let Some(data) = self.unloaded_context(key) {
+                return Ok(Attr {
+                    node_type: NodeType::File,
+                    size: data.len() as u64,
+                    perm,
+                    mtime: self.file_mtime(key),
+                });
+            }
+        }
+        match node {
+            Node::Root => {
+                let real = self.dir_mtime(&self.sessions_dir);
+                let mtime = self.stamp(StampKey::Root, real, || Ok(hash_of(&self.projects()?)))?;
+                Ok(dir(mtime))
+            }
+            Node::ById => {
+                // Links come from every project: the latest of their times.
+                let real = self
+                    .projects()?
+                    .iter()
+                    .map(|p| self.dir_mtime(&self.sessions_dir.join(p)))
+                    .fold(self.dir_mtime(&self.sessions_dir), SystemTime::max);
+                let mtime = self.stamp(StampKey::ById, real, || {
+                    let links = self.links()?;
+                    Ok(hash_of(&links.iter().map(|(id, _)| id).collect::<Vec<_>>()))
+                })?;
+                Ok(dir(mtime))
+            }
+            Node::Namespace(ns) => {
+                if !self.namespace_exists(ns) {
+                    return Err(not_found(ns));
+                }
+                let real = self.dir_mtime(&self.sessions_dir.join(&**ns));
+                let mtime = self.stamp(StampKey::Namespace(ns.clone()), real, || {
+                    Ok(hash_of(&self.projects_in(ns)?))
+                })?;
+                Ok(dir(mtime))
+            }
+            Node::Project(p) => {
+                if !self.project_exists(p) {
+                    return Err(not_found(p));
+                }
+                let real = self.dir_mtime(&self.sessions_dir.join(&**p));
+                let mtime = self.stamp(StampKey::Project(p.clone()), real, || {
+                    Ok(hash_of(&self.sessions(p)?))
+                })?;
+                Ok(dir(mtime))
+            }
+            Node::Link { .. } => {
+                let target = self.readlink(node)?;
+                let mtime = node
+                    .session_key()
+                    .and_then(|k| self.session_file_meta(k))
+                    .map(|m| m.mtime)
+                    .unwrap_or(self.started);
+                Ok(Attr {
+                    node_type: NodeType::Symlink,
+                    size: target.len() as u64,
+                    perm,
+                    mtime,
+                })
+            }
+            Node::Session(key) => Ok(dir(self.session_stamp(key)?)),
+            Node::Entries(key) => {
+                let mtime = self.session_stamp(key)?;
+                self.with_session(key, |_, s| {
+                    s.ok_or_else(|| not_found("entries"))?;
+                    Ok(dir(mtime))
+                })
+            }
+            Node::File(key, SessionFile::Problems) => Ok(Attr {
+                node_type: NodeType::File,
+                size: self.problems_size(key)?,
+                perm,
+                mtime: self.file_mtime(key),
+            }),
+            Node::File(key, f) => {
+                let mtime = self.file_mtime(key);
+                self.with_session(key, |st, s| {
+                    let size = match (s, f) {
+                        (None, SessionFile::LastError) => render_last_error(st).len() as u64,
+                        (None, _) => return Err(not_found(f.name())),
+                        (Some(_), SessionFile::Append) => 0,
+                        (Some(s), f) => render_session_file(st, s, *f)?.len() as u64,
+                    };
+                    Ok(Attr {
+                        node_type: NodeType::File,
+                        size,
+                        perm,
+                        mtime,
+                    })
+                })
+            }
+            Node::EntryDir(key, id, View::Flat) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = check_entry(s, id, View::Flat)?;
+                Ok(dir(self.entry_mtime_or_file(key, s, pos)))
+            }),
+            Node::EntryDir(key, id, View::Nested) => {
+                // Children appear with appends: the session's stamp.
+                let mtime = self.session_stamp(key)?;
+                self.with_session(key, |_, s| {
+                    let s = s.ok_or_else(|| not_found(id))?;
+                    check_entry(s, id, View::Nested)?;
+                    Ok(dir(mtime))
+                })
+            }
+            Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = check_entry(s, id, *view)?;
+                self.entry_file_attr(st, s, key, id, pos, *f, perm)
+            }),
+            Node::ByCwd(prefix) => {
+                if !prefix.is_empty() {
+                    let parent = self.parent_of(node);
+                    let name = views::components(prefix)
+                        .last()
+                        .map(|c| escape_name(c))
+                        .unwrap_or_default();
+                    let found = self
+                        .list(&parent)?
+                        .into_iter()
+                        .any(|(n, child)| n == name && child == *node);
+                    if !found {
+                        return Err(not_found(prefix));
+                    }
+                }
+                Ok(dir(self.dir_mtime(&self.sessions_dir)))
+            }
+            Node::CwdLink { .. } | Node::Head(_) | Node::Ref(..) | Node::Tip(..) => {
+                let target = self.readlink(node)?;
+                let mtime = node
+                    .session_key()
+                    .map_or(self.started, |k| self.file_mtime(k));
+                Ok(Attr {
+                    node_type: NodeType::Symlink,
+                    size: target.len() as u64,
+                    perm,
+                    mtime,
+                })
+            }
+            Node::Refs(key) | Node::Branches(key) | Node::Diffs(key) => {
+                let mtime = self.session_stamp(key)?;
+                self.with_session(key, |_, s| {
+                    s.ok_or_else(|| not_found(&key.session))?;
+                    Ok(dir(mtime))
+                })
+            }
+            Node::Images(key, id, _) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
+                if !views::has_images(s, pos) {
+                    return Err(not_found("images"));
+                }
+                Ok(dir(self.entry_mtime_or_file(key, s, pos)))
+            }),
+            Node::Diff(..) | Node::Image(..) => {
+                let size = self.read(node)?.len() as u64;
+                let mtime = node
+                    .session_key()
+                    .map_or(self.started, |k| self.file_mtime(k));
+                Ok(Attr {
+                    node_type: NodeType::File,
+                    size,
+                    perm,
+                    mtime,
+                })
+            }
+        }
+    }
+
+    /// The attributes of the file `f` of the entry at `pos`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn entry_file_attr(
+        &self,
+        st: &mut SlotState,
+        s: &Session,
+        key: &SessionKey,
+        id: &str,
+        pos: u32,
+        f: EntryFile,
+        perm: u16,
+    ) -> Result<Attr> {
+        let size = match st.entry_sizes.get(&(pos, f)) {
+            Some(&size) => size,
+            None => {
+                let size = render_entry_file(st, s, id, pos, f)?.len() as u64;
+                if !f.is_dynamic() {
+                    st.entry_sizes.insert((pos, f), size);
+                }
+                size
+            }
+        };
+        let mtime = if f.is_dynamic() {
+            self.file_mtime(key)
+        } else {
+            self.entry_mtime_or_file(key, s, pos)
+        };
+        Ok(Attr {
+            node_type: NodeType::File,
+            size,
+            perm,
+            mtime,
+        })
+    }
+
+    /// The attributes of the files an entry directory lists whose content
+    /// never changes (`entry.json`, `entry.md`, `text`, `append`), found in
+    /// one visit of the session. `readdirplus` hands them out with the
+    /// listing, so that a walk (`grep -r`, `du`, `tar`) needs no `lookup`
+    /// per file (docs/filesystem.md, "Recursive tools"). Their sizes are
+    /// exact, so each is rendered once (and its size kept).
+    pub fn entry_file_attrs(
+        &self,
+        key: &SessionKey,
+        id: &Arc<str>,
+        view: View,
+    ) -> Result<Vec<(EntryFile, Attr)>> {
+        self.with_session(key, |st, s| {
+            let s = s.ok_or_else(|| not_found(id))?;
+            let pos = check_entry(s, id, view)?;
+            EntryFile::ALL
+                .iter()
+                .filter(|f| f.listed() && !f.is_dynamic())
+                .map(|&f| {
+                    let node = Node::EntryFile(key.clone(), id.clone(), view, f);
+                    let perm = node.perm(self.read_only);
+                    Ok((f, self.entry_file_attr(st, s, key, id, pos, f, perm)?))
+                })
+                .collect()
+        })
+    }
+
+    /// The size of `problems` for `getattr`: rendered for session files up
+    /// to [`PROBLEMS_ATTR_MAX`] bytes; for bigger ones the size of a
+    /// rendering still current, else 0 (the file is read with direct I/O,
+    /// so readers get the whole report anyway; `ls -l` of a session
+    /// directory must not check a file of hundreds of MB).
+    pub(super) fn problems_size(&self, key: &SessionKey) -> Result<u64> {
+        let meta = self
+            .session_file_meta(key)
+            .ok_or_else(|| not_found(&key.session))?;
+        if meta.size <= PROBLEMS_ATTR_MAX {
+            return Ok(self.problems(key)?.len() as u64);
+        }
+        let stamp = (meta.identity, meta.size, meta.mtime);
+        let cache = self.problems.lock();
+        Ok(match cache.get(key) {
+            Some((seen, data)) if *seen == stamp => data.len() as u64,
+            _ => 0,
+        })
+    }
+
+    /// The `problems` file: the `sessionfs check` report of the session
+    /// file, one problem per line (`docs/check.md`), empty when there are
+    /// none. Cached until the file's identity, size or mtime changes.
+    pub(super) fn problems(&self, key: &SessionKey) -> Result<Arc<Vec<u8>>> {
+        let path = self.session_path(key);
+        let meta = self
+            .session_file_meta(key)
+            .ok_or_else(|| not_found(&key.session))?;
+        let stamp = (meta.identity, meta.size, meta.mtime);
+        {
+            let cache = self.problems.lock();
+            if let Some((seen, data)) = cache.get(key) {
+                if *seen == stamp {
+                    return Ok(data.clone());
+                }
+            }
+        }
+        // Checked without the cache's lock: other sessions' reports are
+        // not held up by a big file.
+        let checker = Checker::new(&*self.storage, self.blobs.dir());
+        let mut text = String::new();
+        for p in checker.check_file(&path) {
+            if let Some(line) = p.line {
+                text.push_str(&format!("{line}: "));
+            }
+            text.push_str(&format!("{}: {}\n", p.kind.name(), p.message));
+        }
+        let data = Arc::new(text.into_bytes());
+        let mut cache = self.problems.lock();
+        if cache.len() >= PROBLEMS_CACHE {
+            cache.clear();
+        }
+        cache.insert(key.clone(), (stamp, data.clone()));
+        Ok(data)
+    }
+
+    /// A read found the file changed under the index (`Error::Stale`): the
+    /// session is loaded again (and the change logged) so the retried read
+    /// sees the file as it is; never a lasting error.
+    pub(super) fn recover_stale(
+        &self,
+        key: &SessionKey,
+        st: &mut SlotState,
+        s: &mut Session,
+        reason: &str,
+    ) -> Result<()> {
+        log::warn!(
+            "{}/{}: {reason}; loading the session again",
+            key.project,
+            key.session
+        );
+        s.reload()?;
+        s.prepare_reads();
+        st.forget_derived(s.topology_changes());
+        self.report_reloaded(key);
+        Ok(())
+    }
+
+    /// `context.json` of a session that is not loaded, taken from the
+    /// stored rendering of its persistent index when the file is unchanged
+    /// since it was rendered (docs/filesystem.md, "Persistent index"): the
+    /// first `cat` after mounting checks the file and copies the text
+    /// instead of loading the session. Kept in the slot for the requests of
+    /// that `cat` (and counted in the cache budget) while the file's
+    /// identity, size and mtime stay; a load takes over from it.
+    pub(super) fn unloaded_context(&self, key: &SessionKey) -> Option<Arc<Vec<u8>>> {
+        let store = self.index.as_ref()?;
+        // A loaded session renders it (cheap check first: no system call).
+        if self.cache.with_loaded(key, |_| ()).is_some() {
+            return None;
+        }
+        let path = self.session_path(key);
+        // Symlinked sessions are opened (and confined) by a load.
+        if self.storage.lstat(&path).ok()?.is_symlink {
+            return None;
+        }
+        let fp = fingerprint(&self.session_file_meta(key)?);
+        self.cache.with_slot(key, |st| {
+            if !matches!(st.session, SessionState::Unloaded) || st.saved_leaf.is_some() {
+                return None;
+            }
+            if let Some((seen, data)) = &st.stored_context {
+                if *seen == fp {
+                    return Some(data.clone());
+                }
+            }
+            st.stored_context = None;
+            let variant = pretty_context_variant(Some(self.blobs.dir()));
+            let text = store.stored_context(&*self.storage, &path, &variant, None)?;
+            let data = Arc::new(text);
+            st.stored_context = Some((fp, data.clone()));
+            Some(data)
+        })
+    }
+
+    /// The content of a file node.
+    pub fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
+        if let Node::File(key, SessionFile::Context) = node {
+            if let Some(data) = self.unloaded_context(key) {
+                return Ok(data);
+            }
+        }
+        match node {
+            Node::File(key, SessionFile::Problems) => self.problems(key),
+            Node::File(key, f) => self.with_session(key, |st, s| match (s, f) {
+                (None, SessionFile::LastError) => Ok(Arc::new(render_last_error(st).into_bytes())),
+                (None, _) => Err(not_found(f.name())),
+                (Some(_), SessionFile::Append) => Ok(Arc::new(Vec::new())),
+                (Some(s), f) => match render_session_file(st, s, *f) {
+                    Err(Error::Stale(reason)) => {
+                        self.recover_stale(key, st, s, &reason)?;
+                        render_session_file(st, s, *f)
+                    }
+                    other => other,
+                },
+            }),
+            Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let mut pos = check_entry(s, id, *view)?;
+                let data = match render_entry_file(st, s, id, pos, *f) {
+                    Err(Error::Stale(reason)) => {
+                        self.recover_stale(key, st, s, &reason)?;
+                        pos = check_entry(s, id, *view)?;
+                        render_entry_file(st, s, id, pos, *f)?
+                    }
+                    other => other?,
+                };
+                if !f.is_dynamic() {
+                    st.entry_sizes.insert((pos, *f), data.len() as u64);
+                }
+                Ok(Arc::new(data))
+            }),
+            Node::Diff(key, a, b) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(a))?;
+                let pa = s.index().position(a).ok_or_else(|| not_found(a))?;
+                let pb = s.index().position(b).ok_or_else(|| not_found(b))?;
+                Ok(Arc::new(views::diff_view(s, pa, pb)?))
+            }),
+            Node::Image(key, id, _, name) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
+                views::images(s, pos)
+                    .into_iter()
+                    .find(|img| *img.name == **name)
+                    .map(|img| Arc::new(img.bytes))
+                    .ok_or_else(|| not_found(name))
+            }),
+            // `open` gives directories `EISDIR` and no handle.
+            other => Err(Error::Internal(format!("read of {other:?}, not a file"))),
+        }
+    }
+}
+
+pub(super) fn render_last_error(st: &SlotState) -> String {
+    if let Some(b) = st.session.broken() {
+        return format!("unreadable session file: {}\n", b.reason);
+    }
+    st.last_error.clone().unwrap_or_default()
+}
+
+pub(super) fn render_session_file(
+    st: &mut SlotState,
+    s: &Session,
+    f: SessionFile,
+) -> Result<Arc<Vec<u8>>> {
+    let text = match f {
+        SessionFile::Header => {
+            let mut t = pretty(s.header_json());
+            t.push('\n');
+            t
+        }
+        SessionFile::Context => {
+            let key = context_key(st, s);
+            if let Some((k, data)) = &st.context {
+                if *k == key {
+                    return Ok(data.clone());
+                }
+            }
+            if let Some(data) = extend_rendered_context(st, s, key)? {
+                return Ok(data);
+            }
+            // An unchanged session's first rendering may be stored with its
+            // persistent index (docs/engine.md, "Persistent index").
+            if st.context.is_none() {
+                if let Some(text) = s.stored_context() {
+                    let data = Arc::new(text);
+                    st.context = Some((key, data.clone()));
+                    st.context_fold = None;
+                    return Ok(data);
+                }
+            }
+            let (ctx, fold) = s.context_fold()?;
+            let json = ctx.as_json();
+            let mut buf = Vec::with_capacity(json.len() + json.len() / 2 + 64);
+            st.context_fold = None;
+            match fold.filter(|f| f.message_count() > 0) {
+                // Printed in two pieces, cut after the last message: the
+                // same bytes as printed whole, and the cut is where an
+                // extension continues.
+                Some(fold) => {
+                    let end = ctx.messages_end();
+                    let indent = pretty_append(&json[..end], 0, &mut buf);
+                    let prefix = buf.len();
+                    pretty_append(&json[end..], indent, &mut buf);
+                    st.context_fold = Some(RenderedFold {
+                        key,
+                        fold,
+                        prefix,
+                        indent,
+                    });
+                }
+                None => {
+                    pretty_append(json, 0, &mut buf);
+                }
+            }
+            buf.push(b'\n');
+            if !crate::session::blobrefs::contains_ref_prefix(json.as_bytes()) {
+                if let Some(mut keep) = s.stored_context_writer() {
+                    use std::io::Write;
+                    if keep.write_all(&buf).is_ok() {
+                        keep.finish();
+                    }
+                }
+            }
+            let data = Arc::new(buf);
+            st.context = Some((key, data.clone()));
+            return Ok(data);
+        }
+        SessionFile::Leaf => match s.leaf_id() {
+            Some(id) => format!("{id}\n"),
+            None => String::new(),
+        },
+        SessionFile::Labels => labels::render(s),
+        SessionFile::LastError => render_last_error(st),
+        // Rendered by `Tree::problems`, which needs the file's path.
+        SessionFile::Append | SessionFile::Problems => String::new(),
+        SessionFile::ContextMd
+        | SessionFile::BranchMd
+        | SessionFile::Stats
+        | SessionFile::TreeSvg => {
+            return views::session_view(st, s, f);
+        }
+    };
+    Ok(Arc::new(text.into_bytes()))
+}
+
+/// Extends the rendered `context.json` when entries were appended below
+/// its leaf and nothing changed the paths of older entries (same
+/// generation): the new messages are printed after the kept ones and the
+/// members after `messages` printed again — cost of the new entries, not
+/// of the path (docs/filesystem.md, "Incremental contexts"). The buffer is
+/// extended in place unless an open file still reads the old text (then
+/// it is copied once). `None` when the context must be built again.
+pub(super) fn extend_rendered_context(
+    st: &mut SlotState,
+    s: &Session,
+    key: ContextKey,
+) -> Result<Option<Arc<Vec<u8>>>> {
+    let (Some((old_key, data)), Some(rf)) = (st.context.as_mut(), st.context_fold.as_mut()) else {
+        return Ok(None);
+    };
+    if rf.key != *old_key || old_key.0 != key.0 {
+        return Ok(None);
+    }
+    let Some(ext) = s.extend_context(&rf.fold)? else {
+        return Ok(None);
+    };
+    let buf = Arc::make_mut(data);
+    buf.truncate(rf.prefix);
+    let indent = pretty_append(&ext.messages, rf.indent, buf);
+    let prefix = buf.len();
+    pretty_append(&ext.tail, indent, buf);
+    buf.push(b'\n');
+    *old_key = key;
+    *rf = RenderedFold {
+        key,
+        fold: ext.fold,
+        prefix,
+        indent,
+    };
+    let data = data.clone();
+    st.context_extensions += 1;
+    Ok(Some(data))
+}
+
+pub(super) fn context_key(st: &SlotState, s: &Session) -> ContextKey {
+    (st.generation, s.entries().len(), s.leaf())
+}
+
+pub(super) fn render_entry_file(
+    st: &mut SlotState,
+    s: &Session,
+    id: &str,
+    pos: u32,
+    f: EntryFile,
+) -> Result<Vec<u8>> {
+    match f {
+        EntryFile::Entry => Ok(s.entry_pretty(id)?.into_bytes()),
+        // Reads as empty, as the session's `append` does.
+        EntryFile::Append => Ok(Vec::new()),
+        EntryFile::Context => {
+            let mut t = s.context_at(LeafSel::Id(id))?.to_pretty();
+            t.push('\n');
+            Ok(t.into_bytes())
+        }
+        _ => views::entry_view(st, s, pos, f),
+    }
+}

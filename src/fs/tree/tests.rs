@@ -1,0 +1,450 @@
+//! Unit tests of the tree: the cache budget, renderings kept and extended,
+//! failed commands, changes reported to the watcher.
+
+use super::*;
+use std::fs;
+
+fn session_text(id: &str, n: usize) -> String {
+    let mut t = format!(
+        "{{\"type\":\"session\",\"version\":3,\"id\":\"{id}\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}}\n"
+    );
+    let mut parent = "null".to_string();
+    for i in 0..n {
+        t.push_str(&format!(
+            "{{\"type\":\"custom\",\"id\":\"e{i}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}}\n"
+        ));
+        parent = format!("\"e{i}\"");
+    }
+    t
+}
+
+fn setup(budget: usize) -> (tempfile::TempDir, Tree) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions/--p--");
+    fs::create_dir_all(&dir).unwrap();
+    for (name, id) in [("a", "aaaa"), ("b", "bbbb"), ("c", "cccc")] {
+        fs::write(
+            dir.join(format!("2026_{id}-{name}.jsonl")),
+            session_text(id, 5),
+        )
+        .unwrap();
+    }
+    let tree = Tree::new(TreeConfig {
+        agent: AgentDir::new(tmp.path()),
+        read_only: false,
+        index: None,
+        cache_bytes: budget,
+    });
+    (tmp, tree)
+}
+
+fn leaf(tree: &Tree, key: &SessionKey) -> String {
+    let data = tree
+        .read(&Node::File(key.clone(), SessionFile::Leaf))
+        .unwrap();
+    String::from_utf8(data.to_vec()).unwrap()
+}
+
+#[test]
+fn lru_drops_sessions_and_keeps_their_leaf() {
+    let (_tmp, tree) = setup(1);
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let b = SessionKey::new("--p--", "2026_bbbb-b");
+    assert_eq!(leaf(&tree, &a), "e4\n");
+    tree.write_control(&a, SessionFile::Leaf, &mut AppendStream::new(), b"e1\n", 1)
+        .unwrap();
+    assert_eq!(leaf(&tree, &a), "e1\n");
+    // Loading b drops a (the budget holds one session at most).
+    assert_eq!(leaf(&tree, &b), "e4\n");
+    assert_eq!(tree.cache().loaded_keys(), vec![b.clone()]);
+    // a comes back with its leaf.
+    assert_eq!(leaf(&tree, &a), "e1\n");
+    assert_eq!(tree.cache().loaded_keys(), vec![a.clone()]);
+    // Unless its file changed meanwhile: then the leaf is the last entry.
+    leaf(&tree, &b);
+    let path = tree.session_path(&a);
+    let mut text = fs::read_to_string(&path).unwrap();
+    text.push_str("{\"type\":\"custom\",\"id\":\"e5\",\"parentId\":\"e4\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}\n");
+    fs::write(&path, text).unwrap();
+    assert_eq!(leaf(&tree, &a), "e5\n");
+}
+
+/// `context.json` after outside appends equals a fresh rendering,
+/// and is an extension of the previous one where the new entries lie
+/// below the leaf (no compaction, reset or late parent among them).
+#[test]
+fn context_json_is_extended_after_appends_below_the_leaf() {
+    let (_tmp, tree) = setup(64 << 20);
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let path = tree.session_path(&a);
+    let append = |lines: &[String]| {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        for l in lines {
+            writeln!(f, "{l}").unwrap();
+        }
+    };
+    let ts = "\"timestamp\":\"2026-01-01T00:00:01.000Z\"";
+    let msg = |id: &str, parent: &str, role: &str, text: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":"{parent}",{ts},"message":{{"role":"{role}","provider":"p","model":"m-{id}","content":[{{"type":"text","text":"{text}"}},{{}},[]]}}}}"#
+        )
+    };
+    let fresh = || {
+        let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+        let s = Session::open(storage, None, &path, &OpenOptions::default()).unwrap();
+        let mut t = s.context().unwrap().to_pretty();
+        t.push('\n');
+        t.into_bytes()
+    };
+    let read = || {
+        tree.read(&Node::File(a.clone(), SessionFile::Context))
+            .unwrap()
+            .to_vec()
+    };
+    let extensions = || tree.cache().with_loaded(&a, |st| st.context_extensions);
+    // No messages yet: built whole.
+    assert_eq!(read(), fresh());
+    append(&[msg("m1", "e4", "user", "hi \\\"x\\\" \\u00e9")]);
+    assert_eq!(read(), fresh());
+    assert_eq!(extensions(), Some(0), "the first message: a whole build");
+    let steps: Vec<Vec<String>> = vec![
+        vec![msg("m2", "m1", "assistant", "a")],
+        vec![
+            format!(
+                r#"{{"type":"thinking_level_change","id":"t1","parentId":"m2",{ts},"thinkingLevel":"high"}}"#
+            ),
+            format!(
+                r#"{{"type":"model_change","id":"mc","parentId":"t1",{ts},"model":"x/y","role":"smol"}}"#
+            ),
+            msg("m3", "mc", "user", "b"),
+        ],
+        vec![
+            format!(
+                r#"{{"type":"branch_summary","id":"b0","parentId":"m3",{ts},"fromId":"m1","summary":""}}"#
+            ),
+            format!(
+                r#"{{"type":"custom_message","id":"cm","parentId":"b0",{ts},"customType":"note","content":"c","display":true}}"#
+            ),
+            format!(
+                r#"{{"type":"ttsr_injection","id":"tt","parentId":"cm",{ts},"injectedRules":["r1","r1"]}}"#
+            ),
+            format!(
+                r#"{{"type":"mode_change","id":"md","parentId":"tt",{ts},"mode":"plan","data":{{"k":[1,2]}}}}"#
+            ),
+            format!(
+                r#"{{"type":"label","id":"lb","parentId":"md",{ts},"targetId":"m1","label":"L"}}"#
+            ),
+        ],
+    ];
+    for (n, lines) in steps.iter().enumerate() {
+        append(lines);
+        assert_eq!(read(), fresh(), "step {n}");
+        assert_eq!(extensions(), Some(n as u64 + 1), "step {n} extended");
+    }
+    // A compaction replaces the messages: a whole build, then
+    // extensions again.
+    append(&[format!(
+        r#"{{"type":"compaction","id":"cp","parentId":"lb",{ts},"summary":"s","firstKeptEntryId":"m3","tokensBefore":5}}"#
+    )]);
+    assert_eq!(read(), fresh());
+    assert_eq!(extensions(), Some(3));
+    append(&[msg("m4", "cp", "user", "after")]);
+    assert_eq!(read(), fresh());
+    assert_eq!(extensions(), Some(4));
+    // A new branch from an older entry: not below the leaf, rebuilt.
+    append(&[msg("m5", "m2", "user", "side")]);
+    assert_eq!(read(), fresh());
+    assert_eq!(extensions(), Some(4));
+    // An open reader keeps its text while the next one is extended.
+    let held = tree
+        .read(&Node::File(a.clone(), SessionFile::Context))
+        .unwrap();
+    let before = held.to_vec();
+    append(&[msg("m6", "m5", "assistant", "more")]);
+    assert_eq!(read(), fresh());
+    assert_eq!(extensions(), Some(5));
+    assert_eq!(held.to_vec(), before);
+    // A late parent changes older paths: rebuilt.
+    append(&[
+        msg("o1", "late", "user", "orphan"),
+        msg("late", "m6", "user", "late parent"),
+    ]);
+    assert_eq!(read(), fresh());
+    append(&[msg("m7", "o1", "assistant", "x")]);
+    assert_eq!(read(), fresh());
+    assert_eq!(extensions(), Some(5));
+}
+
+/// A fresh mount serves a stored rendering without loading the session
+/// (issue 18: the first `cat context.json` costs a check and a copy);
+/// a load takes over, a changed file is built again, a moved leaf and a
+/// mount without an index never use it.
+#[test]
+fn stored_context_is_served_without_loading_the_session() {
+    let (tmp, _) = setup(64 << 20);
+    let store = IndexStore::new(tmp.path().join("idx"));
+    let mount = |index: Option<IndexStore>| {
+        Tree::new(TreeConfig {
+            agent: AgentDir::new(tmp.path()),
+            read_only: false,
+            index,
+            cache_bytes: 64 << 20,
+        })
+    };
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let ctx = Node::File(a.clone(), SessionFile::Context);
+    let loaded = |tree: &Tree| tree.cache().with_loaded(&a, |_| ()).is_some();
+    let first = mount(Some(store.clone())).read(&ctx).unwrap();
+    let tree = mount(Some(store.clone()));
+    let session = Node::Session(a.clone());
+    assert_eq!(tree.lookup(&session, b"context.json").unwrap(), ctx);
+    assert_eq!(tree.attr(&ctx).unwrap().size, first.len() as u64);
+    assert_eq!(tree.read(&ctx).unwrap(), first);
+    assert!(
+        !loaded(&tree),
+        "the session was loaded to serve its context"
+    );
+    assert!(tree.cache().estimated_bytes() >= first.len());
+    // Anything else loads it; the load renders the same text.
+    leaf(&tree, &a);
+    assert!(loaded(&tree));
+    assert_eq!(tree.read(&ctx).unwrap(), first);
+    // Without an index the session is loaded.
+    let plain = mount(None);
+    assert_eq!(plain.read(&ctx).unwrap(), first);
+    assert!(loaded(&plain));
+    // A changed file is not served from the store.
+    let tree = mount(Some(store.clone()));
+    assert_eq!(tree.read(&ctx).unwrap(), first);
+    {
+        use std::io::Write;
+        let path = tree.session_path(&a);
+        let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+        writeln!(f, r#"{{"type":"message","id":"m9","parentId":"e4","timestamp":"2026-01-01T00:00:09.000Z","message":{{"role":"user","content":"later"}}}}"#).unwrap();
+    }
+    let grown = tree.read(&ctx).unwrap();
+    assert!(String::from_utf8_lossy(&grown).contains("later"));
+    assert!(loaded(&tree));
+}
+
+/// A mount with a persistent index stores its first rendering of an
+/// unchanged session's `context.json`, and the next mount serves it
+/// from there without building it.
+#[test]
+fn context_json_comes_from_the_stored_rendering() {
+    let (tmp, _) = setup(64 << 20);
+    let store = IndexStore::new(tmp.path().join("idx"));
+    let mount = || {
+        Tree::new(TreeConfig {
+            agent: AgentDir::new(tmp.path()),
+            read_only: false,
+            index: Some(store.clone()),
+            cache_bytes: 64 << 20,
+        })
+    };
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let path = mount().session_path(&a);
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, r#"{{"type":"message","id":"m1","parentId":"e4","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"hello"}}}}"#).unwrap();
+    }
+    let read = |tree: &Tree| {
+        tree.read(&Node::File(a.clone(), SessionFile::Context))
+            .unwrap()
+            .to_vec()
+    };
+    let first = read(&mount());
+    assert!(String::from_utf8_lossy(&first).contains("hello"));
+    let ctx = store.context_file_for(&fs::canonicalize(&path).unwrap());
+    let stored = fs::read(&ctx).unwrap();
+    assert!(stored.windows(first.len()).any(|w| w == first.as_slice()));
+    // Served from the store: a (consistently) edited stored text shows.
+    let at = stored.len() - 8 - first.len();
+    let mut edited = stored[..stored.len() - 8].to_vec();
+    let pos = at + edited[at..].windows(5).position(|w| w == b"hello").unwrap();
+    edited[pos..pos + 5].copy_from_slice(b"HELLO");
+    let sum = xxhash_rust::xxh3::xxh3_64(&edited[at..]);
+    edited.extend_from_slice(&sum.to_le_bytes());
+    fs::write(&ctx, &edited).unwrap();
+    let second = read(&mount());
+    assert_eq!(
+        second,
+        String::from_utf8_lossy(&first)
+            .replace("hello", "HELLO")
+            .into_bytes()
+    );
+    // Once the file changes, it is built again.
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, r#"{{"type":"message","id":"m2","parentId":"m1","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"again"}}}}"#).unwrap();
+    }
+    let third = String::from_utf8(read(&mount())).unwrap();
+    assert!(
+        third.contains("hello") && third.contains("again"),
+        "{third}"
+    );
+}
+
+#[test]
+fn a_generous_budget_keeps_everything_loaded() {
+    let (_tmp, tree) = setup(64 << 20);
+    for name in ["2026_aaaa-a", "2026_bbbb-b", "2026_cccc-c"] {
+        leaf(&tree, &SessionKey::new("--p--", name));
+    }
+    assert_eq!(tree.cache().loaded_keys().len(), 3);
+    assert!(tree.cache().estimated_bytes() > 0);
+}
+
+#[test]
+fn failed_commands_change_nothing_and_explain_themselves() {
+    let (_tmp, tree) = setup(64 << 20);
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let before = fs::read(tree.session_path(&a)).unwrap();
+    let err = tree
+        .write_control(
+            &a,
+            SessionFile::Leaf,
+            &mut AppendStream::new(),
+            b"nope\n",
+            1,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::EntryNotFound(_)));
+    let err = tree
+        .write_control(
+            &a,
+            SessionFile::Append,
+            &mut AppendStream::new(),
+            br#"{"type":"label","targetId":"zz","label":"x"}"#,
+            1,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::EntryNotFound(_)));
+    assert_eq!(fs::read(tree.session_path(&a)).unwrap(), before);
+    assert_eq!(leaf(&tree, &a), "e4\n");
+    let last = tree
+        .read(&Node::File(a.clone(), SessionFile::LastError))
+        .unwrap();
+    assert!(String::from_utf8_lossy(&last).contains("zz"));
+}
+
+fn append_line(path: &Path, line: &str) {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+    writeln!(f, "{line}").unwrap();
+}
+
+/// A message (it shows in contexts, unlike a custom entry).
+fn message_line(id: &str, parent: &str) -> String {
+    format!("{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"{id}\"}}}}")
+}
+
+fn custom_line(id: &str, parent: &str) -> String {
+    format!("{{\"type\":\"custom\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}}")
+}
+
+/// The mount served a request before the watcher was connected: the
+/// change it found (a late parent) reached nobody, and the kernel kept
+/// the old `context.json` of the adopted entry for an hour.
+#[test]
+fn changes_found_before_the_sink_is_set_reach_it() {
+    let (_tmp, tree) = setup(64 << 20);
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let path = tree.session_path(&a);
+    append_line(&path, &custom_line("o", "\"late\""));
+    let ctx = Node::EntryFile(a.clone(), "o".into(), View::Flat, EntryFile::Context);
+    let size = tree.attr(&ctx).unwrap().size;
+    append_line(&path, &message_line("late", "\"e4\""));
+    append_line(&path, &custom_line("e5", "\"e4\""));
+    leaf(&tree, &a);
+    assert!(tree.attr(&ctx).unwrap().size > size);
+    let (tx, rx) = std::sync::mpsc::channel();
+    tree.set_change_sender(tx);
+    let got: Vec<Change> = rx.try_iter().collect();
+    assert_eq!(got.len(), 1, "one change per session: {got:?}");
+    let Change::Session {
+        key,
+        new_entries,
+        reloaded,
+    } = &got[0];
+    assert_eq!(key, &a);
+    assert!(reloaded, "the late parent changed older entries");
+    let ids: Vec<&str> = new_entries.iter().map(|(id, _)| &**id).collect();
+    assert_eq!(ids, ["late", "e5"]);
+    // Later changes go to the sink at once.
+    append_line(&path, &custom_line("e6", "\"e5\""));
+    leaf(&tree, &a);
+    assert_eq!(rx.try_iter().count(), 1);
+}
+
+/// A session dropped from the cache is not refreshed by the watcher:
+/// when it is loaded again after its file changed, the kernel's copies
+/// of its entry files are stale and must be invalidated.
+#[test]
+fn a_session_loaded_again_after_its_file_changed_is_reported() {
+    let (_tmp, tree) = setup(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    tree.set_change_sender(tx);
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let b = SessionKey::new("--p--", "2026_bbbb-b");
+    let path = tree.session_path(&a);
+    append_line(&path, &custom_line("o", "\"late\""));
+    let ctx = Node::EntryFile(a.clone(), "o".into(), View::Flat, EntryFile::Context);
+    let size = tree.attr(&ctx).unwrap().size;
+    let reloads = || {
+        rx.try_iter()
+            .filter(|Change::Session { key, reloaded, .. }| *key == a && *reloaded)
+            .count()
+    };
+    // Dropped and loaded again, the file unchanged: nothing to tell.
+    leaf(&tree, &b);
+    assert_eq!(tree.cache().loaded_keys(), vec![b.clone()]);
+    assert_eq!(tree.attr(&ctx).unwrap().size, size);
+    assert_eq!(reloads(), 0);
+    // Dropped, then the parent of `o` arrives: its context grew.
+    leaf(&tree, &b);
+    append_line(&path, &message_line("late", "\"e4\""));
+    assert!(tree.attr(&ctx).unwrap().size > size);
+    assert_eq!(reloads(), 1);
+}
+
+#[test]
+fn appends_that_change_older_paths_mark_entry_files_stale() {
+    let (_tmp, tree) = setup(64 << 20);
+    let (tx, rx) = std::sync::mpsc::channel();
+    tree.set_change_sender(tx);
+    let a = SessionKey::new("--p--", "2026_aaaa-a");
+    let path = tree.session_path(&a);
+    let append = |line: &str| {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, "{line}").unwrap();
+    };
+    let line = |id: &str, parent: &str| {
+        format!("{{\"type\":\"custom\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"customType\":\"c\"}}")
+    };
+    let ctx = Node::EntryFile(a.clone(), "o".into(), View::Flat, EntryFile::Context);
+    let stale_flags = || -> Vec<bool> {
+        rx.try_iter()
+            .map(|Change::Session { reloaded, .. }| reloaded)
+            .collect()
+    };
+    // Loaded with `o` waiting for its parent.
+    append(&line("o", "\"late\""));
+    let size = tree.attr(&ctx).unwrap().size;
+    assert_eq!(size, tree.read(&ctx).unwrap().len() as u64);
+    // A plain append: nothing older changes.
+    append(&line("e5", "\"e4\""));
+    leaf(&tree, &a);
+    assert_eq!(stale_flags(), vec![false]);
+    // The parent of `o` arrives: its context grows.
+    append("{\"type\":\"message\",\"id\":\"late\",\"parentId\":\"e5\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{\"role\":\"user\",\"content\":\"late\"}}");
+    let attr = tree.attr(&ctx).unwrap();
+    let data = tree.read(&ctx).unwrap();
+    assert!(attr.size > size);
+    assert_eq!(attr.size, data.len() as u64);
+    assert_eq!(stale_flags(), vec![true]);
+}
