@@ -24,6 +24,8 @@
 //! sessions). Where the entries live and how they reach the file is the
 //! [`journal`]'s.
 
+#![deny(missing_docs)]
+
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
@@ -86,7 +88,9 @@ impl Default for OpenOptions {
 pub struct LoadReport {
     /// Lines that are not JSON objects or not entries.
     pub skipped: usize,
+    /// Blank lines.
     pub blank: usize,
+    /// Lines over the length limit (`OpenOptions::max_line`).
     pub oversized: usize,
     /// A torn last line was dropped.
     pub torn_tail: bool,
@@ -97,6 +101,7 @@ pub struct LoadReport {
 /// What [`Session::refresh`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refresh {
+    /// Nothing new.
     Unchanged,
     /// The file grew; this many new entries were indexed.
     Grew(usize),

@@ -27,6 +27,7 @@ impl Session {
     pub fn storage(&self) -> &Arc<dyn Storage> {
         self.journal.storage()
     }
+    /// What the engine reads of the header.
     pub fn header(&self) -> &HeaderInfo {
         &self.header
     }
@@ -74,9 +75,11 @@ impl Session {
             && self.journal.holds_no_memory_lines();
         unchanged.then_some((store, fp))
     }
+    /// What the last load found besides the entries.
     pub fn report(&self) -> &LoadReport {
         &self.report
     }
+    /// The tree index.
     pub fn index(&self) -> &TreeIndex {
         &self.index
     }
@@ -101,6 +104,7 @@ impl Session {
             && !self.journal.is_migrated_in_memory()
             && !self.index.is_empty()
     }
+    /// True when the session never writes.
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
@@ -108,6 +112,7 @@ impl Session {
     pub fn entries(&self) -> &[EntryMeta] {
         self.index.entries()
     }
+    /// The entry with id `id`.
     pub fn entry(&self, id: &str) -> Option<&EntryMeta> {
         self.index.by_id(id)
     }

@@ -14,6 +14,7 @@ use super::*;
 pub struct FileStorage;
 
 impl FileStorage {
+    /// The real filesystem.
     pub fn new() -> Self {
         FileStorage
     }

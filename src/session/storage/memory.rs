@@ -16,12 +16,19 @@ use super::*;
 /// injection, with the `testing` feature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultOp {
+    /// Reading a file (whole, a prefix or at an offset).
     Read,
+    /// Writing a whole file.
     Write,
+    /// A rename.
     Rename,
+    /// Removing a file.
     Unlink,
+    /// Appending through an append writer.
     Append,
+    /// An append writer's fsync.
     Fsync,
+    /// Making a directory's entries durable.
     SyncDir,
 }
 
@@ -55,6 +62,7 @@ fn not_found(path: &Path) -> io::Error {
 }
 
 impl MemoryStorage {
+    /// An empty storage.
     pub fn new() -> Self {
         MemoryStorage::default()
     }

@@ -3,6 +3,8 @@
 //! in-memory one (`storage/memory.rs`: for tests, fault injection and non-persistent
 //! sessions).
 
+#![deny(missing_docs)]
+
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -13,11 +15,14 @@ use std::time::SystemTime;
 /// What `stat` reports about a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStat {
+    /// Size in bytes.
     pub size: u64,
+    /// Time of the last modification.
     pub mtime: SystemTime,
     /// Identity of the underlying file (device and inode for the real
     /// filesystem): changes when the file is replaced by a rename.
     pub identity: (u64, u64),
+    /// A directory.
     pub is_dir: bool,
     /// A regular file (after following a symlink for `stat`).
     pub is_file: bool,
@@ -31,7 +36,9 @@ pub struct FileStat {
 /// Who owns a file, and its permission bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ownership {
+    /// The owner's user id.
     pub uid: u32,
+    /// The group id.
     pub gid: u32,
     /// The permission bits (`mode & 0o777`).
     pub mode: u32,
@@ -40,6 +47,7 @@ pub struct Ownership {
 /// One name in a directory listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirItem {
+    /// The name (one path component).
     pub name: String,
     /// A directory (a symlink to a directory is not one: see `is_symlink`).
     pub is_dir: bool,
@@ -131,6 +139,7 @@ impl RandomRead for FileReader {
 pub trait Storage: Send + Sync + fmt::Debug {
     /// Creates a directory and its parents (mode 0700 for new ones).
     fn ensure_dir(&self, path: &Path) -> io::Result<()>;
+    /// True when something exists at `path`.
     fn exists(&self, path: &Path) -> bool;
     /// Reads a whole file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
@@ -141,10 +150,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Creates or truncates a file (mode 0600 when new), writes `data` and
     /// fsyncs it.
     fn write(&self, path: &Path, data: &[u8]) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to` atomically.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
     fn unlink(&self, path: &Path) -> io::Result<()>;
     /// Names in a directory, sorted by name.
     fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>>;
+    /// What the file at `path` is (a symlink is followed).
     fn stat(&self, path: &Path) -> io::Result<FileStat>;
     /// Like `stat`, but a symlink is reported as itself (not followed).
     /// Storages without symlinks answer as `stat` does.
