@@ -232,9 +232,13 @@ impl SlotState {
                 file_size,
             });
         }
+        // Everything derived from the session goes with it: once the slot
+        // leaves the LRU it is no longer counted against the budget.
         self.entry_sizes = HashMap::new();
         self.context = None;
         self.context_fold = None;
+        self.views = HashMap::new();
+        self.stats = None;
         self.stored_context = None;
     }
 
@@ -437,5 +441,25 @@ mod tests {
         assert!(st.take_loaded().is_none());
         assert!(matches!(st, SessionState::Unloaded));
         assert!(SessionState::default().broken().is_none());
+    }
+
+    #[test]
+    fn unloading_drops_the_views_and_stats_the_budget_no_longer_counts() {
+        let mut st = SlotState::default();
+        let big = Arc::new(vec![b'x'; 1 << 20]);
+        st.views
+            .insert(SessionFile::ContextMd, ((1, 10, Some(9)), big.clone()));
+        st.views
+            .insert(SessionFile::BranchMd, ((1, 10, Some(9)), big));
+        assert!(st.estimate() > 2 << 20);
+        st.unload();
+        assert!(!st.holds_data());
+        assert!(st.views.is_empty(), "views kept after unload");
+        assert!(st.stats.is_none());
+        assert!(
+            st.estimate() < 4096,
+            "unloaded slot still holds {} bytes",
+            st.estimate()
+        );
     }
 }
