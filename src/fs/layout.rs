@@ -401,6 +401,18 @@ impl Node {
         }
     }
 
+    /// A short description for error messages: a file's name, else the
+    /// node itself.
+    pub fn describe(&self) -> String {
+        match self {
+            Node::File(key, f) => format!("{}/{}/{}", key.project, key.session, f.name()),
+            Node::EntryFile(key, id, _, f) => {
+                format!("{}/{}/{id}/{}", key.project, key.session, f.name())
+            }
+            other => format!("{other:?}"),
+        }
+    }
+
     /// The session this node belongs to, if any.
     pub fn session_key(&self) -> Option<&SessionKey> {
         match self {

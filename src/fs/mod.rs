@@ -177,7 +177,7 @@ impl SessionFs {
         if node.is_dir() {
             Ok(node)
         } else {
-            Err(err_of(&Error::NotADirectory(format!("{node:?}"))))
+            Err(err_of(&Error::NotADirectory(node.describe())))
         }
     }
 

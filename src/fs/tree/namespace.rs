@@ -136,7 +136,7 @@ impl Tree {
             | Node::Ref(..)
             | Node::Tip(..)
             | Node::Diff(..)
-            | Node::Image(..) => Err(Error::NotADirectory(format!("{parent:?}"))),
+            | Node::Image(..) => Err(Error::NotADirectory(parent.describe())),
         }
     }
 
@@ -316,7 +316,7 @@ impl Tree {
             | Node::Ref(..)
             | Node::Tip(..)
             | Node::Diff(..)
-            | Node::Image(..) => Err(Error::NotADirectory(format!("{dir:?}"))),
+            | Node::Image(..) => Err(Error::NotADirectory(dir.describe())),
         }
     }
 
@@ -429,7 +429,7 @@ impl Tree {
                 }
                 Ok(format!("../entries/{}", escape_name(id)))
             }),
-            other => Err(Error::NotASymlink(format!("{other:?}"))),
+            other => Err(Error::NotASymlink(other.describe())),
         }
     }
 }

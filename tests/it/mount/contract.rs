@@ -617,6 +617,16 @@ fn ls_follows_by_id_links() {
     assert_eq!(rows[0]["type"], "symlink");
     assert_eq!(rows[0]["target"], format!("../{PROJECT}/{STEM}"));
     assert_eq!(agent.cli(&["ls", "by-id/nope"]).code, 3);
+    // Names under a file: invalid (4), naming the file (not the node's
+    // internals).
+    let out = agent.cli(&["ls", &format!("{PROJECT}/{STEM}/leaf/x")]);
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("{PROJECT}/{STEM}/leaf: not a directory")),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
