@@ -171,6 +171,14 @@ impl<H: Intercept> Storage for Intercepted<H> {
     fn is_persistent(&self) -> bool {
         self.inner.is_persistent()
     }
+    fn replace_in_place(
+        &self,
+        p: &Path,
+        data: &[u8],
+        expected: Option<u64>,
+    ) -> Option<io::Result<bool>> {
+        self.inner.replace_in_place(p, data, expected)
+    }
     fn scan(
         &self,
         p: &Path,
@@ -181,5 +189,38 @@ impl<H: Intercept> Storage for Intercepted<H> {
         let end = self.inner.scan(p, start, chunk, f)?;
         self.hooks.after_scan(&*self.inner, p)?;
         Ok(end)
+    }
+}
+
+/// An append writer that runs `before` ahead of each line it writes: the
+/// moment between the engine's look at the file and its write, where
+/// another writer slips in (docs/reliability.md, "Other writers").
+pub struct BeforeEachWrite<F> {
+    pub inner: Box<dyn AppendWriter>,
+    pub before: F,
+}
+
+impl<F: FnMut() -> io::Result<()> + Send> AppendWriter for BeforeEachWrite<F> {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
+        (self.before)()?;
+        self.inner.write_line(line)
+    }
+    fn size(&mut self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn last_byte(&mut self) -> io::Result<Option<u8>> {
+        self.inner.last_byte()
+    }
+    fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.inner.truncate(size)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn fsync(&mut self) -> io::Result<()> {
+        self.inner.fsync()
+    }
+    fn lock(&mut self) -> io::Result<LockGuard> {
+        self.inner.lock()
     }
 }

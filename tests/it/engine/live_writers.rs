@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::live::{
-    lockfile, plain_append, small_session_text, write_session, Intercept, Intercepted,
+    lockfile, plain_append, small_session_text, write_session, BeforeEachWrite, Intercept,
+    Intercepted,
 };
 use sessionfs::session::paths::AgentDir;
-use sessionfs::session::storage::{AppendWriter, FileStorage, LockGuard, Storage};
+use sessionfs::session::storage::{AppendWriter, FileStorage, Storage};
 use sessionfs::session::{Error, Refresh, Session};
 
 const PROJECT: &str = "--work-live--";
@@ -88,45 +89,17 @@ struct SlipsInBeforeOurWrite {
     armed: Arc<Mutex<Vec<String>>>,
 }
 
-struct SlippingWriter {
-    inner: Box<dyn AppendWriter>,
-    path: PathBuf,
-    armed: Arc<Mutex<Vec<String>>>,
-}
-
-impl AppendWriter for SlippingWriter {
-    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
-        for other in std::mem::take(&mut *self.armed.lock().unwrap()) {
-            plain_append(&self.path, &format!("{other}\n"));
-        }
-        self.inner.write_line(line)
-    }
-    fn size(&mut self) -> io::Result<u64> {
-        self.inner.size()
-    }
-    fn last_byte(&mut self) -> io::Result<Option<u8>> {
-        self.inner.last_byte()
-    }
-    fn truncate(&mut self, size: u64) -> io::Result<()> {
-        self.inner.truncate(size)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn fsync(&mut self) -> io::Result<()> {
-        self.inner.fsync()
-    }
-    fn lock(&mut self) -> io::Result<LockGuard> {
-        self.inner.lock()
-    }
-}
-
 impl Intercept for SlipsInBeforeOurWrite {
     fn open_append(&self, inner: &dyn Storage, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
-        Ok(Box::new(SlippingWriter {
+        let (armed, path) = (self.armed.clone(), p.to_path_buf());
+        Ok(Box::new(BeforeEachWrite {
             inner: inner.open_append(p)?,
-            path: p.to_path_buf(),
-            armed: self.armed.clone(),
+            before: move || {
+                for other in std::mem::take(&mut *armed.lock().unwrap()) {
+                    plain_append(&path, &format!("{other}\n"));
+                }
+                Ok(())
+            },
         }))
     }
 }

@@ -11,15 +11,14 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use common::live::{BeforeEachWrite, Intercept, Intercepted};
 use common::{pg, pg_storage};
 use serde_json::{json, Value};
 use sessionfs::session::blobs::BlobStore;
 use sessionfs::session::discovery::list_all;
 use sessionfs::session::paths::AgentDir;
 use sessionfs::session::pg::PgStorage;
-use sessionfs::session::storage::{
-    AppendWriter, DirItem, FileStat, LockGuard, RandomRead, Storage,
-};
+use sessionfs::session::storage::{AppendWriter, Storage};
 use sessionfs::session::{Error, Session};
 
 fn user(text: &str) -> Value {
@@ -126,101 +125,23 @@ fn rows_are_the_references() {
 /// engine's first guarded append lands (the race the guard is for).
 #[derive(Debug)]
 struct Interleaved {
-    inner: PgStorage,
     other: PgStorage,
     armed: Arc<AtomicBool>,
 }
 
-struct InterleavedWriter {
-    inner: Box<dyn AppendWriter>,
-    other: Box<dyn AppendWriter>,
-    armed: Arc<AtomicBool>,
-}
-
-impl AppendWriter for InterleavedWriter {
-    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.other.write_line(outside_line("raced").as_bytes())?;
-        }
-        self.inner.write_line(line)
-    }
-    fn size(&mut self) -> io::Result<u64> {
-        self.inner.size()
-    }
-    fn last_byte(&mut self) -> io::Result<Option<u8>> {
-        self.inner.last_byte()
-    }
-    fn truncate(&mut self, size: u64) -> io::Result<()> {
-        self.inner.truncate(size)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn fsync(&mut self) -> io::Result<()> {
-        self.inner.fsync()
-    }
-    fn lock(&mut self) -> io::Result<LockGuard> {
-        self.inner.lock()
-    }
-}
-
-impl Storage for Interleaved {
-    fn ensure_dir(&self, path: &Path) -> io::Result<()> {
-        self.inner.ensure_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.inner.exists(path)
-    }
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.inner.read(path)
-    }
-    fn read_prefix(&self, path: &Path, max: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_prefix(path, max)
-    }
-    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_at(path, offset, len)
-    }
-    fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        self.inner.write(path, data)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn unlink(&self, path: &Path) -> io::Result<()> {
-        self.inner.unlink(path)
-    }
-    fn list(&self, dir: &Path) -> io::Result<Vec<DirItem>> {
-        self.inner.list(dir)
-    }
-    fn stat(&self, path: &Path) -> io::Result<FileStat> {
-        self.inner.stat(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
-        Ok(Box::new(InterleavedWriter {
-            inner: self.inner.open_append(path)?,
-            other: self.other.open_append(path)?,
-            armed: self.armed.clone(),
+impl Intercept for Interleaved {
+    fn open_append(&self, inner: &dyn Storage, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        let mut other = self.other.open_append(path)?;
+        let armed = self.armed.clone();
+        Ok(Box::new(BeforeEachWrite {
+            inner: inner.open_append(path)?,
+            before: move || {
+                if armed.swap(false, Ordering::SeqCst) {
+                    other.write_line(outside_line("raced").as_bytes())?;
+                }
+                Ok(())
+            },
         }))
-    }
-    fn lock(&self, path: &Path) -> io::Result<LockGuard> {
-        self.inner.lock(path)
-    }
-    fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomRead>> {
-        self.inner.open_read(path)
-    }
-    fn is_persistent(&self) -> bool {
-        true
-    }
-    fn replace_in_place(
-        &self,
-        path: &Path,
-        data: &[u8],
-        expected: Option<u64>,
-    ) -> Option<io::Result<bool>> {
-        self.inner.replace_in_place(path, data, expected)
     }
 }
 
@@ -240,10 +161,12 @@ fn raced_append_is_indexed_and_retried(layout: &str) {
     )
     .unwrap();
     let armed = Arc::new(AtomicBool::new(false));
-    let storage: Arc<dyn Storage> = Arc::new(Interleaved {
-        inner: env.pg.clone(),
-        other,
-        armed: armed.clone(),
+    let storage: Arc<dyn Storage> = Arc::new(Intercepted {
+        inner: Arc::new(env.pg.clone()),
+        hooks: Interleaved {
+            other,
+            armed: armed.clone(),
+        },
     });
     let mut s = Session::open_in(storage.clone(), &env.agent, &path).unwrap();
     let first = s.append_message(user("first")).unwrap();
