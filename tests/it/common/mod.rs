@@ -8,9 +8,11 @@ pub mod pg;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use sessionfs::session::blobs::BlobStore;
 use sessionfs::session::paths::AgentDir;
 use sessionfs::session::pg::{PgStorage, PgUrl};
 use sessionfs::session::storage::{FileStorage, MemoryStorage, Storage};
+use sessionfs::session::{OpenOptions, Session};
 
 /// The repository's `fixtures/` directory.
 pub fn fixtures() -> PathBuf {
@@ -202,6 +204,24 @@ pub fn tolerate_surrogates(text: &str) -> String {
 pub fn js_json(text: &str) -> serde_json::Value {
     serde_json::from_str(&tolerate_surrogates(text))
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", &text[..text.len().min(200)]))
+}
+
+/// A file's text; the test fails naming the file when it cannot be read.
+pub fn read_text(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The engine's view of a session file in the agent dir `agent` (with its
+/// blob store), opened read-only: nothing is written.
+pub fn read_only_session(agent: &Path, file: &Path) -> Session {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+    let blobs = BlobStore::new(storage.clone(), agent.join("blobs"));
+    let options = OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    Session::open(storage, Some(blobs), file, &options)
+        .unwrap_or_else(|e| panic!("engine open {}: {e}", file.display()))
 }
 
 /// Every session file under `sessions/`, sorted.

@@ -5,6 +5,7 @@
 
 use crate::common;
 use crate::common::fuse;
+use crate::common::read_text as read;
 
 use std::fs;
 use std::io::Write;
@@ -75,10 +76,6 @@ impl Fixture {
 
 fn sdir(m: &Mount) -> PathBuf {
     m.join(format!("{PROJECT}/{STEM}"))
-}
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 /// Runs a shell command in the session directory that must fail with the

@@ -4,6 +4,7 @@
 
 use crate::common;
 use crate::common::fuse;
+use crate::common::read_text as read;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,10 +24,6 @@ const LINES: [&str; 4] = [
     r#"{"type":"message","id":"a1","parentId":"u1","timestamp":"2026-02-01T10:00:02.000Z","message":{"role":"assistant","provider":"p","model":"m","content":[{"type":"text","text":"a1"}],"timestamp":2}}"#,
     r#"{"type":"message","id":"u2","parentId":"a1","timestamp":"2026-02-01T10:00:03.000Z","message":{"role":"user","content":"q2","timestamp":3}}"#,
 ];
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 fn run_ok(dir: &Path, script: &str) {
     let (ok, out, err) = sh(dir, script);

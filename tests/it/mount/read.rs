@@ -5,6 +5,7 @@
 
 use crate::common;
 use crate::common::fuse;
+use crate::common::{read_only_session as engine, read_text as read};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -12,15 +13,12 @@ use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use common::{fixture_agent_dir, js_json, session_files};
 use fuse::{eventually, fuse_ok, sh, Mount};
 use sessionfs::fs::layout::escape_name;
-use sessionfs::session::blobs::BlobStore;
 use sessionfs::session::json::pretty;
-use sessionfs::session::storage::{FileStorage, Storage};
-use sessionfs::session::{LeafSel, OpenOptions, Session};
+use sessionfs::session::{LeafSel, Session};
 
 /// Sorted names of a directory.
 fn names(dir: &Path) -> Vec<String> {
@@ -30,22 +28,6 @@ fn names(dir: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
-}
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
-/// The engine's view of a session file, without writing anything.
-fn engine(agent: &Path, file: &Path) -> Session {
-    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
-    let blobs = BlobStore::new(storage.clone(), agent.join("blobs"));
-    let options = OpenOptions {
-        read_only: true,
-        ..OpenOptions::default()
-    };
-    Session::open(storage, Some(blobs), file, &options)
-        .unwrap_or_else(|e| panic!("engine open {}: {e}", file.display()))
 }
 
 /// `readdir` and `stat` agree on the inode number of every child.

@@ -12,27 +12,18 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
 use common::{fixture_agent_dir, session_files};
 use fuse::{fuse_ok, Mount};
 use sessionfs::fs::layout::escape_name;
 use sessionfs::fs::views::image_link;
-use sessionfs::session::blobs::BlobStore;
 use sessionfs::session::render::{entry_images, entry_text, entry_value, Renderer};
 use sessionfs::session::stats::StatsTable;
-use sessionfs::session::storage::{FileStorage, Storage};
 use sessionfs::session::svg::render_tree;
-use sessionfs::session::{OpenOptions, Session};
+use sessionfs::session::Session;
 
 fn engine(agent: &Path, file: &Path) -> Session {
-    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
-    let blobs = BlobStore::new(storage.clone(), agent.join("blobs"));
-    let options = OpenOptions {
-        read_only: true,
-        ..OpenOptions::default()
-    };
-    let mut s = Session::open(storage, Some(blobs), file, &options).unwrap();
+    let mut s = common::read_only_session(agent, file);
     s.prepare_reads();
     s
 }

@@ -6,32 +6,18 @@
 
 use crate::common;
 use crate::common::fuse;
+use crate::common::read_only_session as engine;
 
 use std::fs;
 use std::path::Path;
-use std::sync::Arc;
 
 use common::{fixture_agent_dir, session_files};
 use fuse::{fuse_ok, sh, Mount};
 use sessionfs::fs::views::image_link;
-use sessionfs::session::blobs::BlobStore;
 use sessionfs::session::render::{entry_text, entry_value, Renderer};
 use sessionfs::session::stats::StatsTable;
-use sessionfs::session::storage::{FileStorage, Storage};
 use sessionfs::session::svg::render_tree;
-use sessionfs::session::{OpenOptions, Session};
-
-/// The engine's view of a session file, without writing anything.
-fn engine(agent: &Path, file: &Path) -> Session {
-    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
-    let blobs = BlobStore::new(storage.clone(), agent.join("blobs"));
-    let options = OpenOptions {
-        read_only: true,
-        ..OpenOptions::default()
-    };
-    Session::open(storage, Some(blobs), file, &options)
-        .unwrap_or_else(|e| panic!("engine open {}: {e}", file.display()))
-}
+use sessionfs::session::Session;
 
 /// Positions of the entries the mount shows (the last of a repeated id).
 fn shown(s: &Session) -> Vec<u32> {
