@@ -187,3 +187,13 @@ pub fn index_fixture_bytes() -> Option<Vec<u8>> {
     let _ = std::fs::remove_dir_all(store.dir());
     bytes
 }
+
+/// Scans arbitrary bytes as a line with the fast scanner and parses them
+/// with serde; panics when the two disagree (the scanner may only decline).
+/// Also tries them as the value of a member, where most bytes land.
+pub fn exercise_json_scanner(data: &[u8]) {
+    crate::session::json::scanner_agrees_with_serde(data);
+    let mut line = b"{\"a\":".to_vec();
+    line.extend_from_slice(data);
+    crate::session::json::scanner_agrees_with_serde(&line);
+}

@@ -2,7 +2,7 @@
 //! coverage-guided runs live in fuzz/, see docs/reliability.md).
 
 use proptest::prelude::*;
-use sessionfs::session::fuzzing::{exercise_file, exercise_new_entry};
+use sessionfs::session::fuzzing::{exercise_file, exercise_json_scanner, exercise_new_entry};
 
 const HEADER: &str =
     r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
@@ -64,6 +64,11 @@ proptest! {
         exercise_file(bytes);
         // and a prefix cut anywhere (a torn write)
         exercise_file(&bytes[..cut % (bytes.len() + 1)]);
+    }
+
+    #[test]
+    fn json_scanner_agrees_with_serde_on_arbitrary_bytes(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+        exercise_json_scanner(&data);
     }
 
     #[test]

@@ -1,332 +1,13 @@
-//! Lossless JSON helpers.
-//!
-//! Session lines are JSON as JavaScript writes it, which includes escapes of
-//! lone UTF-16 surrogates (`"\ud83d"`). `serde_json::Value` rejects those, so
-//! the engine never round-trips stored lines through `Value`: it keeps the
-//! raw bytes, reads fields through borrowed [`RawValue`]s, and edits or
-//! re-indents JSON text without decoding its strings.
+//! The fast validating scanner: one pass over a line, recording the byte
+//! ranges of its members without allocating.
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-/// Maximum nesting depth of a line (serde_json's recursion limit). Deeper
-/// lines are rejected as unreadable.
-pub const MAX_DEPTH: usize = 128;
-
-/// The top-level members of a JSON object, in order, values kept raw.
-#[derive(Debug, Clone)]
-pub struct RawObject<'a> {
-    pub members: Vec<(Cow<'a, str>, &'a RawValue)>,
-}
-
-impl<'a> RawObject<'a> {
-    /// Parses `text` as one JSON object. Fails on anything else (arrays,
-    /// scalars, trailing garbage, invalid JSON).
-    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
-        let mut de = serde_json::Deserializer::from_str(text);
-        let obj = ObjectSeed.deserialize(&mut de)?;
-        de.end()?;
-        Ok(obj)
-    }
-
-    /// The value of the last member named `key` (JavaScript's `JSON.parse`
-    /// keeps the last of duplicate keys).
-    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.members
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| *v)
-    }
-
-    /// The value of `key` if it is a JSON string, decoded.
-    pub fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
-        self.get(key).and_then(raw_as_str)
-    }
-
-    /// Serialises the members back into compact JSON text.
-    pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(
-            self.members
-                .iter()
-                .map(|(k, v)| k.len() + v.get().len() + 4)
-                .sum::<usize>()
-                + 2,
-        );
-        out.push('{');
-        for (i, (k, v)) in self.members.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            push_json_string(&mut out, k);
-            out.push(':');
-            out.push_str(v.get());
-        }
-        out.push('}');
-        out
-    }
-}
-
-struct ObjectSeed;
-
-impl<'de> DeserializeSeed<'de> for ObjectSeed {
-    type Value = RawObject<'de>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(ObjectVisitor)
-    }
-}
-
-struct ObjectVisitor;
-
-impl<'de> Visitor<'de> for ObjectVisitor {
-    type Value = RawObject<'de>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members = Vec::with_capacity(8);
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            let value: &'de RawValue = map.next_value()?;
-            members.push((key, value));
-        }
-        Ok(RawObject { members })
-    }
-}
-
-/// Deserialises an object key, borrowing it when it has no escapes.
-pub(crate) struct KeySeed;
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(KeyVisitor)
-    }
-}
-
-struct KeyVisitor;
-
-impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Cow<'de, str>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(Cow::Borrowed(v))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Cow::Owned(v.to_owned()))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Cow::Owned(v))
-    }
-}
-
-/// Decodes a raw JSON value if it is a string. Escapes of lone surrogates
-/// become U+FFFD (only for the decoded copy; stored bytes never change).
-pub fn raw_as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    decode_json_string(raw.get())
-}
-
-/// Decodes JSON string text (with its quotes). `None` if `text` is not a
-/// string.
-pub fn decode_json_string(text: &str) -> Option<Cow<'_, str>> {
-    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
-        return Some(Cow::Borrowed(inner));
-    }
-    let mut out = String::with_capacity(inner.len());
-    let mut units: Vec<u16> = Vec::new();
-    let mut chars = inner.chars();
-    let flush = |units: &mut Vec<u16>, out: &mut String| {
-        if !units.is_empty() {
-            out.extend(char::decode_utf16(units.drain(..)).map(|r| r.unwrap_or('\u{fffd}')));
-        }
-    };
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            flush(&mut units, &mut out);
-            out.push(c);
-            continue;
-        }
-        let esc = chars.next()?;
-        let simple = match esc {
-            '"' => Some('"'),
-            '\\' => Some('\\'),
-            '/' => Some('/'),
-            'b' => Some('\u{8}'),
-            'f' => Some('\u{c}'),
-            'n' => Some('\n'),
-            'r' => Some('\r'),
-            't' => Some('\t'),
-            'u' => None,
-            _ => return None,
-        };
-        match simple {
-            Some(ch) => {
-                flush(&mut units, &mut out);
-                out.push(ch);
-            }
-            None => {
-                let hex: String = chars.by_ref().take(4).collect();
-                let unit = u16::from_str_radix(&hex, 16).ok()?;
-                units.push(unit);
-            }
-        }
-    }
-    flush(&mut units, &mut out);
-    Some(Cow::Owned(out))
-}
-
-/// Appends `s` as a JSON string literal (serde_json's escaping).
-pub fn push_json_string(out: &mut String, s: &str) {
-    // Serialising a &str cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\"")));
-}
-
-/// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    push_json_string(&mut out, s);
-    out
-}
-
-/// True when `text` is the JSON literal `null`.
-pub fn is_null(raw: &RawValue) -> bool {
-    raw.get() == "null"
-}
-
-/// Re-indents compact or pretty JSON text like `JSON.stringify(v, null, 2)`
-/// without decoding strings, so lone-surrogate escapes survive. The input
-/// must be valid JSON.
-pub fn pretty(text: &str) -> String {
-    let mut out = Vec::with_capacity(text.len() + text.len() / 4);
-    // Never fails: the sink only collects.
-    let _ = pretty_into(text, 0, &mut out, usize::MAX, &mut |_| Ok(()));
-    // The output is the input's bytes plus ASCII punctuation, split only
-    // outside strings and at ASCII bytes inside them.
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-}
-
-/// [`pretty`] written to `w` in pieces of about 64 KiB.
-pub fn write_pretty(text: &str, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-    const PIECE: usize = 64 * 1024;
-    let mut out = Vec::with_capacity(PIECE + 1024);
-    pretty_into(text, 0, &mut out, PIECE, &mut |buf| {
-        w.write_all(buf)?;
-        buf.clear();
-        Ok(())
-    })?;
-    w.write_all(&out)
-}
-
-/// Appends the pretty form of a piece of compact JSON text to `out`, as
-/// [`pretty`] prints it at nesting depth `indent`; returns the depth at its
-/// end. Printing a text in pieces, each piece starting where the previous
-/// one ended (and cut between tokens, never right after an opening bracket
-/// whose closing one follows), gives the same bytes as printing it whole:
-/// the mount extends a rendered context this way.
-pub fn pretty_append(text: &str, indent: usize, out: &mut Vec<u8>) -> usize {
-    // Never fails: the sink only collects.
-    pretty_into(text, indent, out, usize::MAX, &mut |_| Ok(())).unwrap_or(indent)
-}
-
-const SPACES: &[u8; 128] = &[b' '; 128];
-
-fn pretty_into(
-    text: &str,
-    indent: usize,
-    out: &mut Vec<u8>,
-    flush_at: usize,
-    flush: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
-) -> std::io::Result<usize> {
-    let bytes = text.as_bytes();
-    let mut indent = indent;
-    let mut i = 0;
-    let newline = |out: &mut Vec<u8>, indent: usize| {
-        out.push(b'\n');
-        let mut n = indent * 2;
-        while n > 0 {
-            let k = n.min(SPACES.len());
-            out.extend_from_slice(&SPACES[..k]);
-            n -= k;
-        }
-    };
-    while i < bytes.len() {
-        if out.len() >= flush_at {
-            flush(out)?;
-        }
-        let b = bytes[i];
-        match b {
-            b'"' => {
-                // Copy the string up to its closing quote.
-                let start = i;
-                i += 1;
-                loop {
-                    i = find_string_stop(bytes, i);
-                    match bytes.get(i) {
-                        None => break,
-                        Some(b'"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some(b'\\') => i += 2,
-                        // control characters, non-ASCII: part of the string
-                        Some(_) => i += 1,
-                    }
-                }
-                let end = i.min(bytes.len());
-                out.extend_from_slice(&bytes[start..end]);
-                continue;
-            }
-            b'{' | b'[' => {
-                let close = if b == b'{' { b'}' } else { b']' };
-                let mut j = i + 1;
-                while j < bytes.len() && bytes[j].is_ascii_whitespace() {
-                    j += 1;
-                }
-                if j < bytes.len() && bytes[j] == close {
-                    out.push(b);
-                    out.push(close);
-                    i = j + 1;
-                    continue;
-                }
-                out.push(b);
-                indent += 1;
-                newline(out, indent);
-            }
-            b'}' | b']' => {
-                indent = indent.saturating_sub(1);
-                newline(out, indent);
-                out.push(b);
-            }
-            b',' => {
-                out.push(b',');
-                newline(out, indent);
-            }
-            b':' => out.extend_from_slice(b": "),
-            b' ' | b'\t' | b'\n' | b'\r' => {}
-            _ => {
-                // numbers and literals: copy the run
-                let start = i;
-                while i < bytes.len()
-                    && !matches!(
-                        bytes[i],
-                        b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r' | b':'
-                    )
-                {
-                    i += 1;
-                }
-                out.extend_from_slice(&bytes[start..i]);
-                continue;
-            }
-        }
-        i += 1;
-    }
-    Ok(indent)
-}
+use super::raw::decode_json_string;
+#[cfg(any(test, feature = "testing"))]
+use super::raw::RawObject;
 
 /// Validates `text` as one JSON value of any kind (lone surrogates allowed).
 pub fn is_valid_json(text: &str) -> bool {
@@ -463,7 +144,7 @@ fn is_string_stop(c: u8) -> bool {
 /// bytes at a time.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn find_string_stop(b: &[u8], mut i: usize) -> usize {
+pub(super) fn find_string_stop(b: &[u8], mut i: usize) -> usize {
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
         _mm_set1_epi8,
@@ -517,7 +198,7 @@ fn find_string_stop_swar(b: &[u8], mut i: usize) -> usize {
 
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn find_string_stop(b: &[u8], i: usize) -> usize {
+pub(super) fn find_string_stop(b: &[u8], i: usize) -> usize {
     find_string_stop_swar(b, i)
 }
 
@@ -947,118 +628,61 @@ pub fn last_member<'m>(members: &'m [Member], text: &[u8], name: &str) -> Option
     members.iter().rev().find(|m| m.key_is(text, name))
 }
 
+/// What serde says about `bytes` as one object: its members' keys and
+/// raw values, or `None` when it rejects them.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn serde_view(bytes: &[u8]) -> Option<Vec<(String, String)>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let obj = RawObject::parse(text).ok()?;
+    Some(
+        obj.members
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.get().to_string()))
+            .collect(),
+    )
+}
+
+/// The same through the fast scanner (`Err` for `Unsure`).
+#[cfg(any(test, feature = "testing"))]
+fn fast_view(bytes: &[u8]) -> Result<Option<Vec<(String, String)>>, ()> {
+    let (mut top, mut nested) = (Vec::new(), Vec::new());
+    match scan_object(bytes, b"message", &mut top, &mut nested) {
+        ObjectScan::Valid { .. } => Ok(Some(
+            top.iter()
+                .map(|m| {
+                    (
+                        String::from_utf8(m.key.of(bytes).to_vec()).unwrap(),
+                        String::from_utf8(m.value.of(bytes).to_vec()).unwrap(),
+                    )
+                })
+                .collect(),
+        )),
+        ObjectScan::Invalid => Ok(None),
+        ObjectScan::Unsure => Err(()),
+    }
+}
+
+/// Panics when the scanner and serde disagree on `bytes` (the scanner may
+/// decline with `Unsure`): the differential check of the tests below and of
+/// the `json_scanner` fuzz target.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn agree(bytes: &[u8]) {
+    let serde = serde_view(bytes);
+    // `Err`: the caller takes the serde path.
+    if let Ok(fast) = fast_view(bytes) {
+        assert_eq!(
+            fast,
+            serde,
+            "scanner and serde differ on {:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn raw_object_keeps_order_and_duplicates_resolve_last() {
-        let obj = RawObject::parse(r#"{"b":1,"a":{"x":[1,2]},"b":"two"}"#).unwrap();
-        let keys: Vec<&str> = obj.members.iter().map(|(k, _)| k.as_ref()).collect();
-        assert_eq!(keys, ["b", "a", "b"]);
-        assert_eq!(obj.get("a").unwrap().get(), r#"{"x":[1,2]}"#);
-        assert_eq!(obj.get_str("b").unwrap(), "two");
-    }
-
-    #[test]
-    fn lone_surrogates_parse_and_survive() {
-        let line = r#"{"type":"message","text":"cut \ud83d end"}"#;
-        let obj = RawObject::parse(line).unwrap();
-        assert_eq!(obj.get("text").unwrap().get(), r#""cut \ud83d end""#);
-        assert_eq!(obj.get_str("text").unwrap(), "cut \u{fffd} end");
-        assert_eq!(obj.to_json(), line);
-        assert!(pretty(line).contains(r#""cut \ud83d end""#));
-    }
-
-    #[test]
-    fn rejects_non_objects_and_trailing_garbage() {
-        assert!(RawObject::parse("[1]").is_err());
-        assert!(RawObject::parse("\"s\"").is_err());
-        assert!(RawObject::parse("{} x").is_err());
-        assert!(RawObject::parse("{\"a\":").is_err());
-        assert!(RawObject::parse("{\"a\":1}\r").is_ok());
-    }
-
-    #[test]
-    fn decodes_escapes() {
-        assert_eq!(
-            decode_json_string(r#""a\nb\u00e9\"""#).unwrap(),
-            "a\nb\u{e9}\""
-        );
-        assert_eq!(
-            decode_json_string(r#""\ud83d\ude00""#).unwrap(),
-            "\u{1f600}"
-        );
-        assert!(decode_json_string("12").is_none());
-    }
-
-    #[test]
-    fn pretty_copies_strings_with_escapes_and_non_ascii() {
-        let text = r#"{"a":"x\"y\\","b":"café {[,:]} a long string that spans more than sixteen bytes \n","c":["\\"]}"#;
-        let v: serde_json::Value = serde_json::from_str(text).unwrap();
-        assert_eq!(pretty(text), serde_json::to_string_pretty(&v).unwrap());
-        let mut streamed = Vec::new();
-        write_pretty(text, &mut streamed).unwrap();
-        assert_eq!(String::from_utf8(streamed).unwrap(), pretty(text));
-        // Invalid input must not panic.
-        for bad in [r#"{"a":"x\"#, r#""\"#, "\\", "{\"a"] {
-            let _ = pretty(bad);
-        }
-    }
-
-    #[test]
-    fn pretty_matches_json_stringify_layout() {
-        let text = r#"{"a":[],"b":{},"c":[1,{"d":"x,y:{"}],"e":null}"#;
-        let expected = "{\n  \"a\": [],\n  \"b\": {},\n  \"c\": [\n    1,\n    {\n      \"d\": \"x,y:{\"\n    }\n  ],\n  \"e\": null\n}";
-        assert_eq!(pretty(text), expected);
-        let v: serde_json::Value = serde_json::from_str(text).unwrap();
-        assert_eq!(pretty(text), serde_json::to_string_pretty(&v).unwrap());
-    }
-
-    /// What serde says about `bytes` as one object: its members' keys and
-    /// raw values, or `None` when it rejects them.
-    fn serde_view(bytes: &[u8]) -> Option<Vec<(String, String)>> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let obj = RawObject::parse(text).ok()?;
-        Some(
-            obj.members
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.get().to_string()))
-                .collect(),
-        )
-    }
-
-    /// The same through the fast scanner (`Err` for `Unsure`).
-    fn fast_view(bytes: &[u8]) -> Result<Option<Vec<(String, String)>>, ()> {
-        let (mut top, mut nested) = (Vec::new(), Vec::new());
-        match scan_object(bytes, b"message", &mut top, &mut nested) {
-            ObjectScan::Valid { .. } => Ok(Some(
-                top.iter()
-                    .map(|m| {
-                        (
-                            String::from_utf8(m.key.of(bytes).to_vec()).unwrap(),
-                            String::from_utf8(m.value.of(bytes).to_vec()).unwrap(),
-                        )
-                    })
-                    .collect(),
-            )),
-            ObjectScan::Invalid => Ok(None),
-            ObjectScan::Unsure => Err(()),
-        }
-    }
-
-    fn agree(bytes: &[u8]) {
-        let serde = serde_view(bytes);
-        // `Err`: the caller takes the serde path.
-        if let Ok(fast) = fast_view(bytes) {
-            assert_eq!(
-                fast,
-                serde,
-                "scanner and serde differ on {:?}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-    }
+    use crate::session::json::json_string;
 
     #[test]
     fn scanner_agrees_with_serde_on_edge_cases() {
