@@ -8,14 +8,11 @@
 
 use std::borrow::Cow;
 
-use serde_json::value::RawValue;
-
 use crate::session::error::{Error, Result};
 use crate::session::format::{EntryKind, Facts, Role};
 use crate::session::index::TreeIndex;
 use crate::session::json::{
-    as_text, decode_json_string, json_string, pretty, scan_object, write_pretty, Member,
-    ObjectScan, RawObject,
+    json_string, pretty, scan_object, write_pretty, Member, Members, ObjectScan, RawObject,
 };
 use crate::session::time::parse_iso_ms;
 
@@ -184,34 +181,6 @@ fn stale(idx: u32) -> Error {
     ))
 }
 
-/// The top-level members of one entry line, as raw JSON text.
-enum Line<'a, 's> {
-    Fast {
-        text: &'a [u8],
-        top: &'s [Member],
-    },
-    /// A line with an escaped top-level key: serde decodes the keys.
-    Serde(RawObject<'a>),
-}
-
-impl<'a> Line<'a, '_> {
-    fn get(&self, key: &str) -> Option<&'a str> {
-        match self {
-            Line::Fast { text, top } => {
-                let m = top
-                    .iter()
-                    .rev()
-                    .find(|m| m.key.of(text) == key.as_bytes())?;
-                as_text(m.value.of(text))
-            }
-            Line::Serde(obj) => obj.get(key).map(RawValue::get),
-        }
-    }
-    fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
-        self.get(key).and_then(decode_json_string)
-    }
-}
-
 /// Scratch space for parsing lines.
 #[derive(Default)]
 struct LineParser {
@@ -222,16 +191,16 @@ struct LineParser {
 impl LineParser {
     /// Parses (and validates) an entry line; a line that no longer parses
     /// means the file changed under the index.
-    fn parse<'a, 's>(&'s mut self, bytes: &'a [u8], idx: u32) -> Result<Line<'a, 's>> {
+    fn parse<'a, 's>(&'s mut self, bytes: &'a [u8], idx: u32) -> Result<Members<'a, 's>> {
         match scan_object(bytes, b"", &mut self.top, &mut self.nested) {
-            ObjectScan::Valid { .. } => Ok(Line::Fast {
+            ObjectScan::Valid { .. } => Ok(Members::Scanned {
                 text: bytes,
                 top: &self.top,
             }),
             ObjectScan::Unsure => {
                 let text = std::str::from_utf8(bytes).map_err(|_| stale(idx))?;
                 RawObject::parse(text)
-                    .map(Line::Serde)
+                    .map(Members::Serde)
                     .map_err(|_| stale(idx))
             }
             ObjectScan::Invalid => Err(stale(idx)),
@@ -239,7 +208,7 @@ impl LineParser {
     }
 }
 
-fn push_timestamp(out: &mut String, line: &Line<'_, '_>) {
+fn push_timestamp(out: &mut String, line: &Members<'_, '_>) {
     out.push_str(",\"timestamp\":");
     match line.get_str("timestamp").and_then(|t| parse_iso_ms(&t)) {
         Some(ms) => {
@@ -640,7 +609,7 @@ fn resolved<'t>(src: &dyn LineSource, key: &str, text: &'t str) -> Cow<'t, str> 
 fn push_message(
     out: &mut String,
     kind: EntryKind,
-    line: &Line<'_, '_>,
+    line: &Members<'_, '_>,
     src: &dyn LineSource,
 ) -> bool {
     match kind {

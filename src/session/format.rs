@@ -11,7 +11,8 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 
 use crate::session::json::{
-    as_text, decode_json_string, object_members, scan_object, Member, ObjectScan, RawObject,
+    as_text, decode_json_string, object_members, scan_object, Member, Members, ObjectScan,
+    RawObject,
 };
 use crate::session::time::parse_iso_ms;
 
@@ -385,62 +386,34 @@ pub enum LineKind {
     Invalid,
 }
 
-/// Read access to the top-level members of a scanned line: the raw JSON
-/// text of the last member with a given key, and the message facts.
-trait Fields<'a> {
-    fn raw(&self, key: &str) -> Option<&'a str>;
-    fn message_facts(&self, models: &mut ModelNames) -> Facts;
-
-    fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
-        self.raw(key).and_then(decode_json_string)
-    }
-}
-
-impl<'a> Fields<'a> for RawObject<'a> {
-    fn raw(&self, key: &str) -> Option<&'a str> {
-        self.get(key).map(RawValue::get)
-    }
-    fn message_facts(&self, models: &mut ModelNames) -> Facts {
-        match self.get("message") {
-            Some(m) => match object_members(m.get().as_bytes()) {
-                Some(members) => message_facts(m.get().as_bytes(), &members, models),
-                None => NO_MESSAGE,
-            },
-            None => NO_MESSAGE,
-        }
-    }
-}
-
-/// Members found by the fast scanner (top-level keys have no escapes).
-struct Scanned<'a, 's> {
-    text: &'a [u8],
-    top: &'s [Member],
-    /// The members of the `message` object, if it is one.
+/// A scanned line: its top-level members and, when the fast scanner read
+/// it, the members of its `message` object (if that is an object).
+struct Fields<'a, 's> {
+    members: Members<'a, 's>,
     message: Option<&'s [Member]>,
 }
 
-impl Scanned<'_, '_> {
-    /// The last member named `key`.
-    fn member(&self, key: &str) -> Option<&Member> {
-        self.top
-            .iter()
-            .rev()
-            .find(|m| m.key.of(self.text) == key.as_bytes())
-    }
-}
-
-impl<'a> Fields<'a> for Scanned<'a, '_> {
+impl<'a> Fields<'a, '_> {
+    /// The raw JSON text of the last member named `key`.
     fn raw(&self, key: &str) -> Option<&'a str> {
-        // The scanner validated the line, so `as_text` never fails.
-        as_text(self.member(key)?.value.of(self.text))
+        self.members.get(key)
     }
     fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
-        self.member(key)?.str_value(self.text)
+        self.members.get_str(key)
     }
     fn message_facts(&self, models: &mut ModelNames) -> Facts {
-        match self.message {
-            Some(members) => message_facts(self.text, members, models),
-            None => NO_MESSAGE,
+        match &self.members {
+            Members::Scanned { text, .. } => match self.message {
+                Some(members) => message_facts(text, members, models),
+                None => NO_MESSAGE,
+            },
+            Members::Serde(obj) => match obj.get("message") {
+                Some(m) => match object_members(m.get().as_bytes()) {
+                    Some(members) => message_facts(m.get().as_bytes(), &members, models),
+                    None => NO_MESSAGE,
+                },
+                None => NO_MESSAGE,
+            },
         }
     }
 }
@@ -506,9 +479,11 @@ impl LineScanner {
     pub fn scan(&mut self, line: &[u8]) -> LineKind {
         match scan_object(line, b"message", &mut self.top, &mut self.nested) {
             ObjectScan::Valid { nested } => classify_fields(
-                &Scanned {
-                    text: line,
-                    top: &self.top,
+                &Fields {
+                    members: Members::Scanned {
+                        text: line,
+                        top: &self.top,
+                    },
                     message: nested.then_some(&self.nested[..]),
                 },
                 &mut self.models,
@@ -543,15 +518,27 @@ fn scan_line_serde(line: &[u8], models: &mut ModelNames) -> LineKind {
     let Ok(obj) = RawObject::parse(text) else {
         return LineKind::Invalid;
     };
-    classify_fields(&obj, models)
+    classify_fields(
+        &Fields {
+            members: Members::Serde(obj),
+            message: None,
+        },
+        models,
+    )
 }
 
 /// Classifies a parsed top-level object.
 pub fn classify(obj: &RawObject<'_>) -> LineKind {
-    classify_fields(obj, &mut ModelNames::default())
+    classify_fields(
+        &Fields {
+            members: Members::Serde(obj.clone()),
+            message: None,
+        },
+        &mut ModelNames::default(),
+    )
 }
 
-fn classify_fields<'a>(obj: &impl Fields<'a>, models: &mut ModelNames) -> LineKind {
+fn classify_fields(obj: &Fields<'_, '_>, models: &mut ModelNames) -> LineKind {
     let Some(type_name) = obj.get_str("type") else {
         return LineKind::Object { has_type: false };
     };
@@ -576,7 +563,7 @@ fn classify_fields<'a>(obj: &impl Fields<'a>, models: &mut ModelNames) -> LineKi
     })
 }
 
-fn header_of<'a>(obj: &impl Fields<'a>) -> Option<HeaderInfo> {
+fn header_of(obj: &Fields<'_, '_>) -> Option<HeaderInfo> {
     let id = obj.get_str("id")?.into_owned();
     let version_raw = obj.raw("version").map(str::to_string);
     let version = obj
@@ -596,10 +583,10 @@ fn header_of<'a>(obj: &impl Fields<'a>) -> Option<HeaderInfo> {
     })
 }
 
-fn facts_of<'a>(
+fn facts_of(
     kind: EntryKind,
     type_name: &str,
-    obj: &impl Fields<'a>,
+    obj: &Fields<'_, '_>,
     models: &mut ModelNames,
 ) -> Facts {
     match kind {

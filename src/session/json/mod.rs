@@ -10,12 +10,16 @@
 //! - `raw`: [`RawObject`] (an object's members, values kept raw) and
 //!   string decoding and encoding;
 //! - `pretty`: re-indenting JSON text like `JSON.stringify(v, null, 2)`;
-//! - `scan`: the fast validating scanner that records member byte ranges.
+//! - `scan`: the fast validating scanner that records member byte ranges;
+//! - `members`: [`Members`], a line's top-level members from the scanner
+//!   or, for a line it declines, from serde.
 
+mod members;
 mod pretty;
 mod raw;
 mod scan;
 
+pub use members::Members;
 pub use pretty::{pretty, pretty_append, write_pretty};
 pub use raw::{decode_json_string, is_null, json_string, push_json_string, raw_as_str, RawObject};
 #[cfg(any(test, feature = "testing"))]
