@@ -317,7 +317,11 @@ impl<'a> Checker<'a> {
             Some(m) => (m.bytes, Some(m.from_version)),
             None => (original, None),
         };
-        let loaded = load_bytes(&bytes, DEFAULT_MAX_LINE)?;
+        let loaded = load_bytes(path, &bytes, DEFAULT_MAX_LINE).map_err(|e| match e {
+            // A problem names its file itself: the reason alone.
+            Error::Unreadable { reason, .. } => reason,
+            e => e.to_string(),
+        })?;
         let line_starts = line_starts(&bytes);
         Ok(View {
             bytes,

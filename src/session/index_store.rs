@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
-use crate::session::error::Result;
+use crate::session::error::{Error, Result};
 use crate::session::format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
 use crate::session::loader::{self, LoadedEntry, Phase};
 use crate::session::storage::{FileStat, Storage};
@@ -315,9 +315,11 @@ impl IndexStore {
             return Ok(Some((loaded, IndexUse::Hit)));
         }
         // Grown: scan the new bytes only.
-        let tail = match loader::scan_file(storage, path, fp.size, Phase::AfterHeader, max_line)? {
+        let tail = match loader::scan_file(storage, path, fp.size, Phase::AfterHeader, max_line) {
             Ok(t) => t,
-            Err(_) => return Ok(None),
+            // Bytes the loader cannot read: no use of the stored index.
+            Err(Error::Unreadable { .. }) => return Ok(None),
+            Err(e) => return Err(e),
         };
         loaded.entries.extend(tail.entries);
         loaded.id_less_objects += tail.id_less_objects;

@@ -242,13 +242,17 @@ impl Classifier<'_> {
 pub type ChunkSink<'a> = dyn FnMut(u64, &[u8]) + 'a;
 
 /// Scans bytes (a whole file from offset 0, or the tail of a file from
-/// `start`) with the loader's rules. `read` supplies chunks.
+/// `start`) with the loader's rules. `feed` supplies chunks; its errors are
+/// returned as they are. Bytes that break the header rules are
+/// [`Error::Unreadable`] naming `path` (the file the bytes are of), and that
+/// is the only `Unreadable` a scan returns.
 pub fn scan_stream(
+    path: &Path,
     start: u64,
     phase: Phase,
     max_line: usize,
     feed: &mut dyn FnMut(&mut ChunkSink<'_>) -> Result<()>,
-) -> Result<std::result::Result<Loaded, String>> {
+) -> Result<Loaded> {
     let mut loaded = Loaded {
         end: start,
         ends_with_newline: true,
@@ -292,15 +296,18 @@ pub fn scan_stream(
         }
         let _ = len;
     }
-    if let Some(err) = classifier.error.take() {
-        return Ok(Err(err));
+    if let Some(reason) = classifier.error.take() {
+        return Err(Error::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        });
     }
     loaded.oversized = oversized;
     loaded.torn_tail = torn;
     loaded.end = last_end;
     loaded.scanned = scanned;
     loaded.ends_with_newline = !any || matches!(tail, Tail::Clean);
-    Ok(Ok(loaded))
+    Ok(loaded)
 }
 
 /// Scans a file through `storage` from `start` to its end.
@@ -310,7 +317,7 @@ pub fn scan_file(
     start: u64,
     phase: Phase,
     max_line: usize,
-) -> Result<std::result::Result<Loaded, String>> {
+) -> Result<Loaded> {
     scan_range(storage, path, start, None, phase, max_line)
 }
 
@@ -358,22 +365,18 @@ pub fn load_file_with(
     } else {
         Vec::new()
     };
-    let loaded = load_file_split(storage, path, max_line, &hints)?;
-    match loaded {
-        Err(reason) => Err(Error::Unreadable {
-            path: path.to_path_buf(),
-            reason,
-        }),
-        Ok(l) if l.header.is_none() => Err(Error::Unreadable {
+    let l = load_file_split(storage, path, max_line, &hints)?;
+    if l.header.is_none() {
+        return Err(Error::Unreadable {
             path: path.to_path_buf(),
             reason: if l.skipped + l.blank == 0 && l.torn_tail {
                 "the file holds only a torn line".into()
             } else {
                 "no session header".into()
             },
-        }),
-        Ok(l) => Ok(Some(l)),
+        });
     }
+    Ok(Some(l))
 }
 
 /// Scans `[start, end)` of a file (`end`: `None` for the end of file).
@@ -384,8 +387,8 @@ fn scan_range(
     end: Option<u64>,
     phase: Phase,
     max_line: usize,
-) -> Result<std::result::Result<Loaded, String>> {
-    scan_stream(start, phase, max_line, &mut |sink| {
+) -> Result<Loaded> {
+    scan_stream(path, start, phase, max_line, &mut |sink| {
         storage
             .scan(path, start, CHUNK_SIZE, &mut |off, chunk| match end {
                 None => {
@@ -429,7 +432,7 @@ pub fn load_file_split(
     path: &Path,
     max_line: usize,
     hints: &[u64],
-) -> Result<std::result::Result<Loaded, String>> {
+) -> Result<Loaded> {
     let mut bounds = vec![0u64];
     for &near in hints {
         if let Some(start) = line_start_after(storage, path, near.max(1))? {
@@ -447,7 +450,7 @@ pub fn load_file_split(
         .enumerate()
         .map(|(k, &start)| (start, bounds.get(k + 1).copied()))
         .collect();
-    let results: Vec<Result<std::result::Result<Loaded, String>>> = std::thread::scope(|scope| {
+    let results: Vec<Result<Loaded>> = std::thread::scope(|scope| {
         let handles: Vec<_> = ranges[1..]
             .iter()
             .map(|&(start, end)| {
@@ -472,15 +475,20 @@ pub fn load_file_split(
         }
         results
     });
-    let mut parts = Vec::with_capacity(results.len());
-    for r in results {
-        parts.push(r?);
+    // Any error of any part but a broken header rule (`Unreadable`) is the
+    // load's error: I/O, a panicked thread. Header rules are decided below.
+    if let Some(e) = results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .find(|e| !matches!(e, Error::Unreadable { .. }))
+    {
+        return Err(e.clone());
     }
-    let mut parts = parts.into_iter();
+    let mut parts = results.into_iter();
     let first = match parts.next() {
         Some(Ok(first)) => first,
-        // An error in the first part is the sequential scan's error too.
-        Some(Err(reason)) => return Ok(Err(reason)),
+        // A header error in the first part is the sequential scan's error too.
+        Some(Err(e)) => return Err(e),
         None => return sequential(),
     };
     let clean = |l: &Loaded, end: Option<u64>| {
@@ -490,7 +498,7 @@ pub fn load_file_split(
         return sequential();
     }
     // Parts after the header never fail (only header rules do).
-    let Ok(rest) = parts.collect::<std::result::Result<Vec<Loaded>, String>>() else {
+    let Ok(rest) = parts.collect::<Result<Vec<Loaded>>>() else {
         return sequential();
     };
     if rest
@@ -515,21 +523,24 @@ pub fn load_file_split(
         joined.scanned = part.scanned;
         joined.ends_with_newline = part.ends_with_newline;
     }
-    Ok(Ok(joined))
+    Ok(joined)
 }
 
-/// Scans bytes held in memory with the whole-file rules.
-pub fn load_bytes(bytes: &[u8], max_line: usize) -> std::result::Result<Loaded, String> {
-    let res = scan_stream(0, Phase::BeforeHeader, max_line, &mut |sink| {
+/// Scans bytes held in memory with the whole-file rules; `path` is the file
+/// they are of (named in the [`Error::Unreadable`] of bytes without a valid
+/// header, the only error).
+pub fn load_bytes(path: &Path, bytes: &[u8], max_line: usize) -> Result<Loaded> {
+    let l = scan_stream(path, 0, Phase::BeforeHeader, max_line, &mut |sink| {
         sink(0, bytes);
         Ok(())
-    });
-    match res {
-        Ok(Ok(l)) if l.header.is_some() => Ok(l),
-        Ok(Ok(_)) => Err("no session header".into()),
-        Ok(Err(e)) => Err(e),
-        Err(e) => Err(e.to_string()),
+    })?;
+    if l.header.is_none() {
+        return Err(Error::Unreadable {
+            path: path.to_path_buf(),
+            reason: "no session header".into(),
+        });
     }
+    Ok(l)
 }
 
 #[cfg(test)]
@@ -556,7 +567,7 @@ mod tests {
             entry_line("a", None),
             entry_line("b", Some("a"))
         );
-        let l = load_bytes(text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let l = load_bytes(Path::new("f.jsonl"), text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
         assert_eq!(ids(&l), ["a", "b"]);
         assert_eq!(l.skipped, 2);
         assert_eq!(l.blank, 2);
@@ -569,7 +580,7 @@ mod tests {
     fn entry_offsets_point_at_lines() {
         let a = entry_line("a", None);
         let text = format!("{HEADER}\n{a}\n");
-        let l = load_bytes(text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let l = load_bytes(Path::new("f.jsonl"), text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
         let e = &l.entries[0];
         assert_eq!(&text[e.offset as usize..][..e.len as usize], a);
         assert_eq!(l.end, text.len() as u64);
@@ -579,7 +590,7 @@ mod tests {
     #[test]
     fn complete_last_line_without_newline_counts() {
         let text = format!("{HEADER}\n{}", entry_line("a", None));
-        let l = load_bytes(text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let l = load_bytes(Path::new("f.jsonl"), text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
         assert_eq!(ids(&l), ["a"]);
         assert!(!l.torn_tail);
         assert!(!l.ends_with_newline);
@@ -588,11 +599,29 @@ mod tests {
     #[test]
     fn title_line_and_header_rules() {
         let text = format!("{{\"type\":\"title\",\"v\":1}}\n{HEADER}\n");
-        let l = load_bytes(text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let l = load_bytes(Path::new("f.jsonl"), text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
         assert!(l.has_title);
-        assert!(load_bytes(entry_line("a", None).as_bytes(), DEFAULT_MAX_LINE).is_err());
-        assert!(load_bytes(br#"{"type":"session","id":1}"#, DEFAULT_MAX_LINE).is_err());
-        assert!(load_bytes(b"garbage\n", DEFAULT_MAX_LINE).is_err());
+        let entry_first = entry_line("a", None);
+        let cases: [(&[u8], &str); 3] = [
+            (
+                entry_first.as_bytes(),
+                "the first JSON object is not a session header",
+            ),
+            (
+                br#"{"type":"session","id":1}"#,
+                "the session header has no string id",
+            ),
+            (b"garbage\n", "no session header"),
+        ];
+        for (bytes, want) in cases {
+            match load_bytes(Path::new("/s/f.jsonl"), bytes, DEFAULT_MAX_LINE) {
+                Err(Error::Unreadable { path, reason }) => {
+                    assert_eq!(path, Path::new("/s/f.jsonl"));
+                    assert_eq!(reason, want);
+                }
+                other => panic!("{want}: {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -603,22 +632,32 @@ mod tests {
         );
         let text = format!("{HEADER}\n{long}\n{}\n", entry_line("a", None));
         let bytes = text.as_bytes();
-        let res = scan_stream(0, Phase::BeforeHeader, 64, &mut |sink| {
-            for (i, chunk) in bytes.chunks(7).enumerate() {
-                sink((i * 7) as u64, chunk);
-            }
-            Ok(())
-        })
-        .unwrap();
+        let res = scan_stream(
+            Path::new("f.jsonl"),
+            0,
+            Phase::BeforeHeader,
+            64,
+            &mut |sink| {
+                for (i, chunk) in bytes.chunks(7).enumerate() {
+                    sink((i * 7) as u64, chunk);
+                }
+                Ok(())
+            },
+        );
         // every line is over 64 bytes: all skipped, no header found
         assert!(res.map_or(true, |l| l.header.is_none() && l.oversized == 3));
-        let res = scan_stream(0, Phase::BeforeHeader, 110, &mut |sink| {
-            for (i, chunk) in bytes.chunks(7).enumerate() {
-                sink((i * 7) as u64, chunk);
-            }
-            Ok(())
-        })
-        .unwrap()
+        let res = scan_stream(
+            Path::new("f.jsonl"),
+            0,
+            Phase::BeforeHeader,
+            110,
+            &mut |sink| {
+                for (i, chunk) in bytes.chunks(7).enumerate() {
+                    sink((i * 7) as u64, chunk);
+                }
+                Ok(())
+            },
+        )
         .unwrap();
         assert_eq!(ids(&res), ["a"]);
         assert_eq!(res.oversized, 1);
@@ -639,7 +678,7 @@ mod tests {
     }
 
     /// The result of a scan, comparable as text.
-    fn outcome(r: Result<std::result::Result<Loaded, String>>) -> String {
+    fn outcome(r: Result<Loaded>) -> String {
         format!("{:?}", r.map_err(|e| e.to_string()))
     }
 

@@ -295,7 +295,12 @@ mod tests {
             "\n",
         );
         let out = migrate(v1);
-        let l = load_bytes(out.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let l = load_bytes(
+            std::path::Path::new("f.jsonl"),
+            out.as_bytes(),
+            DEFAULT_MAX_LINE,
+        )
+        .unwrap();
         assert_eq!(l.header.as_ref().unwrap().version, Some(3));
         assert_eq!(l.entries.len(), 3);
         assert_eq!(l.entries[0].entry.parent_id, None);
@@ -368,7 +373,12 @@ mod tests {
             "\n",
         );
         let out = migrate(v1);
-        let l = load_bytes(out.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let l = load_bytes(
+            std::path::Path::new("f.jsonl"),
+            out.as_bytes(),
+            DEFAULT_MAX_LINE,
+        )
+        .unwrap();
         let ids: Vec<&str> = l.entries.iter().map(|e| &*e.entry.id).collect();
         assert_eq!(ids.len(), 4, "{out}");
         let lines: Vec<&str> = out.lines().collect();

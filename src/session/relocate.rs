@@ -41,10 +41,7 @@ pub fn artifacts_dir(session_file: &Path) -> Option<PathBuf> {
 /// `bytes` with the header line's `cwd` set to `cwd` (every other byte
 /// unchanged); also the old cwd.
 fn with_cwd(path: &Path, bytes: &[u8], cwd: &str) -> Result<(Vec<u8>, Option<String>)> {
-    let loaded = load_bytes(bytes, DEFAULT_MAX_LINE).map_err(|reason| Error::Unreadable {
-        path: path.to_path_buf(),
-        reason,
-    })?;
+    let loaded = load_bytes(path, bytes, DEFAULT_MAX_LINE)?;
     let start = loaded.header_offset as usize;
     let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |i| start + i);
     let line = std::str::from_utf8(&bytes[start..end]).map_err(|_| Error::Unreadable {

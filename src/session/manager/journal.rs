@@ -484,11 +484,7 @@ impl Journal {
             disk.end,
             Phase::AfterHeader,
             max_line,
-        )?
-        .map_err(|reason| Error::Unreadable {
-            path: path.clone(),
-            reason,
-        })?;
+        )?;
         // An unfinished line indexed before (a complete object that lacked
         // its newline) is not indexed twice.
         let indexed_to = index

@@ -191,12 +191,7 @@ impl Session {
             path.display(),
             migrated.from_version
         );
-        let loaded = loader::load_bytes(&migrated.bytes, self.max_line).map_err(|reason| {
-            Error::Unreadable {
-                path: path.clone(),
-                reason,
-            }
-        })?;
+        let loaded = loader::load_bytes(&path, &migrated.bytes, self.max_line)?;
         self.journal.migrated_in_memory(migrated.bytes, before);
         self.install_loaded(loaded, None)?;
         self.report.migrated_from = Some(migrated.from_version);

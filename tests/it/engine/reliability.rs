@@ -125,7 +125,7 @@ fn over_long_lines_are_skipped_not_buffered() {
         "x".repeat(4096)
     );
     let text = format!("{HEADER}\n{long}\n{ok}\n");
-    let l = load_bytes(text.as_bytes(), 1024).unwrap();
+    let l = load_bytes(std::path::Path::new("f.jsonl"), text.as_bytes(), 1024).unwrap();
     assert_eq!(l.entries.len(), 1);
     assert_eq!(&*l.entries[0].entry.id, "ok");
     assert_eq!(l.oversized, 1);
