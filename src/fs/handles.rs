@@ -153,7 +153,7 @@ impl Handles {
                     return Err(if self.tree.read_only() {
                         Error::ReadOnly
                     } else {
-                        Error::PermissionDenied(format!("{node:?}"))
+                        Error::PermissionDenied(node.describe())
                     });
                 }
                 let dynamic = node.caching() == Caching::Dynamic;
@@ -170,8 +170,8 @@ impl Handles {
                     },
                 )
             }
-            n if n.is_dir() => return Err(Error::IsADirectory(format!("{n:?}"))),
-            n => return Err(Error::Invalid(format!("{n:?}: not a file"))),
+            n if n.is_dir() => return Err(Error::IsADirectory(n.describe())),
+            n => return Err(Error::Invalid(format!("{}: not a file", n.describe()))),
         };
         // The node must still exist.
         self.tree.attr(node)?;

@@ -469,9 +469,10 @@ pub fn load_file_split(
             max_line,
         )];
         for h in handles {
-            results.push(h.join().unwrap_or_else(|_| {
-                Err(Error::Invalid("internal: a loader thread panicked".into()))
-            }));
+            results.push(
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Internal("a loader thread panicked".into()))),
+            );
         }
         results
     });
