@@ -13,6 +13,7 @@ use crate::fs::cache::{ContextKey, SlotState};
 use crate::fs::layout::{escape_name, unescape_name, EntryFile, SessionFile, Unescaped};
 use crate::session::diff::branch_diff;
 use crate::session::error::{Error, Result};
+use crate::session::index::TreeIndex;
 use crate::session::render::{entry_images, entry_text, entry_value, Image, Renderer};
 use crate::session::stats::StatsTable;
 use crate::session::svg::render_tree;
@@ -137,14 +138,18 @@ pub fn refs(s: &Session) -> BTreeMap<String, String> {
 pub fn tips(s: &Session) -> Vec<String> {
     let index = s.index();
     (0..index.len() as u32)
-        .filter(|&i| {
-            index
-                .get(i)
-                .is_some_and(|m| index.position(m.id()) == Some(i))
-                && index.children(i).is_empty()
-        })
+        .filter(|&i| index.is_shown(i) && index.children(i).is_empty())
         .filter_map(|i| index.get(i).map(|m| m.id().to_string()))
         .collect()
+}
+
+/// True when the entry at `i` is shown and its escaped id is `name` (how a
+/// shortened long id is found: by escaping candidates, not by unescaping).
+pub(crate) fn shown_under_name(index: &TreeIndex, i: u32, name: &[u8]) -> bool {
+    index.is_shown(i)
+        && index
+            .get(i)
+            .is_some_and(|m| escape_name(m.id()).as_bytes() == name)
 }
 
 /// The entry a name of `entries/` stands for (an exact id, or a shortened
@@ -153,11 +158,7 @@ pub fn entry_by_name(s: &Session, name: &[u8]) -> Option<u32> {
     let index = s.index();
     match unescape_name(name) {
         Unescaped::Exact(id) => index.position(&id),
-        Unescaped::Hashed => (0..index.len() as u32).find(|&i| {
-            index.get(i).is_some_and(|m| {
-                index.position(m.id()) == Some(i) && escape_name(m.id()).as_bytes() == name
-            })
-        }),
+        Unescaped::Hashed => (0..index.len() as u32).find(|&i| shown_under_name(index, i, name)),
         Unescaped::Invalid => None,
     }
 }

@@ -298,6 +298,14 @@ impl TreeIndex {
         self.by_id.get(id, &self.entries)
     }
 
+    /// True when the entry at `i` is the one its id stands for: not
+    /// shadowed by a later entry with the same id. Views and listings show
+    /// only these (docs/filesystem.md, repeated ids).
+    pub fn is_shown(&self, i: u32) -> bool {
+        self.get(i)
+            .is_some_and(|m| self.position(m.id()) == Some(i))
+    }
+
     pub fn by_id(&self, id: &str) -> Option<&EntryMeta> {
         self.position(id).and_then(|i| self.get(i))
     }

@@ -111,11 +111,7 @@ pub fn render_tree(s: &Session, leaf: Option<u32>, stats: &StatsTable) -> String
         .into_iter()
         .map(|(i, l)| (i, l.to_string()))
         .collect();
-    let shown = |i: u32| {
-        index
-            .get(i)
-            .is_some_and(|m| index.position(m.id()) == Some(i))
-    };
+    let shown = |i: u32| index.is_shown(i);
     let kids = |i: u32| -> Vec<u32> {
         index
             .children(i)

@@ -105,7 +105,7 @@ impl Tree {
             }),
             Node::Entries(key) => self.with_session(key, |_, s| {
                 let s = s.ok_or_else(missing)?;
-                let idx = find_entry_anywhere(s, name).ok_or_else(missing)?;
+                let idx = views::entry_by_name(s, name).ok_or_else(missing)?;
                 Ok(entry_node(key, s, idx, View::Flat))
             }),
             Node::EntryDir(key, id, view) => self.with_session(key, |_, s| {
@@ -438,9 +438,7 @@ impl Tree {
 /// resolve to the last one): the nested tree does not show it, but shows
 /// its children in its place.
 pub(super) fn shadowed(index: &TreeIndex, idx: u32) -> bool {
-    index
-        .get(idx)
-        .is_none_or(|m| index.position(m.id()) != Some(idx))
+    !index.is_shown(idx)
 }
 
 /// The children of `parent` (`None`: the roots) as the nested tree shows
@@ -494,26 +492,10 @@ pub(super) fn find_entry(s: &Session, name: &[u8], parent: Option<u32>) -> Optio
         }
         Unescaped::Hashed => {
             let candidates = visible_children(index, parent);
-            candidates.into_iter().find(|&i| {
-                index.get(i).is_some_and(|m| {
-                    index.position(m.id()) == Some(i) && escape_name(m.id()).as_bytes() == name
-                })
-            })
+            candidates
+                .into_iter()
+                .find(|&i| views::shown_under_name(index, i, name))
         }
-        Unescaped::Invalid => None,
-    }
-}
-
-/// Finds the entry a name in `entries/` stands for.
-pub(super) fn find_entry_anywhere(s: &Session, name: &[u8]) -> Option<u32> {
-    let index = s.index();
-    match unescape_name(name) {
-        Unescaped::Exact(id) => index.position(&id),
-        Unescaped::Hashed => (0..index.len() as u32).find(|&i| {
-            index.get(i).is_some_and(|m| {
-                index.position(m.id()) == Some(i) && escape_name(m.id()).as_bytes() == name
-            })
-        }),
         Unescaped::Invalid => None,
     }
 }
