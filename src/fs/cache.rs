@@ -192,10 +192,17 @@ impl SlotState {
     pub fn forget_derived(&mut self, topology: u64) {
         self.topology = topology;
         self.generation += 1;
-        self.entry_sizes.clear();
+        self.drop_derived();
+    }
+
+    /// Drops what was rendered or counted from the entries (sizes, the
+    /// context and its fold, the views, the stats, the stored context),
+    /// freeing its memory.
+    fn drop_derived(&mut self) {
+        self.entry_sizes = HashMap::new();
         self.context = None;
         self.context_fold = None;
-        self.views.clear();
+        self.views = HashMap::new();
         self.stats = None;
         self.stored_context = None;
     }
@@ -234,12 +241,7 @@ impl SlotState {
         }
         // Everything derived from the session goes with it: once the slot
         // leaves the LRU it is no longer counted against the budget.
-        self.entry_sizes = HashMap::new();
-        self.context = None;
-        self.context_fold = None;
-        self.views = HashMap::new();
-        self.stats = None;
-        self.stored_context = None;
+        self.drop_derived();
     }
 
     /// Holds something the cache budget counts: a loaded session or a
