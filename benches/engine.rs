@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use serde_json::json;
-use sessionfs::session::manager::OpenOptions;
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::OpenOptions;
+use sessionfs::session::{FileStorage, Storage};
 use sessionfs::session::{Refresh, Session};
 
 #[path = "../examples/gen_sessions.rs"]

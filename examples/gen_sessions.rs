@@ -27,7 +27,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use sessionfs::session::time::format_iso_ms;
+use sessionfs::session::format_iso_ms;
 
 /// splitmix64: tiny, fast, deterministic.
 struct Rng(u64);

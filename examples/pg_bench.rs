@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
 use serde_json::json;
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::pg::{PgStorage, PgUrl};
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::AgentDir;
+use sessionfs::session::{FileStorage, Storage};
+use sessionfs::session::{PgStorage, PgUrl};
 use sessionfs::session::{Refresh, Session};
 
 #[path = "gen_sessions.rs"]

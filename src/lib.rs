@@ -7,6 +7,9 @@
 // Every `pub` item of the library is reachable from outside it. (Here and
 // not in Cargo.toml's `[lints]`, which would hold the test helpers to it.)
 #![deny(unreachable_pub)]
+// The documentation's links resolve, and public docs link only to public
+// items (rustdoc's lints; `.ci/run` builds the docs with `-D warnings`).
+#![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 
 pub mod cli;
 pub mod fs;
@@ -15,4 +18,13 @@ pub mod session;
 #[cfg(test)]
 mod module_graph;
 
-pub use session::error::{Error, Result};
+pub use session::{Error, Result};
+
+/// Internals that the integration tests reach (with the `testing` feature
+/// only; not part of the API).
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::cli::edit::parse_entries;
+    pub use crate::session::persistence::atomic_write_expecting;
+}

@@ -6,7 +6,7 @@ fn main() {
         std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,fuser::mnt=error".to_string());
     if cli.logs_requests() {
         filter.push(',');
-        filter.push_str(sessionfs::fs::requestlog::TARGET);
+        filter.push_str(sessionfs::fs::REQUEST_LOG_TARGET);
         filter.push_str("=debug");
     }
     env_logger::Builder::new().parse_filters(&filter).init();

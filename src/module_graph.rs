@@ -3,6 +3,10 @@
 //! the engine depends on neither adapter (the filesystem, the command line)
 //! nor on FUSE.
 //!
+//! The adapters reach the engine only through its public surface: the
+//! names `session` re-exports and its public modules (`docs/engine.md`,
+//! "Public surface"); the command line reaches the filesystem the same way.
+//!
 //! A dependency is a `crate::…` or `super::…` path in code (comments and
 //! `#[cfg(test)] mod tests` blocks do not count). A module and its own
 //! parent (`mod.rs` declaring and re-exporting it) are not a cycle.
@@ -210,6 +214,76 @@ fn the_engine_uses_no_adapter() {
             assert!(!code.contains(banned), "{module} uses {banned}");
         }
     }
+}
+
+/// The submodules of `layer` (`session`, `fs`) that its `mod.rs` declares
+/// `pub`.
+fn public_modules(sources: &BTreeMap<String, String>, layer: &str) -> BTreeSet<String> {
+    sources[layer]
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|l| l.trim_end_matches(';').to_string())
+        .collect()
+}
+
+/// Paths of `module`'s code into `layer` that name one of its private
+/// submodules (`crate::session::manager::Session`).
+fn private_paths(sources: &BTreeMap<String, String>, module: &str, layer: &str) -> Vec<String> {
+    let public = public_modules(sources, layer);
+    let marker = format!("crate::{layer}::");
+    let code = &sources[module];
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices(&marker) {
+        let before = code[..at].chars().last();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        for path in paths_at(&code[at + "crate::".len()..]) {
+            let Some(sub) = path.get(1) else { continue };
+            let private = sources.contains_key(&format!("{layer}::{sub}")) && !public.contains(sub);
+            if private && path.len() > 2 {
+                out.push(path.join("::"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_adapters_use_the_public_surface() {
+    let sources = sources();
+    assert!(public_modules(&sources, "session").contains("gc"));
+    let mut found = Vec::new();
+    // (This file's own examples do not count.)
+    for module in sources.keys().filter(|m| *m != "module_graph") {
+        if !module.starts_with("session") {
+            found.extend(private_paths(&sources, module, "session"));
+        }
+        if module.starts_with("cli") {
+            found.extend(private_paths(&sources, module, "fs"));
+        }
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn the_surface_check_sees_a_private_path() {
+    let mut sources = BTreeMap::new();
+    sources.insert(
+        "session".to_string(),
+        "pub mod gc;\nmod manager;".to_string(),
+    );
+    sources.insert("session::gc".to_string(), String::new());
+    sources.insert("session::manager".to_string(), String::new());
+    sources.insert(
+        "fs::x".to_string(),
+        "use crate::session::{gc::plan, Session};\nlet s = crate::session::manager::Session::new();"
+            .to_string(),
+    );
+    assert_eq!(
+        private_paths(&sources, "fs::x", "session"),
+        vec!["session::manager::Session::new"]
+    );
 }
 
 #[test]

@@ -7,16 +7,16 @@ use std::sync::{Arc, OnceLock};
 
 use clap::Args;
 
-use crate::session::index_store::IndexStore;
-use crate::session::manager::OpenOptions;
-use crate::session::paths::AgentDir;
-use crate::session::pg::{PgStorage, PgUrl};
-use crate::session::storage::{FileStorage, Storage};
-use crate::session::{blobs::BlobStore, Error, LeafSel, Result, Session};
+use crate::session::AgentDir;
+use crate::session::IndexStore;
+use crate::session::OpenOptions;
+use crate::session::{BlobStore, Error, Result, Session};
+use crate::session::{FileStorage, Storage};
+use crate::session::{PgStorage, PgUrl};
 
 /// `--agent-dir DIR` (default: `$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`).
 #[derive(Debug, Clone, Args)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// The agent directory (default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent).
     #[arg(long, value_name = "DIR")]
     pub agent_dir: Option<PathBuf>,
@@ -26,19 +26,19 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
-    pub fn agent(&self) -> AgentDir {
+    pub(crate) fn agent(&self) -> AgentDir {
         AgentDir::resolve(self.agent_dir.as_deref())
     }
 
     /// The persistent index (docs/engine.md, "Persistent index"), unless
     /// `--no-index`.
-    pub fn index(&self) -> Option<IndexStore> {
+    pub(crate) fn index(&self) -> Option<IndexStore> {
         (!self.no_index).then(|| IndexStore::default_for(self.agent().root()))
     }
 
     /// The agent directory for a command that finds sessions in it (or
     /// writes new ones): checked by [`check_agent_dir`].
-    pub fn for_discovery(&self) -> Result<AgentDir> {
+    pub(crate) fn for_discovery(&self) -> Result<AgentDir> {
         let agent = self.agent();
         check_agent_dir(&agent)?;
         Ok(agent)
@@ -48,7 +48,7 @@ impl AgentArgs {
     /// to find a session by id prefix): checked when given with
     /// `--agent-dir`, or when a session id prefix is looked up in it
     /// ([`resolve_file`]).
-    pub fn for_file(&self) -> Result<AgentDir> {
+    pub(crate) fn for_file(&self) -> Result<AgentDir> {
         if self.agent_dir.is_some() {
             self.for_discovery()
         } else {
@@ -61,7 +61,7 @@ impl AgentArgs {
 /// does not exist is an error (exit code "not found"), one without
 /// `sessions/` gets a warning on stderr (it holds no sessions yet). Not
 /// checked with `--storage` (a database).
-pub fn check_agent_dir(agent: &AgentDir) -> Result<()> {
+pub(crate) fn check_agent_dir(agent: &AgentDir) -> Result<()> {
     if uses_database() {
         // The agent directory names the sessions' place in the database.
         return Ok(());
@@ -98,13 +98,13 @@ pub fn check_agent_dir(agent: &AgentDir) -> Result<()> {
 
 /// A leaf given on the command line: an entry id, or `null`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeafArg {
+pub(crate) enum LeafArg {
     Null,
     Id(String),
 }
 
 impl LeafArg {
-    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> std::result::Result<Self, String> {
         match s.trim() {
             "" => Err("empty leaf (use an entry id or null)".into()),
             "null" => Ok(LeafArg::Null),
@@ -112,15 +112,8 @@ impl LeafArg {
         }
     }
 
-    pub fn sel(&self) -> LeafSel<'_> {
-        match self {
-            LeafArg::Null => LeafSel::Null,
-            LeafArg::Id(id) => LeafSel::Id(id),
-        }
-    }
-
     /// Applies the leaf to a session: checks the id exists.
-    pub fn apply(&self, session: &mut Session) -> Result<()> {
+    pub(crate) fn apply(&self, session: &mut Session) -> Result<()> {
         match self {
             LeafArg::Null => {
                 session.reset_leaf();
@@ -137,7 +130,7 @@ static STORAGE_URL: OnceLock<Option<String>> = OnceLock::new();
 
 /// Sets where sessions live for this process (`None`: the agent
 /// directory's files).
-pub fn set_storage_url(url: Option<String>) {
+pub(crate) fn set_storage_url(url: Option<String>) {
     let _ = STORAGE_URL.set(url.filter(|u| !u.is_empty()));
 }
 
@@ -146,13 +139,13 @@ fn storage_url() -> Option<&'static str> {
 }
 
 /// True when `--storage` names a database.
-pub fn uses_database() -> bool {
+pub(crate) fn uses_database() -> bool {
     storage_url().is_some()
 }
 
 /// Where the sessions of `agent` live: its files, or the database of
 /// `--storage` (`docs/team.md`), connected once per process.
-pub fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
+pub(crate) fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
     let Some(url) = storage_url() else {
         return Ok(Arc::new(FileStorage::new()));
     };
@@ -175,7 +168,7 @@ pub fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
 /// Opens an existing session file for a command. A missing or empty file
 /// is an error here (only `append` and `new` start sessions). Reading
 /// never writes: an old version is migrated in memory.
-pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
+pub(crate) fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
     let storage = storage(&args.agent())?;
     match storage.stat(file) {
         Ok(st) if st.size > 0 => {}
@@ -193,7 +186,7 @@ pub fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<S
 /// Opens a session file for writing entries: an empty or missing file in
 /// a project directory starts a new session there (as the mount does);
 /// anything else must be an existing session.
-pub fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
+pub(crate) fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
     let storage = storage(&args.agent())?;
     let fresh = match storage.stat(file) {
         Ok(st) => st.size == 0,
@@ -203,7 +196,7 @@ pub fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
     let in_project = file
         .parent()
         .filter(|dir| storage.stat(dir).is_ok_and(|st| st.is_dir))
-        .and_then(|dir| crate::session::discovery::project_cwd(&*storage, dir))
+        .and_then(|dir| crate::session::project_cwd(&*storage, dir))
         .is_some();
     if fresh && !in_project {
         return Err(Error::Invalid(format!(
@@ -233,40 +226,44 @@ fn open_file(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> 
 
 /// A session named on the command line: an existing path, or else a unique
 /// prefix of a session id (looked up in the agent dir by file name).
-pub fn resolve_file(agent: &AgentDir, arg: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_file(agent: &AgentDir, arg: &str) -> Result<PathBuf> {
     let path = PathBuf::from(arg);
     let storage = storage(agent)?;
     if storage.exists(&path) || arg.contains('/') || arg.ends_with(".jsonl") {
         return Ok(path);
     }
     check_agent_dir(agent)?;
-    crate::session::discovery::resolve_session(&*storage, agent, arg)
+    crate::session::resolve_session(&*storage, agent, arg)
 }
 
 /// Opens the session a command names (a path or a session id prefix).
-pub fn open_arg(args: &AgentArgs, file: &str, read_only: bool) -> Result<(AgentDir, Session)> {
+pub(crate) fn open_arg(
+    args: &AgentArgs,
+    file: &str,
+    read_only: bool,
+) -> Result<(AgentDir, Session)> {
     let agent = args.for_file()?;
     let session = open_existing(args, &resolve_file(&agent, file)?, read_only)?;
     Ok((agent, session))
 }
 
 /// Prints a JSON value, one line.
-pub fn print_json(value: &serde_json::Value) -> Result<()> {
+pub(crate) fn print_json(value: &serde_json::Value) -> Result<()> {
     print_out(&format!("{value}\n"))
 }
 
 /// A time as every JSON output of the command line shows it: ISO 8601 in
 /// UTC with milliseconds (`2026-01-01T00:00:00.000Z`); `null` for a time
 /// that cannot be read.
-pub fn json_time(text: Option<&str>) -> serde_json::Value {
-    text.and_then(crate::session::time::parse_iso_ms)
+pub(crate) fn json_time(text: Option<&str>) -> serde_json::Value {
+    text.and_then(crate::session::parse_iso_ms)
         .map_or(serde_json::Value::Null, |ms| {
-            crate::session::time::format_iso_ms(ms).into()
+            crate::session::format_iso_ms(ms).into()
         })
 }
 
 /// Writes text to stdout; a closed pipe (`| head`) is not an error.
-pub fn print_out(text: &str) -> Result<()> {
+pub(crate) fn print_out(text: &str) -> Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -277,7 +274,9 @@ pub fn print_out(text: &str) -> Result<()> {
 }
 
 /// Writes to stdout through `f`; a closed pipe (`| head`) is not an error.
-pub fn write_out(f: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>) -> Result<()> {
+pub(crate) fn write_out(
+    f: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match f(&mut out).and_then(|()| out.flush()) {

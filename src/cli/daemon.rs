@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 const READY: u8 = b'R';
 
 /// The child's end of the ready pipe.
-pub struct ReadySignal {
+pub(crate) struct ReadySignal {
     pipe: File,
 }
 
@@ -38,7 +38,7 @@ pub struct ReadySignal {
 /// child's status); in the child it returns the signal to give.
 ///
 /// Call it before any thread is started.
-pub fn detach() -> io::Result<ReadySignal> {
+pub(crate) fn detach() -> io::Result<ReadySignal> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC)?;
     let _ = io::stdout().flush();
     let _ = io::stderr().flush();
@@ -96,7 +96,7 @@ fn wait_ready(mut pipe: File, child: Pid) -> i32 {
 impl ReadySignal {
     /// Tells the waiting parent that the mount is live, then points stdout
     /// and stderr at `sink` (see [`open_log`]).
-    pub fn ready(mut self, sink: &File) -> io::Result<()> {
+    pub(crate) fn ready(mut self, sink: &File) -> io::Result<()> {
         let _ = io::stdout().flush();
         let _ = io::stderr().flush();
         dup2_stdout(sink)?;
@@ -108,7 +108,7 @@ impl ReadySignal {
 /// Where the background server's output goes: `log` (appended to,
 /// created with mode 0600) or `/dev/null`. Opened before forking, so that
 /// a log file that cannot be written is an error of `sessionfs mount`.
-pub fn open_log(log: Option<&Path>) -> io::Result<File> {
+pub(crate) fn open_log(log: Option<&Path>) -> io::Result<File> {
     match log {
         Some(path) => OpenOptions::new()
             .create(true)
@@ -121,15 +121,15 @@ pub fn open_log(log: Option<&Path>) -> io::Result<File> {
 }
 
 /// `--pid-file FILE`: the server's pid and a newline, removed on drop.
-pub struct PidFile {
+pub(crate) struct PidFile {
     path: PathBuf,
 }
 
 impl PidFile {
-    pub fn create(path: &Path) -> io::Result<PidFile> {
+    pub(crate) fn create(path: &Path) -> io::Result<PidFile> {
         let path = std::path::absolute(path)?;
-        crate::session::persistence::atomic_write(
-            &crate::session::storage::FileStorage::new(),
+        crate::session::atomic_write(
+            &crate::session::FileStorage::new(),
             &path,
             format!("{}\n", std::process::id()).as_bytes(),
         )
@@ -163,7 +163,7 @@ fn runtime_dir() -> PathBuf {
 }
 
 /// The lock file of a mount point (absolute, as the mount's key).
-pub fn lock_path(mountpoint: &Path) -> PathBuf {
+pub(crate) fn lock_path(mountpoint: &Path) -> PathBuf {
     let digest = Sha256::digest(mountpoint.as_os_str().as_encoded_bytes());
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     runtime_dir().join(format!("mount-{hex}.pid"))
@@ -171,7 +171,7 @@ pub fn lock_path(mountpoint: &Path) -> PathBuf {
 
 /// The mount point as the key of its lock file: its directory resolved,
 /// its own name kept (a stale mount point cannot be resolved itself).
-pub fn mount_key(mountpoint: &Path) -> io::Result<PathBuf> {
+pub(crate) fn mount_key(mountpoint: &Path) -> io::Result<PathBuf> {
     let abs = std::path::absolute(mountpoint)?;
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
@@ -180,14 +180,14 @@ pub fn mount_key(mountpoint: &Path) -> io::Result<PathBuf> {
 }
 
 /// Held by a running server for its mount point.
-pub struct MountLock {
+pub(crate) struct MountLock {
     file: File,
     path: PathBuf,
 }
 
 impl MountLock {
     /// Takes the lock of `key` (see [`mount_key`]) and records our pid.
-    pub fn acquire(key: &Path) -> io::Result<MountLock> {
+    pub(crate) fn acquire(key: &Path) -> io::Result<MountLock> {
         let dir = runtime_dir();
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {}
@@ -280,7 +280,7 @@ fn read_pid(path: &Path) -> Option<u32> {
 
 /// Waits until the server of `key` (if any) has exited; `Ok(None)` when
 /// there was none, `Ok(Some(pid))` once it has gone, an error on timeout.
-pub fn wait_for_server(key: &Path, timeout: Duration) -> io::Result<Option<u32>> {
+pub(crate) fn wait_for_server(key: &Path, timeout: Duration) -> io::Result<Option<u32>> {
     let path = lock_path(key);
     let file = match OpenOptions::new()
         .read(true)

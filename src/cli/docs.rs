@@ -13,7 +13,7 @@ use crate::cli::Cli;
 
 /// Arguments of `sessionfs completions`.
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub shell: Shell,
@@ -21,7 +21,7 @@ pub struct CompletionsArgs {
 
 /// Arguments of `sessionfs man`.
 #[derive(Debug, Args)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write `sessionfs.1` and one `sessionfs-COMMAND.1` per subcommand to
     /// DIR instead of printing `sessionfs.1`.
     #[arg(long, value_name = "DIR")]
@@ -29,7 +29,7 @@ pub struct ManArgs {
 }
 
 /// Prints the completion script of a shell.
-pub fn completions(args: &CompletionsArgs) -> crate::Result<i32> {
+pub(crate) fn completions(args: &CompletionsArgs) -> crate::Result<i32> {
     let mut cmd = Cli::command();
     let mut out = std::io::stdout().lock();
     clap_complete::generate(args.shell, &mut cmd, "sessionfs", &mut out);
@@ -39,7 +39,7 @@ pub fn completions(args: &CompletionsArgs) -> crate::Result<i32> {
 }
 
 /// Prints the man page, or writes all pages to a directory.
-pub fn man(args: &ManArgs) -> crate::Result<i32> {
+pub(crate) fn man(args: &ManArgs) -> crate::Result<i32> {
     let cmd = Cli::command();
     match &args.dir {
         Some(dir) => {

@@ -8,14 +8,14 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::cli::common::{open_arg, open_or_start, print_out, resolve_file, AgentArgs, LeafArg};
-use crate::fs::control::AppendStream;
-use crate::session::append::NewEntry;
+use crate::fs::AppendStream;
+use crate::session::NewEntry;
 use crate::session::{batch, labels, Error, Result, Session};
 
 /// `sessionfs append FILE [--leaf ID|null]`: an empty or missing FILE in a
 /// project directory starts a new session there.
 #[derive(Debug, Args)]
-pub struct AppendArgs {
+pub(crate) struct AppendArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// Append at this entry (`null`: start a new root). Default: the last
@@ -30,6 +30,7 @@ pub struct AppendArgs {
 /// `session::batch`): JSON objects separated by any whitespace, an object
 /// may span lines, several may share one. Input that ends inside an object
 /// is an error.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // `crate::testing`
 pub fn parse_entries(text: &[u8]) -> Result<Vec<NewEntry>> {
     let mut stream = AppendStream::new();
     let mut objects: Vec<Vec<u8>> = Vec::new();
@@ -47,7 +48,7 @@ pub fn parse_entries(text: &[u8]) -> Result<Vec<NewEntry>> {
     batch::parse_batch(&objects)
 }
 
-pub fn append(args: &AppendArgs) -> Result<i32> {
+pub(crate) fn append(args: &AppendArgs) -> Result<i32> {
     let mut input = Vec::new();
     std::io::stdin()
         .read_to_end(&mut input)
@@ -67,7 +68,7 @@ pub fn append(args: &AppendArgs) -> Result<i32> {
 
 /// `sessionfs label FILE ID [LABEL]`
 #[derive(Debug, Args)]
-pub struct LabelArgs {
+pub(crate) struct LabelArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// The entry to label.
@@ -81,7 +82,7 @@ pub struct LabelArgs {
 /// Sets or clears a label as the mount's `labels` does
 /// (`labels::change_label`): prints the new label entry's id, or nothing
 /// when the entry already had that label (nothing is written then).
-pub fn label(args: &LabelArgs) -> Result<i32> {
+pub(crate) fn label(args: &LabelArgs) -> Result<i32> {
     let (_, mut session) = open_arg(&args.agent, &args.file, false)?;
     let label = args
         .label
@@ -97,7 +98,7 @@ pub fn label(args: &LabelArgs) -> Result<i32> {
 
 /// `sessionfs branch-summary FILE --from ID|root SUMMARY`
 #[derive(Debug, Args)]
-pub struct BranchSummaryArgs {
+pub(crate) struct BranchSummaryArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// The entry to branch from, or `root` to start a new root.
@@ -112,7 +113,7 @@ pub struct BranchSummaryArgs {
     pub agent: AgentArgs,
 }
 
-pub fn branch_summary(args: &BranchSummaryArgs) -> Result<i32> {
+pub(crate) fn branch_summary(args: &BranchSummaryArgs) -> Result<i32> {
     let details = args
         .details
         .as_deref()
@@ -129,7 +130,7 @@ pub fn branch_summary(args: &BranchSummaryArgs) -> Result<i32> {
 
 /// `sessionfs new [--cwd DIR]`
 #[derive(Debug, Args)]
-pub struct NewArgs {
+pub(crate) struct NewArgs {
     /// The session's working directory (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<std::path::PathBuf>,
@@ -139,7 +140,7 @@ pub struct NewArgs {
 
 /// Creates a session (its file holds the header) in the project of the
 /// working directory and prints the file's path.
-pub fn new_session(args: &NewArgs) -> Result<i32> {
+pub(crate) fn new_session(args: &NewArgs) -> Result<i32> {
     let agent = args.agent.agent();
     let cwd = match &args.cwd {
         Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,

@@ -3,25 +3,29 @@
 
 use crate::session::Error;
 
+// Success and usage errors are listed for the test that all codes differ:
+// the commands return 0 themselves and clap exits with 2 on its own.
 /// Success.
-pub const OK: i32 = 0;
+#[cfg(test)]
+const OK: i32 = 0;
 /// A usage error: an unknown option, a missing or malformed argument
 /// (clap's own code).
-pub const USAGE: i32 = 2;
+#[cfg(test)]
+const USAGE: i32 = 2;
 /// Something named does not exist: a session file, a session id (prefix),
 /// an entry id, the agent directory, a path in the mount.
-pub const NOT_FOUND: i32 = 3;
+pub(crate) const NOT_FOUND: i32 = 3;
 /// Invalid input: an entry or command that fails validation, a file that
 /// is not a session file, an ambiguous session id prefix, input over a
 /// size limit, a file named where a directory is needed (or the reverse).
-pub const INVALID: i32 = 4;
+pub(crate) const INVALID: i32 = 4;
 /// An I/O error: reading or writing a file failed, the file changed under
 /// the command, a read-only session, a change or access not permitted, the
 /// prompt history database, an internal error.
-pub const IO: i32 = 5;
+pub(crate) const IO: i32 = 5;
 
 /// The exit code of an error.
-pub fn code_of(err: &Error) -> i32 {
+pub(crate) fn code_of(err: &Error) -> i32 {
     if err.is_not_found() {
         return NOT_FOUND;
     }

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::session::history::{HistoryEntry, HistoryStore};
-use crate::session::paths::AgentDir;
+use crate::session::AgentDir;
+use crate::session::{HistoryEntry, HistoryStore};
 use crate::Error;
 
 /// The prompt history commands.
 #[derive(Debug, Subcommand)]
-pub enum HistoryCommand {
+pub(crate) enum HistoryCommand {
     /// Add a prompt to the history.
     ///
     /// The prompt is trimmed; an empty prompt or one equal to the newest
@@ -68,7 +68,7 @@ pub enum HistoryCommand {
 
 /// Options of every history command.
 #[derive(Debug, Args)]
-pub struct CommonArgs {
+pub(crate) struct CommonArgs {
     /// The agent directory [default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent].
     #[arg(long, value_name = "DIR")]
     agent_dir: Option<PathBuf>,
@@ -76,14 +76,14 @@ pub struct CommonArgs {
 
 /// Output options of the listing commands.
 #[derive(Debug, Args)]
-pub struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// Print a JSON array of {id, prompt, createdAt, cwd} objects.
     #[arg(long)]
     json: bool,
 }
 
 /// Runs a history command; returns the exit code.
-pub fn run(cmd: HistoryCommand) -> crate::Result<i32> {
+pub(crate) fn run(cmd: HistoryCommand) -> crate::Result<i32> {
     match cmd {
         HistoryCommand::Add {
             prompt,

@@ -7,15 +7,15 @@ use crate::cli::common::{
     open_arg, open_existing, print_json, print_out, resolve_file, storage, write_out, AgentArgs,
     LeafArg,
 };
-use crate::session::format::{EntryKind, Facts};
-use crate::session::index::EntryMeta;
-use crate::session::index_store::pretty_context_variant;
 use crate::session::json::RawObject;
+use crate::session::pretty_context_variant;
+use crate::session::EntryMeta;
+use crate::session::{EntryKind, Facts};
 use crate::session::{Result, Session};
 
 /// `sessionfs context FILE [--leaf ID|null]`
 #[derive(Debug, Args)]
-pub struct ContextArgs {
+pub(crate) struct ContextArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// Build the context at this entry (`null`: the empty context). Default:
@@ -29,7 +29,7 @@ pub struct ContextArgs {
     pub agent: AgentArgs,
 }
 
-pub fn context(args: &ContextArgs) -> Result<i32> {
+pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
     let agent = args.agent.for_file()?;
     let file = resolve_file(&agent, &args.file)?;
     // The context at the last entry, pretty, is kept with the persistent
@@ -61,7 +61,7 @@ pub fn context(args: &ContextArgs) -> Result<i32> {
     // later) is not kept.
     let keep = if stored
         && ctx.leaf() == session.leaf()
-        && !crate::session::blobrefs::contains_ref_prefix(ctx.as_json().as_bytes())
+        && !crate::session::contains_ref_prefix(ctx.as_json().as_bytes())
     {
         session.stored_context_writer()
     } else {
@@ -103,7 +103,7 @@ impl std::io::Write for Tee<'_> {
 
 /// `sessionfs tree FILE`
 #[derive(Debug, Args)]
-pub struct TreeArgs {
+pub(crate) struct TreeArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// Mark this entry as the leaf instead of the file's last entry.
@@ -117,7 +117,7 @@ pub struct TreeArgs {
     pub agent: AgentArgs,
 }
 
-pub fn tree(args: &TreeArgs) -> Result<i32> {
+pub(crate) fn tree(args: &TreeArgs) -> Result<i32> {
     let (_, mut session) = open_arg(&args.agent, &args.file, false)?;
     if let Some(leaf) = &args.leaf {
         leaf.apply(&mut session)?;
@@ -132,7 +132,7 @@ pub fn tree(args: &TreeArgs) -> Result<i32> {
 }
 
 /// `tree --json`: the rows of [`render_tree`] as objects.
-pub fn tree_json(session: &Session) -> Value {
+pub(crate) fn tree_json(session: &Session) -> Value {
     let leaf = session.leaf_id();
     let rows: Vec<Value> = session
         .tree()
@@ -144,7 +144,7 @@ pub fn tree_json(session: &Session) -> Value {
                 "id": meta.id(),
                 "parentId": meta.parent_id(),
                 "type": meta.type_name(),
-                "timestamp": meta.entry.timestamp_ms.map(crate::session::time::format_iso_ms),
+                "timestamp": meta.entry.timestamp_ms.map(crate::session::format_iso_ms),
                 "depth": row.depth,
                 "level": row.level,
                 "leaf": leaf == Some(meta.id()),
@@ -160,7 +160,7 @@ pub fn tree_json(session: &Session) -> Value {
 /// chain of single children stays on one level, so long conversations stay
 /// flat; `+` marks the first entry of each branch), id, type, a one-line
 /// summary and the label.
-pub fn render_tree(session: &Session) -> String {
+pub(crate) fn render_tree(session: &Session) -> String {
     let leaf = session.leaf_id().map(str::to_string);
     let mut out = String::new();
     for row in session.tree() {
@@ -197,7 +197,7 @@ pub fn render_tree(session: &Session) -> String {
 }
 
 /// First line of `s`, control characters removed, cut to `max` characters.
-pub fn one_line(s: &str, max: usize) -> String {
+pub(crate) fn one_line(s: &str, max: usize) -> String {
     let first = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let clean: String = first.chars().filter(|c| !c.is_control()).collect();
     let clean = clean.trim();

@@ -4,14 +4,14 @@ use std::path::{Component, Path, PathBuf};
 
 use clap::Args;
 
-use crate::fs::layout::{Node, NodeType};
-use crate::fs::tree::{Tree, TreeConfig};
-use crate::session::paths::AgentDir;
+use crate::fs::{Node, NodeType};
+use crate::fs::{Tree, TreeConfig};
+use crate::session::AgentDir;
 use crate::Error;
 
 /// Arguments of `sessionfs ls`.
 #[derive(Debug, Args)]
-pub struct LsArgs {
+pub(crate) struct LsArgs {
     /// The agent directory [default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent].
     #[arg(long, value_name = "DIR")]
     pub agent_dir: Option<PathBuf>,
@@ -26,7 +26,7 @@ pub struct LsArgs {
 }
 
 /// Resolves a path inside the mount to its node.
-pub fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
+pub(crate) fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
     let mut stack = vec![Node::Root];
     for comp in path.components() {
         match comp {
@@ -59,7 +59,7 @@ pub fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
 
 /// Runs `sessionfs ls`: one name per line, directories with a trailing
 /// `/`, links as `name -> target`; a file path prints its name.
-pub fn run(args: LsArgs) -> crate::Result<i32> {
+pub(crate) fn run(args: LsArgs) -> crate::Result<i32> {
     let agent = AgentDir::resolve(args.agent_dir.as_deref());
     crate::cli::common::check_agent_dir(&agent)?;
     let storage = crate::cli::common::storage(&agent)?;

@@ -1,20 +1,20 @@
 //! The command line: a thin adapter over the engine (and the mount).
 
-pub mod common;
-pub mod daemon;
-pub mod docs;
-pub mod edit;
-pub mod exit;
-pub mod history;
-pub mod inspect;
-pub mod ls;
-pub mod mount;
-pub mod mountopts;
-pub mod pg;
-pub mod progress;
-pub mod sessions;
-pub mod store;
-pub mod views;
+pub(crate) mod common;
+pub(crate) mod daemon;
+pub(crate) mod docs;
+pub(crate) mod edit;
+pub(crate) mod exit;
+pub(crate) mod history;
+pub(crate) mod inspect;
+pub(crate) mod ls;
+pub(crate) mod mount;
+pub(crate) mod mountopts;
+pub(crate) mod pg;
+pub(crate) mod progress;
+pub(crate) mod sessions;
+pub(crate) mod store;
+pub(crate) mod views;
 
 use clap::{Parser, Subcommand};
 
@@ -27,13 +27,13 @@ pub struct Cli {
     /// (`postgres://…?table=NAME&prefix=PATH&layout=rows|chunks`, see
     /// docs/team.md) [default: the agent directory's files].
     #[arg(long, global = true, env = "SESSIONFS_STORAGE", value_name = "URL")]
-    pub storage: Option<String>,
+    pub(crate) storage: Option<String>,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Print the context (what the model sees) at the leaf, as JSON.
     Context(inspect::ContextArgs),
     /// Print the entry tree: one line per entry, `*` on the leaf.

@@ -10,14 +10,14 @@ use clap::Args;
 
 use crate::cli::daemon::{self, MountLock, PidFile};
 use crate::cli::mountopts::Parsed;
-use crate::fs::demo::DemoDir;
-use crate::fs::mount::{self as fsmount, serve, Ended, MountConfig};
-use crate::session::index_store::IndexStore;
-use crate::session::paths::AgentDir;
+use crate::fs::DemoDir;
+use crate::fs::{self as fsmount, serve, Ended, MountConfig};
+use crate::session::AgentDir;
+use crate::session::IndexStore;
 
 /// Arguments of `sessionfs mount`.
 #[derive(Debug, Args)]
-pub struct MountArgs {
+pub(crate) struct MountArgs {
     /// The agent directory [default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent].
     #[arg(long, value_name = "DIR")]
     pub agent_dir: Option<PathBuf>,
@@ -71,7 +71,7 @@ pub struct MountArgs {
 
 impl MountArgs {
     /// Whether requests are logged (`--debug` or `-o debug`).
-    pub fn debug(&self) -> bool {
+    pub(crate) fn debug(&self) -> bool {
         self.debug
             || self
                 .options
@@ -82,7 +82,7 @@ impl MountArgs {
 
 /// Arguments of `sessionfs umount`.
 #[derive(Debug, Args)]
-pub struct UmountArgs {
+pub(crate) struct UmountArgs {
     /// Detach the mount now even if it is busy; it goes away once unused.
     #[arg(short = 'z', long)]
     pub lazy: bool,
@@ -95,7 +95,7 @@ pub struct UmountArgs {
 }
 
 /// Runs `sessionfs mount`; returns the exit code.
-pub fn run(args: MountArgs) -> crate::Result<i32> {
+pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
     let mut opts = Parsed::default();
     for o in &args.options {
         opts.add(o).map_err(crate::Error::Invalid)?;
@@ -118,7 +118,7 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
     let read_only = opts.read_only.unwrap_or(args.read_only);
     let recover = args.recover || opts.recover;
     if args.demo && !cfg!(feature = "demo") {
-        return Err(crate::Error::Invalid(crate::fs::demo::NO_DEMO.into()));
+        return Err(crate::Error::Invalid(crate::fs::NO_DEMO.into()));
     }
     // A wrong agent directory is reported before forking, too.
     if !args.demo {
@@ -232,7 +232,7 @@ pub fn run(args: MountArgs) -> crate::Result<i32> {
 
 /// Runs `sessionfs umount`: unmounts, then waits for the serving process
 /// to exit.
-pub fn umount(args: UmountArgs) -> crate::Result<i32> {
+pub(crate) fn umount(args: UmountArgs) -> crate::Result<i32> {
     let key =
         daemon::mount_key(&args.mountpoint).map_err(|e| crate::Error::io(&args.mountpoint, e))?;
     let stale = std::fs::metadata(&key).is_err_and(|e| fsmount::is_stale_error(&e));

@@ -15,7 +15,7 @@ use fuser::MountOption;
 
 /// What `-o` options set.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub read_only: Option<bool>,
     pub allow_other: bool,
     pub allow_root: bool,
@@ -52,7 +52,7 @@ const IGNORED: &[&str] = &[
 
 impl Parsed {
     /// Parses comma-separated options (several `-o` add up).
-    pub fn add(&mut self, list: &str) -> Result<(), String> {
+    pub(crate) fn add(&mut self, list: &str) -> Result<(), String> {
         for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (key, value) = match opt.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
@@ -118,7 +118,7 @@ impl Parsed {
 /// as `sessionfs mount --agent-dir SOURCE [-o OPTIONS] MOUNTPOINT`; any
 /// other argv is returned unchanged. `subcommands` are the names that make
 /// an argv an ordinary command line.
-pub fn helper_argv(args: Vec<OsString>, subcommands: &[String]) -> Vec<OsString> {
+pub(crate) fn helper_argv(args: Vec<OsString>, subcommands: &[String]) -> Vec<OsString> {
     let first = args.get(1).and_then(|a| a.to_str());
     let is_helper = match first {
         Some(a) => args.len() >= 3 && !a.starts_with('-') && !subcommands.iter().any(|s| s == a),

@@ -3,13 +3,13 @@
 use clap::{Args, Subcommand};
 
 use crate::cli::common::{print_out, AgentArgs};
-use crate::session::paths::AgentDir;
-use crate::session::pg::{PgStorage, PgUrl};
+use crate::session::AgentDir;
 use crate::session::{Error, Result};
+use crate::session::{PgStorage, PgUrl};
 
 /// Subcommands of `sessionfs pg`.
 #[derive(Debug, Subcommand)]
-pub enum PgCommand {
+pub(crate) enum PgCommand {
     /// Install (or replace) a trigger that NOTIFYs every changed row, so
     /// mounts see other writers' changes at once instead of at their next
     /// look (optional).
@@ -17,7 +17,7 @@ pub enum PgCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct InstallTriggerArgs {
+pub(crate) struct InstallTriggerArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
 }
@@ -32,7 +32,7 @@ fn connect(url: Option<&str>, agent: &AgentDir) -> Result<PgStorage> {
 }
 
 /// Runs a `sessionfs pg` subcommand.
-pub fn run(cmd: PgCommand, url: Option<&str>) -> Result<i32> {
+pub(crate) fn run(cmd: PgCommand, url: Option<&str>) -> Result<i32> {
     match cmd {
         PgCommand::InstallTrigger(args) => {
             let pg = connect(url, &args.agent.agent())?;

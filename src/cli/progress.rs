@@ -8,13 +8,13 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A progress bar, or nothing when stderr is not a terminal.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
 }
 
 impl Progress {
     /// A bar labelled `what` (e.g. "checking").
-    pub fn new(what: &str) -> Progress {
+    pub(crate) fn new(what: &str) -> Progress {
         if !std::io::stderr().is_terminal() {
             return Progress { bar: None };
         }
@@ -29,7 +29,7 @@ impl Progress {
     }
 
     /// Sets the position and the total.
-    pub fn update(&self, done: u64, total: u64) {
+    pub(crate) fn update(&self, done: u64, total: u64) {
         if let Some(bar) = &self.bar {
             if bar.length() != Some(total) {
                 bar.set_length(total);
@@ -39,7 +39,7 @@ impl Progress {
     }
 
     /// A callback for the engine's walks.
-    pub fn callback(&self) -> impl Fn(u64, u64) + '_ {
+    pub(crate) fn callback(&self) -> impl Fn(u64, u64) + '_ {
         move |done, total| self.update(done, total)
     }
 }

@@ -10,8 +10,8 @@ use crate::cli::common::{
 };
 use crate::cli::inspect::one_line;
 use crate::cli::progress::Progress;
-use crate::session::discovery::{list_all_with_progress, list_sessions, recent_sessions};
 use crate::session::json::pretty;
+use crate::session::{list_all_with_progress, list_sessions, recent_sessions};
 use crate::session::{Error, Result};
 
 fn cwd_or_current(cwd: &Option<PathBuf>) -> Result<String> {
@@ -25,7 +25,7 @@ fn cwd_or_current(cwd: &Option<PathBuf>) -> Result<String> {
 
 /// `sessionfs list [--all] [--cwd DIR] [--json]`
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Every project, not only the current directory's.
     #[arg(long)]
     pub all: bool,
@@ -42,7 +42,7 @@ pub struct ListArgs {
     pub agent: AgentArgs,
 }
 
-pub fn list(args: &ListArgs) -> Result<i32> {
+pub(crate) fn list(args: &ListArgs) -> Result<i32> {
     let agent = args.agent.for_discovery()?;
     let storage = storage(&agent)?;
     let infos = if args.all {
@@ -86,7 +86,7 @@ pub fn list(args: &ListArgs) -> Result<i32> {
 
 /// The name a session is shown with: its title, else its first message,
 /// else its id.
-fn display_name(info: &crate::session::discovery::SessionInfo) -> String {
+fn display_name(info: &crate::session::SessionInfo) -> String {
     info.title
         .clone()
         .or(info.first_message.clone())
@@ -101,7 +101,7 @@ fn print_pretty(value: &serde_json::Value) -> Result<()> {
 
 /// `sessionfs recent [--cwd DIR] [--limit N]`
 #[derive(Debug, Args)]
-pub struct RecentArgs {
+pub(crate) struct RecentArgs {
     /// The working directory (default: the current one).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
@@ -116,7 +116,7 @@ pub struct RecentArgs {
     pub agent: AgentArgs,
 }
 
-pub fn recent(args: &RecentArgs) -> Result<i32> {
+pub(crate) fn recent(args: &RecentArgs) -> Result<i32> {
     let agent = args.agent.for_discovery()?;
     let storage = storage(&agent)?;
     let dir = agent.project_dir(&cwd_or_current(&args.cwd)?);
@@ -129,7 +129,7 @@ pub fn recent(args: &RecentArgs) -> Result<i32> {
                     .path
                     .file_name()
                     .and_then(|n| n.to_str())
-                    .and_then(crate::session::paths::session_id_from_file_name);
+                    .and_then(crate::session::session_id_from_file_name);
                 let modified = serde_json::to_value(r)
                     .ok()
                     .and_then(|v| v.get("mtime").cloned())
@@ -155,7 +155,7 @@ pub fn recent(args: &RecentArgs) -> Result<i32> {
 
 /// `sessionfs fork FILE [--at ID]`
 #[derive(Debug, Args)]
-pub struct ForkArgs {
+pub(crate) struct ForkArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// Fork only the path from the root to this entry (labels on it are
@@ -166,7 +166,7 @@ pub struct ForkArgs {
     pub agent: AgentArgs,
 }
 
-pub fn fork(args: &ForkArgs) -> Result<i32> {
+pub(crate) fn fork(args: &ForkArgs) -> Result<i32> {
     let agent = args.agent.for_discovery()?;
     let file = resolve_file(&agent, &args.file)?;
     let session = open_existing(&args.agent, &file, false)?;
@@ -180,7 +180,7 @@ pub fn fork(args: &ForkArgs) -> Result<i32> {
 
 /// A command on one session file.
 #[derive(Debug, Args)]
-pub struct FileArgs {
+pub(crate) struct FileArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// Print JSON (`leaf`: {"leaf": id or null}; `labels`: an array of
@@ -192,7 +192,7 @@ pub struct FileArgs {
 }
 
 /// `sessionfs leaf FILE`: the leaf after loading (the last entry).
-pub fn leaf(args: &FileArgs) -> Result<i32> {
+pub(crate) fn leaf(args: &FileArgs) -> Result<i32> {
     let (_, session) = open_arg(&args.agent, &args.file, false)?;
     if args.json {
         print_json(&serde_json::json!({ "leaf": session.leaf_id() }))?;
@@ -204,7 +204,7 @@ pub fn leaf(args: &FileArgs) -> Result<i32> {
 
 /// `sessionfs labels FILE`: the label table, as the mount's `labels` file
 /// shows it (`session::labels`: `<id>\t<label>` lines, escaped).
-pub fn labels(args: &FileArgs) -> Result<i32> {
+pub(crate) fn labels(args: &FileArgs) -> Result<i32> {
     let (_, session) = open_arg(&args.agent, &args.file, false)?;
     if args.json {
         let rows: Vec<serde_json::Value> = session
@@ -221,7 +221,7 @@ pub fn labels(args: &FileArgs) -> Result<i32> {
 
 /// `sessionfs header FILE`: the header, pretty JSON (`--json`: as stored,
 /// one line).
-pub fn header(args: &FileArgs) -> Result<i32> {
+pub(crate) fn header(args: &FileArgs) -> Result<i32> {
     let (_, session) = open_arg(&args.agent, &args.file, false)?;
     if args.json {
         print_out(&format!("{}\n", session.header_json()))?;
@@ -233,7 +233,7 @@ pub fn header(args: &FileArgs) -> Result<i32> {
 
 /// `sessionfs entry FILE ID`
 #[derive(Debug, Args)]
-pub struct EntryArgs {
+pub(crate) struct EntryArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// The entry id.
@@ -246,7 +246,7 @@ pub struct EntryArgs {
 }
 
 /// `sessionfs entry FILE ID`: the entry, pretty JSON, blob refs resolved.
-pub fn entry(args: &EntryArgs) -> Result<i32> {
+pub(crate) fn entry(args: &EntryArgs) -> Result<i32> {
     let (_, session) = open_arg(&args.agent, &args.file, false)?;
     if args.json {
         print_out(&format!("{}\n", session.entry_json(&args.id)?))?;

@@ -7,13 +7,13 @@ use clap::Args;
 
 use crate::cli::common::{print_out, resolve_file, storage, AgentArgs};
 use crate::cli::progress::Progress;
-use crate::session::check::{Checker, Problem};
-use crate::session::discovery::{project_dirs, session_files_in};
 use crate::session::{gc, relocate, Error, Result};
+use crate::session::{project_dirs, session_files_in};
+use crate::session::{Checker, Problem};
 
 /// `sessionfs check [--all | FILE…] [--json] [--repair-into NEW]`
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Check every session of every project, and every blob.
     #[arg(long, conflicts_with = "files")]
     pub all: bool,
@@ -33,7 +33,7 @@ pub struct CheckArgs {
 }
 
 /// Runs `check`: exit 0 when nothing is wrong, 1 when problems were found.
-pub fn check(args: &CheckArgs) -> Result<i32> {
+pub(crate) fn check(args: &CheckArgs) -> Result<i32> {
     let agent = args.agent.agent();
     let storage = storage(&agent)?;
     let checker = Checker::new(&*storage, agent.blobs_dir());
@@ -116,7 +116,7 @@ pub fn check(args: &CheckArgs) -> Result<i32> {
 
 /// `sessionfs gc --blobs [--apply]`
 #[derive(Debug, Args)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// Collect unreferenced blobs (the only kind of garbage so far).
     #[arg(long)]
     pub blobs: bool,
@@ -143,7 +143,7 @@ fn size(bytes: u64) -> String {
 }
 
 /// Runs `gc`: exit 0, or 1 when files could not be read or deleted.
-pub fn gc(args: &GcArgs) -> Result<i32> {
+pub(crate) fn gc(args: &GcArgs) -> Result<i32> {
     if !args.blobs {
         return Err(Error::Invalid(
             "say what to collect: sessionfs gc --blobs [--apply]".into(),
@@ -206,7 +206,7 @@ pub fn gc(args: &GcArgs) -> Result<i32> {
 
 /// `sessionfs move SESSION --to-cwd DIR`
 #[derive(Debug, Args)]
-pub struct MoveArgs {
+pub(crate) struct MoveArgs {
     /// The session (a path or a unique id prefix).
     #[arg(value_name = "SESSION")]
     pub session: String,
@@ -218,7 +218,7 @@ pub struct MoveArgs {
 }
 
 /// Runs `move`.
-pub fn move_session(args: &MoveArgs) -> Result<i32> {
+pub(crate) fn move_session(args: &MoveArgs) -> Result<i32> {
     let agent = args.agent.agent();
     let path = resolve_file(&agent, &args.session)?;
     let cwd = match args.to_cwd.canonicalize() {

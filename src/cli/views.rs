@@ -6,16 +6,16 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::cli::common::{open_existing, print_out, AgentArgs, LeafArg};
-use crate::fs::views::image_link;
-use crate::session::diff::branch_diff;
-use crate::session::error::Error;
-use crate::session::render::Renderer;
-use crate::session::stats::{number, StatsTable, Totals};
+use crate::fs::image_link;
+use crate::session::branch_diff;
+use crate::session::Error;
+use crate::session::Renderer;
+use crate::session::{format_number as number, StatsTable, Totals};
 use crate::session::{Result, Session};
 
 /// `sessionfs render FILE [--leaf ID|null] [--branch]`
 #[derive(Debug, Args)]
-pub struct RenderArgs {
+pub(crate) struct RenderArgs {
     /// The session file (.jsonl).
     pub file: PathBuf,
     /// Render at this entry (`null`: the empty context). Default: the
@@ -32,7 +32,7 @@ pub struct RenderArgs {
 
 /// `sessionfs stats FILE [--leaf ID|null] [--json]`
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// The session file (.jsonl).
     pub file: PathBuf,
     /// The branch ends at this entry. Default: the file's last entry.
@@ -47,7 +47,7 @@ pub struct StatsArgs {
 
 /// `sessionfs diff FILE A B`
 #[derive(Debug, Args)]
-pub struct DiffArgs {
+pub(crate) struct DiffArgs {
     /// The session file (.jsonl).
     pub file: PathBuf,
     /// The first entry id.
@@ -69,7 +69,7 @@ fn open_at(agent: &AgentArgs, file: &std::path::Path, leaf: Option<&LeafArg>) ->
     Ok(session)
 }
 
-pub fn render(args: &RenderArgs) -> Result<i32> {
+pub(crate) fn render(args: &RenderArgs) -> Result<i32> {
     let session = open_at(&args.agent, &args.file, args.leaf.as_ref())?;
     let renderer = Renderer::new(&session, &image_link);
     let text = if args.branch {
@@ -81,7 +81,7 @@ pub fn render(args: &RenderArgs) -> Result<i32> {
     Ok(0)
 }
 
-pub fn stats(args: &StatsArgs) -> Result<i32> {
+pub(crate) fn stats(args: &StatsArgs) -> Result<i32> {
     let session = open_at(&args.agent, &args.file, args.leaf.as_ref())?;
     let table = StatsTable::build(&session)?;
     if args.json {
@@ -168,13 +168,13 @@ fn time(ms: Option<i64>) -> String {
     ms.map_or_else(
         || "-".into(),
         |m| {
-            let t = crate::session::time::format_iso_ms(m);
+            let t = crate::session::format_iso_ms(m);
             t.get(..19).unwrap_or(&t).to_string()
         },
     )
 }
 
-pub fn diff(args: &DiffArgs) -> Result<i32> {
+pub(crate) fn diff(args: &DiffArgs) -> Result<i32> {
     let session = open_at(&args.agent, &args.file, None)?;
     let pos = |id: &str| {
         session

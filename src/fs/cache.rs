@@ -22,15 +22,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
-use crate::session::context::ContextFold;
-use crate::session::stats::StatsTable;
+use crate::session::ContextFold;
 use crate::session::Session;
+use crate::session::StatsTable;
 
 /// Estimated memory of one indexed entry (metadata, id map, tree links).
-pub const BYTES_PER_ENTRY: usize = 320;
+pub(crate) const BYTES_PER_ENTRY: usize = 320;
 
 /// At most this many sessions are loaded at once.
-pub const MAX_LOADED: usize = 128;
+pub(crate) const MAX_LOADED: usize = 128;
 
 /// Why a session file could not be opened, and the file state that failed.
 #[derive(Debug, Clone)]
@@ -114,7 +114,7 @@ pub struct SavedLeaf {
 
 /// The state `context.json` depends on: (load generation, entry count,
 /// leaf position).
-pub type ContextKey = (u64, usize, Option<u32>);
+pub(crate) type ContextKey = (u64, usize, Option<u32>);
 
 /// The end of a rendered `context.json`'s messages and the fold there.
 #[derive(Debug, Clone)]
@@ -253,7 +253,7 @@ impl SlotState {
 
 /// One session's slot.
 #[derive(Debug, Default)]
-pub struct Slot {
+pub(crate) struct Slot {
     state: Mutex<SlotState>,
 }
 

@@ -10,15 +10,15 @@
 //!   one write; a last piece without a newline is a command too. A command
 //!   line longer than [`MAX_LINE_COMMAND`] is refused with `EFBIG`.
 
-use crate::session::error::{Error, Result};
+use crate::session::{Error, Result};
 
 /// The largest single object accepted by `append` (32 MiB). A 3 MB entry
 /// (bigger than any one FUSE write) fits easily; the engine then cuts
 /// strings over 500,000 characters (`docs/format.md`, "Size limits on write").
-pub const MAX_APPEND_COMMAND: usize = 32 << 20;
+pub(crate) const MAX_APPEND_COMMAND: usize = 32 << 20;
 
 /// The longest `leaf` or `labels` command line (64 KiB).
-pub const MAX_LINE_COMMAND: usize = 64 << 10;
+pub(crate) const MAX_LINE_COMMAND: usize = 64 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -254,7 +254,7 @@ fn command_lines(data: &[u8]) -> Result<Vec<&str>> {
 
 /// A command written to `leaf`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeafCommand {
+pub(crate) enum LeafCommand {
     /// Move the leaf to this entry.
     Branch(String),
     /// Set the leaf to null.
@@ -263,7 +263,7 @@ pub enum LeafCommand {
 
 /// Parses the commands of one write to `leaf`: an id branches, an empty
 /// command or `null` resets.
-pub fn parse_leaf_commands(data: &[u8]) -> Result<Vec<LeafCommand>> {
+pub(crate) fn parse_leaf_commands(data: &[u8]) -> Result<Vec<LeafCommand>> {
     Ok(command_lines(data)?
         .into_iter()
         .map(|line| match line {
@@ -273,12 +273,12 @@ pub fn parse_leaf_commands(data: &[u8]) -> Result<Vec<LeafCommand>> {
         .collect())
 }
 
-pub use crate::session::labels::LabelCommand;
+pub(crate) use crate::session::labels::LabelCommand;
 
 /// Parses the commands of one write to `labels`: one per line (see
 /// `session::labels::parse_line`: `<id> <label>` sets, `<id>` alone
 /// clears, both unescaped). Blank lines are ignored.
-pub fn parse_label_commands(data: &[u8]) -> Result<Vec<LabelCommand>> {
+pub(crate) fn parse_label_commands(data: &[u8]) -> Result<Vec<LabelCommand>> {
     Ok(command_lines(data)?
         .into_iter()
         .filter_map(crate::session::labels::parse_line)

@@ -6,13 +6,13 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use crate::session::ids::random_hex;
+use crate::session::random_hex;
 
 include!(concat!(env!("OUT_DIR"), "/demo_files.rs"));
 
 /// Writes the example sessions and blobs into `agent_dir` (laid out as an
 /// agent directory: `sessions/…`, `blobs/…`).
-pub fn write_demo(agent_dir: &Path) -> io::Result<()> {
+pub(crate) fn write_demo(agent_dir: &Path) -> io::Result<()> {
     for (rel, bytes) in DEMO_FILES {
         let rel = Path::new(rel);
         if rel.components().any(|c| !matches!(c, Component::Normal(_))) {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
 use crate::fs::tree::Tree;
-use crate::session::error::{Error, Result};
+use crate::session::{Error, Result};
 
 /// One open file.
 enum Handle {
@@ -38,7 +38,7 @@ enum Handle {
 
 /// How a file is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenMode {
+pub(crate) struct OpenMode {
     /// Opened for writing (write-only or read-write).
     pub write: bool,
     /// With `O_TRUNC`.
@@ -47,7 +47,8 @@ pub struct OpenMode {
 
 impl OpenMode {
     /// Opened for reading only, without `O_TRUNC`.
-    pub const READ: OpenMode = OpenMode {
+    #[cfg(test)]
+    const READ: OpenMode = OpenMode {
         write: false,
         truncate: false,
     };
@@ -60,7 +61,7 @@ impl OpenMode {
 
 /// How the kernel may cache an open file's pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PageCache {
+pub(crate) enum PageCache {
     /// Not at all: every read comes here (control files, dynamic files).
     Direct,
     /// Kept across opens (files whose content does not change).
@@ -68,7 +69,7 @@ pub enum PageCache {
 }
 
 /// Bytes of a file's content, without copying it.
-pub struct Bytes {
+pub(crate) struct Bytes {
     content: Option<Arc<Vec<u8>>>,
     start: usize,
     end: usize,
@@ -94,7 +95,7 @@ impl Bytes {
         }
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         self.content
             .as_ref()
             .map_or(&[][..], |c| &c[self.start..self.end])
@@ -102,14 +103,14 @@ impl Bytes {
 }
 
 /// The table of open files, by handle number.
-pub struct Handles {
+pub(crate) struct Handles {
     tree: Arc<Tree>,
     table: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
     next: AtomicU64,
 }
 
 impl Handles {
-    pub fn new(tree: Arc<Tree>) -> Self {
+    pub(crate) fn new(tree: Arc<Tree>) -> Self {
         Handles {
             tree,
             table: Mutex::new(HashMap::new()),
@@ -129,7 +130,7 @@ impl Handles {
     /// file for reading only (writing it is `PermissionDenied`, or
     /// `ReadOnly` on a read-only mount), directories not at all. Returns
     /// the new handle and how the kernel may cache the pages.
-    pub fn open(&self, node: &Node, mode: OpenMode) -> Result<(u64, PageCache)> {
+    pub(crate) fn open(&self, node: &Node, mode: OpenMode) -> Result<(u64, PageCache)> {
         let (handle, cache) = match node {
             n if n.is_control() => {
                 if mode.writes() && self.tree.read_only() {
@@ -184,7 +185,7 @@ impl Handles {
     /// and kept for the handle's later reads, except that a read at offset
     /// 0 of a dynamic or control file renders it again; `append` reads as
     /// empty.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+    pub(crate) fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let h = self.get(fh)?;
         let mut h = h.lock();
         let content = match &mut *h {
@@ -218,7 +219,7 @@ impl Handles {
     /// completes run now. Returns the bytes taken: all of them, or, when
     /// objects before a failing one were appended, only those (a short
     /// write; the resent rest then fails, see `AppendStream::accepted`).
-    pub fn write(&self, fh: u64, pid: u32, data: &[u8]) -> Result<usize> {
+    pub(crate) fn write(&self, fh: u64, pid: u32, data: &[u8]) -> Result<usize> {
         let h = self.get(fh)?;
         let mut h = h.lock();
         let Handle::Control {
@@ -257,7 +258,7 @@ impl Handles {
     /// which is discarded and fails the close. Another process closing its
     /// copy of the descriptor (a command run between two writes of a
     /// shell's `{ …; } >> append`) does not end the object.
-    pub fn flush(&self, fh: u64, pid: u32) -> Result<()> {
+    pub(crate) fn flush(&self, fh: u64, pid: u32) -> Result<()> {
         let Ok(h) = self.get(fh) else {
             return Ok(());
         };
@@ -296,7 +297,7 @@ impl Handles {
     /// The last close of the handle, by process `pid`: a table over
     /// `labels` nothing was written to is the empty table (`: > labels`),
     /// and an incomplete object left in a stream is reported and dropped.
-    pub fn release(&self, fh: u64, pid: u32) {
+    pub(crate) fn release(&self, fh: u64, pid: u32) {
         let Some(h) = self.table.lock().remove(&fh) else {
             return;
         };
@@ -323,16 +324,18 @@ impl Handles {
     }
 
     /// Drops a handle without the work of `release` (directory handles).
-    pub fn forget(&self, fh: u64) {
+    pub(crate) fn forget(&self, fh: u64) {
         self.table.lock().remove(&fh);
     }
 
     /// The number of open handles.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.table.lock().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -342,7 +345,7 @@ mod tests {
     use super::*;
     use crate::fs::layout::{SessionKey, View};
     use crate::fs::tree::TreeConfig;
-    use crate::session::paths::AgentDir;
+    use crate::session::AgentDir;
     use std::fs;
 
     const KEY: (&str, &str) = ("--p--", "2026_aaaa-a");

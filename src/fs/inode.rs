@@ -27,10 +27,10 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::fs::layout::{EntryFile, Node, SessionFile, SessionKey, View};
-use crate::session::format::Id;
+use crate::session::Id;
 
 /// The root directory's inode number.
-pub const ROOT_INO: u64 = 1;
+pub(crate) const ROOT_INO: u64 = 1;
 
 fn put(h: &mut Sha256, field: &str) {
     h.update((field.len() as u64).to_le_bytes());
@@ -64,7 +64,7 @@ fn dir_of(node: &Node) -> Option<(Node, EntryFile)> {
 
 /// The inode number a node gets when nothing collides with it (an entry
 /// file: when nothing collides with its directory).
-pub fn hash_ino(node: &Node, salt: u32) -> u64 {
+pub(crate) fn hash_ino(node: &Node, salt: u32) -> u64 {
     if *node == Node::Root {
         return ROOT_INO;
     }
@@ -276,12 +276,12 @@ impl Inner {
 
 /// The nodes the kernel holds references to.
 #[derive(Default)]
-pub struct InodeTable {
+pub(crate) struct InodeTable {
     inner: Mutex<Inner>,
 }
 
 impl InodeTable {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         InodeTable::default()
     }
 
@@ -290,12 +290,12 @@ impl InodeTable {
     }
 
     /// The number of an entry file of the entry directory `dir_ino`.
-    pub fn file_ino(dir_ino: u64, f: EntryFile) -> u64 {
+    pub(crate) fn file_ino(dir_ino: u64, f: EntryFile) -> u64 {
         (dir_ino & HASH_MASK) | file_bits(f)
     }
 
     /// The node of an inode number.
-    pub fn get(&self, ino: u64) -> Option<Node> {
+    pub(crate) fn get(&self, ino: u64) -> Option<Node> {
         if ino == ROOT_INO {
             return Some(Node::Root);
         }
@@ -303,12 +303,12 @@ impl InodeTable {
     }
 
     /// Whether the kernel knows `ino`.
-    pub fn is_known(&self, ino: u64) -> bool {
+    pub(crate) fn is_known(&self, ino: u64) -> bool {
         ino == ROOT_INO || self.lock().by_ino.contains_key(&(ino & HASH_MASK))
     }
 
     /// The number a node has or would get now (without registering it).
-    pub fn ino_of(&self, node: &Node) -> u64 {
+    pub(crate) fn ino_of(&self, node: &Node) -> u64 {
         if *node == Node::Root {
             return ROOT_INO;
         }
@@ -339,7 +339,7 @@ impl InodeTable {
     }
 
     /// Registers one kernel lookup of `node`; returns its inode number.
-    pub fn remember(&self, node: &Node) -> u64 {
+    pub(crate) fn remember(&self, node: &Node) -> u64 {
         if *node == Node::Root {
             return ROOT_INO;
         }
@@ -378,7 +378,7 @@ impl InodeTable {
     }
 
     /// The kernel forgot `n` lookups of `ino` (entry files have no count).
-    pub fn forget(&self, ino: u64, n: u64) {
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
         if ino == ROOT_INO || file_of_bits(ino).is_some() {
             return;
         }
@@ -406,7 +406,7 @@ impl InodeTable {
 
     /// Known nodes that match a predicate, with their numbers (the files
     /// of every known entry directory included).
-    pub fn known_where(&self, mut pred: impl FnMut(&Node) -> bool) -> Vec<(u64, Node)> {
+    pub(crate) fn known_where(&self, mut pred: impl FnMut(&Node) -> bool) -> Vec<(u64, Node)> {
         let inner = self.lock();
         let mut out = Vec::new();
         for (&ino, known) in &inner.by_ino {
@@ -429,11 +429,13 @@ impl InodeTable {
     }
 
     /// Number of known nodes.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().by_ino.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 /// Names with a meaning of their own somewhere in the tree; an id or name
 /// equal to one of them is escaped everywhere.
-pub const RESERVED: &[&str] = &[
+pub(crate) const RESERVED: &[&str] = &[
     "header.json",
     "context.json",
     "leaf",
@@ -51,7 +51,7 @@ pub const RESERVED: &[&str] = &[
 ];
 
 /// The longest file name Linux accepts.
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 
 /// Where a long name is cut before its hash suffix.
 const LONG_NAME_PREFIX: usize = 200;
@@ -111,7 +111,7 @@ fn long_name_hash(id: &str) -> String {
 
 /// What a file name stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unescaped {
+pub(crate) enum Unescaped {
     /// The id or name itself.
     Exact(String),
     /// A shortened long name: compare [`escape_name`] of the candidates.
@@ -121,7 +121,7 @@ pub enum Unescaped {
 }
 
 /// Decodes a file name produced by [`escape_name`].
-pub fn unescape_name(name: &[u8]) -> Unescaped {
+pub(crate) fn unescape_name(name: &[u8]) -> Unescaped {
     if name == b"%" {
         return Unescaped::Exact(String::new());
     }

@@ -29,7 +29,7 @@ use std::time::SystemTime;
 
 use crate::fs::layout::Node;
 use crate::fs::tree::Tree;
-use crate::session::error::Result;
+use crate::session::Result;
 
 /// Snapshots kept at most (directories being read at the same time).
 const MAX_SNAPSHOTS: usize = 64;
@@ -41,7 +41,7 @@ type Snapshot = Arc<Vec<(String, Node)>>;
 
 /// Receives `(offset, name, node, mtime)`; returns true when the reply is
 /// full.
-pub type Emit<'a> = dyn FnMut(u64, &str, &Node, Option<SystemTime>) -> bool + 'a;
+pub(crate) type Emit<'a> = dyn FnMut(u64, &str, &Node, Option<SystemTime>) -> bool + 'a;
 
 #[derive(Default)]
 struct Inner {
@@ -52,12 +52,12 @@ struct Inner {
 
 /// Listings being read.
 #[derive(Default)]
-pub struct Listings {
+pub(crate) struct Listings {
     inner: Mutex<Inner>,
 }
 
 impl Listings {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Listings::default()
     }
 
@@ -69,7 +69,7 @@ impl Listings {
     /// `dir` (inode `ino`) after `offset`, `.` and `..` included, until
     /// `emit` returns true (the reply is full) or the listing ends. `mtime`
     /// is the item's mtime where the listing knows it (`entries/`).
-    pub fn read(
+    pub(crate) fn read(
         &self,
         tree: &Tree,
         ino: u64,
@@ -184,7 +184,8 @@ impl Listings {
     }
 
     /// Snapshots kept (for tests).
-    pub fn kept(&self) -> usize {
+    #[cfg(test)]
+    fn kept(&self) -> usize {
         self.lock().snapshots.len()
     }
 }
@@ -194,7 +195,7 @@ mod tests {
     use super::*;
     use crate::fs::layout::SessionKey;
     use crate::fs::tree::TreeConfig;
-    use crate::session::paths::AgentDir;
+    use crate::session::AgentDir;
 
     /// A tree over an agent directory with `n` sessions of one entry each
     /// in `--p--`, and one session of `entries` entries.

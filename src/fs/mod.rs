@@ -1,35 +1,45 @@
 //! The FUSE filesystem (`docs/filesystem.md`): a thin adapter from `fuser` requests to
 //! the tree model ([`tree::Tree`]), which works on the engine's public API.
 //!
-//! * [`layout`]: nodes, names, escaping of ids;
-//! * [`inode`]: stable inode numbers and the table of nodes the kernel holds;
-//! * [`tree`]: lookup, listings, attributes, contents, control commands;
-//! * [`cache`]: the LRU of loaded sessions;
-//! * [`control`]: parsers of the `append`, `leaf` and `labels` commands;
-//! * [`views`]: the reading views (Markdown, text, stats, tree picture, refs);
-//! * [`handles`]: the open files (FUSE-free; the callbacks here are shims over it);
-//! * [`watch`]: the worker that keeps kernel caches fresh;
-//! * [`mount`]: mounting, signals and unmounting;
-//! * [`requestlog`]: `--debug`, one log line per request;
-//! * [`owner`]: owners and modes of the nodes;
-//! * [`demo`]: the bundled example sessions.
+//! * `layout`: nodes, names, escaping of ids;
+//! * `inode`: stable inode numbers and the table of nodes the kernel holds;
+//! * `tree`: lookup, listings, attributes, contents, control commands;
+//! * `cache`: the LRU of loaded sessions;
+//! * `control`: parsers of the `append`, `leaf` and `labels` commands;
+//! * `views`: the reading views (Markdown, text, stats, tree picture, refs);
+//! * `handles`: the open files (FUSE-free; the callbacks here are shims over it);
+//! * `watch`: the worker that keeps kernel caches fresh;
+//! * `mount`: mounting, signals and unmounting;
+//! * `requestlog`: `--debug`, one log line per request;
+//! * `owner`: owners and modes of the nodes;
+//! * `demo`: the bundled example sessions.
 
-pub mod cache;
-pub mod control;
-pub mod demo;
+pub(crate) mod cache;
+pub(crate) mod control;
+pub(crate) mod demo;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod handles;
-pub mod inode;
-pub mod layout;
-pub mod listing;
-pub mod mount;
-pub mod owner;
-pub mod requestlog;
-pub mod tree;
-pub mod views;
-pub mod watch;
+pub(crate) mod handles;
+pub(crate) mod inode;
+pub(crate) mod layout;
+pub(crate) mod listing;
+pub(crate) mod mount;
+pub(crate) mod owner;
+pub(crate) mod requestlog;
+pub(crate) mod tree;
+pub(crate) mod views;
+pub(crate) mod watch;
+
+// The filesystem's public API (`docs/engine.md`, "Public surface"): what
+// the command line needs to mount, and the names the mount gives.
+pub use control::AppendStream;
+pub use demo::{DemoDir, NO_DEMO};
+pub use layout::{escape_name, Node, NodeType};
+pub use mount::{is_stale_error, probe_mountpoint, serve, unmount, Ended, MountConfig};
+pub use requestlog::TARGET as REQUEST_LOG_TARGET;
+pub use tree::{Tree, TreeConfig};
+pub use views::image_link;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -46,23 +56,23 @@ use fuser::{
 
 use crate::fs::handles::{Handles, OpenMode, PageCache};
 use crate::fs::inode::InodeTable;
-use crate::fs::layout::{Caching, EntryFile, Node, NodeType, SessionFile};
+use crate::fs::layout::{Caching, EntryFile, SessionFile};
 use crate::fs::listing::Listings;
 use crate::fs::owner::{check_access, masked_perm, owner_of, Owner, Wants};
-use crate::fs::tree::{Attr, Tree};
-use crate::session::error::Error;
+use crate::fs::tree::Attr;
+use crate::session::Error;
 
 /// Directories, symlinks and their names.
-pub const DIR_TTL: Duration = Duration::from_secs(1);
+pub(crate) const DIR_TTL: Duration = Duration::from_secs(1);
 /// Entry files never change.
-pub const IMMUTABLE_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const IMMUTABLE_TTL: Duration = Duration::from_secs(3600);
 /// Names of dynamic files; their attributes are not cached at all.
-pub const DYNAMIC_ENTRY_TTL: Duration = Duration::from_secs(1);
+pub(crate) const DYNAMIC_ENTRY_TTL: Duration = Duration::from_secs(1);
 /// A name that does not exist.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+pub(crate) const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 
 /// The filesystem served by `sessionfs mount`.
-pub struct SessionFs {
+pub(crate) struct SessionFs {
     tree: Arc<Tree>,
     inodes: Arc<InodeTable>,
     handles: Handles,
@@ -98,7 +108,7 @@ fn err_of(e: &Error) -> Errno {
 }
 
 impl SessionFs {
-    pub fn new(tree: Arc<Tree>, inodes: Arc<InodeTable>) -> Self {
+    pub(crate) fn new(tree: Arc<Tree>, inodes: Arc<InodeTable>) -> Self {
         let (uid, gid) = (
             nix::unistd::getuid().as_raw(),
             nix::unistd::getgid().as_raw(),

@@ -32,9 +32,9 @@ use crate::fs::inode::InodeTable;
 use crate::fs::requestlog::Logged;
 use crate::fs::tree::{Tree, TreeConfig};
 use crate::fs::{watch, SessionFs};
-use crate::session::index_store::IndexStore;
-use crate::session::paths::AgentDir;
-use crate::session::storage::Storage;
+use crate::session::AgentDir;
+use crate::session::IndexStore;
+use crate::session::Storage;
 
 /// What to mount where.
 #[derive(Debug, Clone)]
@@ -169,7 +169,7 @@ pub fn is_stale_error(e: &io::Error) -> bool {
 }
 
 /// The hint for a stale mount point.
-pub fn stale_hint(path: &Path) -> String {
+pub(crate) fn stale_hint(path: &Path) -> String {
     format!(
         "{p} is a stale mount: the sessionfs process that served it has gone \
          (\"Transport endpoint is not connected\"); run `sessionfs umount {p}` \
@@ -180,7 +180,7 @@ pub fn stale_hint(path: &Path) -> String {
 
 /// Checks that `path` can be mounted on: an existing directory. A stale
 /// FUSE mount there is detached when `recover` is set, else refused with
-/// [`stale_hint`].
+/// `stale_hint`.
 pub fn probe_mountpoint(path: &Path, recover: bool) -> io::Result<()> {
     let meta = match std::fs::metadata(path) {
         Err(e) if is_stale_error(&e) && recover => {

@@ -9,11 +9,11 @@
 
 use crate::fs::layout::Node;
 use crate::fs::tree::Tree;
-use crate::session::error::{Error, Result};
-use crate::session::storage::Ownership;
+use crate::session::Ownership;
+use crate::session::{Error, Result};
 
 /// The owner and mode of the file or directory underneath a node.
-pub type Owner = Ownership;
+pub(crate) type Owner = Ownership;
 
 /// The permission bits of a node whose own bits are `perm` (see
 /// `Node::perm`) over a file or directory owned as `owner`.
@@ -24,7 +24,7 @@ pub type Owner = Ownership;
 ///   that may read the file.
 /// * Under a directory (projects, the root, `by-id`), the directory's read
 ///   and search bits carry over.
-pub fn masked_perm(owner: &Owner, perm: u16, node_is_dir: bool, over_dir: bool) -> u16 {
+pub(crate) fn masked_perm(owner: &Owner, perm: u16, node_is_dir: bool, over_dir: bool) -> u16 {
     let mode = (owner.mode & 0o777) as u16;
     let mask = if over_dir {
         mode & 0o555
@@ -40,7 +40,7 @@ pub fn masked_perm(owner: &Owner, perm: u16, node_is_dir: bool, over_dir: bool) 
 /// The owner of the file or directory underneath `node` and whether it is
 /// a directory; `None` when it cannot be found (the node is gone) or the
 /// storage keeps no owners.
-pub fn owner_of(tree: &Tree, node: &Node) -> Option<(Owner, bool)> {
+pub(crate) fn owner_of(tree: &Tree, node: &Node) -> Option<(Owner, bool)> {
     let stat = match node {
         Node::Root | Node::ById => tree.storage().stat(tree.sessions_dir()).ok()?,
         Node::Project(p) => tree.storage().stat(&tree.sessions_dir().join(&**p)).ok()?,
@@ -51,7 +51,7 @@ pub fn owner_of(tree: &Tree, node: &Node) -> Option<(Owner, bool)> {
 
 /// What an `access(2)` asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Wants {
+pub(crate) struct Wants {
     pub read: bool,
     pub write: bool,
     pub exec: bool,
@@ -62,7 +62,7 @@ pub struct Wants {
 /// (owner, group, others), and for root everything but executing a file
 /// without any execute bit, as on any filesystem. Writing is refused on a
 /// read-only mount even where the bits allow it.
-pub fn check_access(
+pub(crate) fn check_access(
     perm: u16,
     owner: &Owner,
     node_is_dir: bool,

@@ -22,7 +22,7 @@ use fuser::{
 pub const TARGET: &str = "sessionfs::request";
 
 /// A filesystem whose requests are logged, one line each.
-pub struct Logged<F>(pub F);
+pub(crate) struct Logged<F>(pub F);
 
 macro_rules! line {
     ($req:expr, $($arg:tt)*) => {

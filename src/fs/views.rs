@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use crate::fs::cache::{ContextKey, SlotState};
 use crate::fs::layout::{escape_name, unescape_name, EntryFile, SessionFile, Unescaped};
-use crate::session::diff::branch_diff;
-use crate::session::error::{Error, Result};
-use crate::session::index::TreeIndex;
-use crate::session::render::{entry_images, entry_text, entry_value, Image, Renderer};
-use crate::session::stats::StatsTable;
-use crate::session::svg::render_tree;
+use crate::session::branch_diff;
+use crate::session::render_tree;
 use crate::session::Session;
+use crate::session::StatsTable;
+use crate::session::TreeIndex;
+use crate::session::{entry_images, entry_text, entry_value, Image, Renderer};
+use crate::session::{Error, Result};
 
 /// The nested tree is listed down to this level (a root is level 1):
 /// deeper entry directories list their files but not their children,
@@ -25,11 +25,11 @@ use crate::session::Session;
 /// bounded length, so they neither hit `PATH_MAX` nor write path names
 /// whose total grows with the square of a conversation's length
 /// (docs/filesystem.md, "Recursive tools").
-pub const NESTED_LIST_DEPTH: usize = 32;
+pub(crate) const NESTED_LIST_DEPTH: usize = 32;
 
 /// The level of an entry in the nested tree (a root is 1), counted up to
 /// [`NESTED_LIST_DEPTH`].
-pub fn nested_level(s: &Session, pos: u32) -> usize {
+pub(crate) fn nested_level(s: &Session, pos: u32) -> usize {
     let index = s.index();
     let mut level = 1;
     let mut cur = pos;
@@ -55,7 +55,7 @@ fn view_key(st: &SlotState, s: &Session) -> ContextKey {
 }
 
 /// The session's stats table, built once per state of the file.
-pub fn stats_table(st: &mut SlotState, s: &Session) -> Result<Arc<StatsTable>> {
+pub(crate) fn stats_table(st: &mut SlotState, s: &Session) -> Result<Arc<StatsTable>> {
     let key = (st.generation, s.entries().len());
     if let Some((k, t)) = &st.stats {
         if *k == key {
@@ -69,7 +69,11 @@ pub fn stats_table(st: &mut SlotState, s: &Session) -> Result<Arc<StatsTable>> {
 
 /// A session-level view (`context.md`, `branch.md`, `stats.json`,
 /// `tree.svg`), cached for the state it was rendered at.
-pub fn session_view(st: &mut SlotState, s: &Session, f: SessionFile) -> Result<Arc<Vec<u8>>> {
+pub(crate) fn session_view(
+    st: &mut SlotState,
+    s: &Session,
+    f: SessionFile,
+) -> Result<Arc<Vec<u8>>> {
     let key = view_key(st, s);
     if let Some((k, data)) = st.views.get(&f) {
         if *k == key {
@@ -92,7 +96,12 @@ pub fn session_view(st: &mut SlotState, s: &Session, f: SessionFile) -> Result<A
 }
 
 /// An entry-level view.
-pub fn entry_view(st: &mut SlotState, s: &Session, pos: u32, f: EntryFile) -> Result<Vec<u8>> {
+pub(crate) fn entry_view(
+    st: &mut SlotState,
+    s: &Session,
+    pos: u32,
+    f: EntryFile,
+) -> Result<Vec<u8>> {
     let renderer = Renderer::new(s, &image_link);
     let text = match f {
         EntryFile::Md => renderer.entry(pos)?,
@@ -108,7 +117,7 @@ pub fn entry_view(st: &mut SlotState, s: &Session, pos: u32, f: EntryFile) -> Re
 }
 
 /// Whether an entry has image blocks (a quick look at its line first).
-pub fn has_images(s: &Session, pos: u32) -> bool {
+pub(crate) fn has_images(s: &Session, pos: u32) -> bool {
     let Ok(line) = s.raw_line(pos) else {
         return false;
     };
@@ -119,7 +128,7 @@ pub fn has_images(s: &Session, pos: u32) -> bool {
 }
 
 /// The decoded images of an entry.
-pub fn images(s: &Session, pos: u32) -> Vec<Image> {
+pub(crate) fn images(s: &Session, pos: u32) -> Vec<Image> {
     entry_value(s, pos)
         .map(|v| entry_images(&v))
         .unwrap_or_default()
@@ -127,7 +136,7 @@ pub fn images(s: &Session, pos: u32) -> Vec<Image> {
 
 /// `refs/`: (label, labelled entry id) by label; when two entries carry
 /// the same label, the later one in the file.
-pub fn refs(s: &Session) -> BTreeMap<String, String> {
+pub(crate) fn refs(s: &Session) -> BTreeMap<String, String> {
     s.labels()
         .into_iter()
         .map(|(id, label)| (label.to_string(), id.to_string()))
@@ -135,7 +144,7 @@ pub fn refs(s: &Session) -> BTreeMap<String, String> {
 }
 
 /// `branches/`: the tips (entries without children) in file order.
-pub fn tips(s: &Session) -> Vec<String> {
+pub(crate) fn tips(s: &Session) -> Vec<String> {
     let index = s.index();
     (0..index.len() as u32)
         .filter(|&i| index.is_shown(i) && index.children(i).is_empty())
@@ -154,7 +163,7 @@ pub(crate) fn shown_under_name(index: &TreeIndex, i: u32, name: &[u8]) -> bool {
 
 /// The entry a name of `entries/` stands for (an exact id, or a shortened
 /// long one).
-pub fn entry_by_name(s: &Session, name: &[u8]) -> Option<u32> {
+pub(crate) fn entry_by_name(s: &Session, name: &[u8]) -> Option<u32> {
     let index = s.index();
     match unescape_name(name) {
         Unescaped::Exact(id) => index.position(&id),
@@ -165,7 +174,7 @@ pub fn entry_by_name(s: &Session, name: &[u8]) -> Option<u32> {
 
 /// Splits a `diff/` name `<a>..<b>` into the two entries: the first `..`
 /// at which both sides name entries.
-pub fn parse_diff_name(s: &Session, name: &[u8]) -> Option<(u32, u32)> {
+pub(crate) fn parse_diff_name(s: &Session, name: &[u8]) -> Option<(u32, u32)> {
     let mut from = 0;
     while let Some(at) = memchr::memmem::find(&name[from..], b"..") {
         let at = from + at;
@@ -181,7 +190,7 @@ pub fn parse_diff_name(s: &Session, name: &[u8]) -> Option<(u32, u32)> {
 }
 
 /// The content of `diff/<a>..<b>`.
-pub fn diff_view(s: &Session, a: u32, b: u32) -> Result<Vec<u8>> {
+pub(crate) fn diff_view(s: &Session, a: u32, b: u32) -> Result<Vec<u8>> {
     let renderer = Renderer::new(s, &image_link);
     Ok(branch_diff(s, &renderer, a, b)?.into_bytes())
 }
@@ -189,11 +198,11 @@ pub fn diff_view(s: &Session, a: u32, b: u32) -> Result<Vec<u8>> {
 /// The name of the link inside a `by-cwd/` directory whose path is itself
 /// a project's working directory as well as a prefix of another's. No
 /// escaped name starts like this (`%p` is not a `%XX` escape).
-pub const CWD_SELF: &str = "%project";
+pub(crate) const CWD_SELF: &str = "%project";
 
 /// One child of a `by-cwd/` directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CwdChild {
+pub(crate) enum CwdChild {
     /// A directory: the path so far (components joined by `/`).
     Dir(String),
     /// A link to a project directory.
@@ -203,7 +212,7 @@ pub enum CwdChild {
 /// The children of the `by-cwd/` directory at `prefix` (components joined
 /// by `/`, empty for `by-cwd/` itself), by name, given each project's
 /// working directory.
-pub fn cwd_children(projects: &[(String, String)], prefix: &str) -> Vec<(String, CwdChild)> {
+pub(crate) fn cwd_children(projects: &[(String, String)], prefix: &str) -> Vec<(String, CwdChild)> {
     let base: Vec<&str> = components(prefix);
     let mut out: BTreeMap<String, CwdChild> = BTreeMap::new();
     let mut self_link: Option<String> = None;
@@ -246,7 +255,7 @@ pub fn cwd_children(projects: &[(String, String)], prefix: &str) -> Vec<(String,
 
 /// The path components of a working directory (empty and `.` parts
 /// dropped).
-pub fn components(path: &str) -> Vec<&str> {
+pub(crate) fn components(path: &str) -> Vec<&str> {
     path.split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .collect()
@@ -254,7 +263,7 @@ pub fn components(path: &str) -> Vec<&str> {
 
 /// The target of a `by-cwd/` link to `project` that lies in the `by-cwd/`
 /// directory at `dir_prefix`.
-pub fn cwd_link_target(dir_prefix: &str, project: &str) -> String {
+pub(crate) fn cwd_link_target(dir_prefix: &str, project: &str) -> String {
     let depth = 1 + components(dir_prefix).len();
     format!("{}{}", "../".repeat(depth), escape_name(project))
 }

@@ -36,27 +36,27 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use crate::fs::inode::{InodeTable, ROOT_INO};
 use crate::fs::layout::{escape_name, Node, SessionKey, View};
 use crate::fs::tree::{Change, Tree};
-use crate::session::paths::session_id_from_file_name;
+use crate::session::session_id_from_file_name;
 
 /// At most this many new entries of one change are invalidated by name
 /// (a bulk load is left to the negative-lookup TTL).
 const MAX_NAMED_INVALIDATIONS: usize = 4096;
 
 /// Something the worker can be woken up for.
-pub enum Wake {
+pub(crate) enum Wake {
     Change(Change),
     Stop,
 }
 
 /// A handle to send changes to the worker (cheap to clone).
 #[derive(Clone)]
-pub struct ChangeSender {
+pub(crate) struct ChangeSender {
     tx: Sender<Wake>,
     event_fd: Arc<EventFd>,
 }
 
 impl ChangeSender {
-    pub fn send(&self, change: Change) {
+    pub(crate) fn send(&self, change: Change) {
         if self.tx.send(Wake::Change(change)).is_ok() {
             self.event_fd.signal();
         }
@@ -83,7 +83,7 @@ impl EventFd {
 }
 
 /// The running worker.
-pub struct Watcher {
+pub(crate) struct Watcher {
     tx: Sender<Wake>,
     event_fd: Arc<EventFd>,
     stop: Arc<AtomicBool>,
@@ -92,7 +92,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// A sender for request handlers.
-    pub fn sender(&self) -> ChangeSender {
+    pub(crate) fn sender(&self) -> ChangeSender {
         ChangeSender {
             tx: self.tx.clone(),
             event_fd: self.event_fd.clone(),
@@ -100,7 +100,7 @@ impl Watcher {
     }
 
     /// Stops the worker and waits for it.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.tx.send(Wake::Stop);
         self.event_fd.signal();
@@ -112,7 +112,7 @@ impl Watcher {
 
 /// Starts the worker. `notifier` is `None` when there is no kernel to
 /// notify (tests).
-pub fn start(
+pub(crate) fn start(
     tree: Arc<Tree>,
     inodes: Arc<InodeTable>,
     notifier: Option<Notifier>,

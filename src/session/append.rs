@@ -460,7 +460,12 @@ fn check_usage(message: &Value) -> Result<()> {
 
 /// The object to store: `type`, `id`, `parentId`, `timestamp`, then the
 /// fields in the order given (moved, not copied: they may hold image data).
-pub fn assemble(entry: NewEntry, id: &str, parent_id: Option<&str>, timestamp: &str) -> Value {
+pub(crate) fn assemble(
+    entry: NewEntry,
+    id: &str,
+    parent_id: Option<&str>,
+    timestamp: &str,
+) -> Value {
     let mut obj = Map::with_capacity(entry.fields.len() + 4);
     obj.insert("type".into(), Value::String(entry.type_name().into()));
     obj.insert("id".into(), Value::String(id.into()));

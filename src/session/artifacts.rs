@@ -12,7 +12,7 @@ use crate::session::storage::Storage;
 /// `to`, recursively. Nothing happens when `from` has none. Symbolic links
 /// inside are not copied (nor followed). Returns the number of files
 /// copied.
-pub fn copy_artifacts(storage: &dyn Storage, from: &Path, to: &Path) -> Result<usize> {
+pub(crate) fn copy_artifacts(storage: &dyn Storage, from: &Path, to: &Path) -> Result<usize> {
     let (src, dst) = (artifacts_dir(from), artifacts_dir(to));
     if src == dst {
         return Ok(0);

@@ -32,7 +32,7 @@ use crate::session::ids::is_lower_hex;
 use crate::session::json::{decode_json_string, json_string, RawObject};
 
 /// Prefix of a blob reference: `blob:sha256:<64 lowercase hex>`.
-pub const BLOB_REF_PREFIX: &str = "blob:sha256:";
+pub(crate) const BLOB_REF_PREFIX: &str = "blob:sha256:";
 
 /// Length of a blob name: a SHA-256 digest in hex.
 pub(crate) const HEX_LEN: usize = 64;
@@ -40,38 +40,42 @@ pub(crate) const HEX_LEN: usize = 64;
 /// The hex digest of a well-formed blob ref (`blob:sha256:` followed by
 /// exactly 64 lowercase hex digits), or `None` for anything else. This is the
 /// only gate through which a ref read from a file becomes a path.
-pub fn parse_blob_ref(s: &str) -> Option<&str> {
+pub(crate) fn parse_blob_ref(s: &str) -> Option<&str> {
     s.strip_prefix(BLOB_REF_PREFIX)
         .filter(|hex| is_lower_hex(hex, HEX_LEN))
 }
 
 /// The ref string for a digest: `blob:sha256:<hex>`.
-pub fn blob_ref(hex: &str) -> String {
+pub(crate) fn blob_ref(hex: &str) -> String {
     format!("{BLOB_REF_PREFIX}{hex}")
 }
 
 /// Member names that mark an image position (see the module docs).
-pub const CONTENT_KEY: &str = "content";
+pub(crate) const CONTENT_KEY: &str = "content";
 /// Arrays of image payloads (`details.images[]`, bash `images[]`).
-pub const IMAGES_KEY: &str = "images";
+pub(crate) const IMAGES_KEY: &str = "images";
 /// Snapcompact frame archives: externalised, but left as refs on load.
-pub const FRAMES_KEY: &str = "frames";
+pub(crate) const FRAMES_KEY: &str = "frames";
 
 /// True when `mime` names an image type (`image/…`, any case).
-pub fn is_image_mime(mime: &str) -> bool {
+pub(crate) fn is_image_mime(mime: &str) -> bool {
     mime.get(..6)
         .is_some_and(|p| p.eq_ignore_ascii_case("image/"))
 }
 
 /// True for a provider image data URL (`data:image/…;base64,…`).
-pub fn is_image_data_url(s: &str) -> bool {
+pub(crate) fn is_image_data_url(s: &str) -> bool {
     s.starts_with("data:image/") && s.contains(";base64,")
 }
 
 /// True when an object with these (decoded) `type` and `mimeType` values and
 /// a string `data` is an image payload at a position under `key` whose data
 /// the agent externalises.
-pub fn is_image_position(key: Option<&str>, type_name: Option<&str>, mime: Option<&str>) -> bool {
+pub(crate) fn is_image_position(
+    key: Option<&str>,
+    type_name: Option<&str>,
+    mime: Option<&str>,
+) -> bool {
     let is_block = type_name == Some("image");
     let is_payload = is_block || mime.is_some_and(is_image_mime);
     is_payload
@@ -94,7 +98,7 @@ enum Encoding {
 /// literally, or a `\u00XX` escape of one of the prefix's characters
 /// (which could spell it). Other escapes (lone surrogates, control
 /// characters) do not make a line a candidate.
-pub fn may_hold_ref(text: &str) -> bool {
+pub(crate) fn may_hold_ref(text: &str) -> bool {
     // Called for every line of a context: SIMD substring searches.
     let b = text.as_bytes();
     if contains_ref_prefix(b) {
@@ -109,7 +113,7 @@ pub fn may_hold_ref(text: &str) -> bool {
     })
 }
 
-/// Whether `bytes` hold [`BLOB_REF_PREFIX`] literally.
+/// Whether `bytes` hold `BLOB_REF_PREFIX` literally.
 pub fn contains_ref_prefix(bytes: &[u8]) -> bool {
     static PREFIX: LazyLock<Finder<'static>> =
         LazyLock::new(|| Finder::new(BLOB_REF_PREFIX.as_bytes()));
@@ -120,7 +124,7 @@ pub fn contains_ref_prefix(bytes: &[u8]) -> bool {
 /// member `key` of its parent (`None` for an entry itself). `fetch` gives
 /// the bytes of a blob by its hex name, or `None` when it cannot. Returns
 /// `None` when nothing changed (also when `text` is not valid JSON).
-pub fn resolve_refs(
+pub(crate) fn resolve_refs(
     text: &str,
     key: Option<&str>,
     fetch: &dyn Fn(&str) -> Option<Vec<u8>>,

@@ -26,7 +26,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use crate::session::blobrefs::{blob_ref, parse_blob_ref, BLOB_REF_PREFIX};
+pub(crate) use crate::session::blobrefs::{blob_ref, parse_blob_ref, BLOB_REF_PREFIX};
 use crate::session::blobrefs::{is_image_data_url, is_image_position, HEX_LEN};
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::ids::{hex, is_lower_hex};
@@ -36,7 +36,7 @@ use crate::session::storage::Storage;
 
 /// Images whose base64 `data` is shorter than this (in characters) stay
 /// inline.
-pub const MIN_EXTERNALIZE_BASE64: usize = 1024;
+pub(crate) const MIN_EXTERNALIZE_BASE64: usize = 1024;
 
 /// Lowercase hex SHA-256 of `bytes` (a blob's name).
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -214,7 +214,7 @@ impl BlobStore {
     }
 
     /// Moves large inline images into the blob store (`docs/format.md`, "Blob references"), at every
-    /// place the agent does (see [`for_each_blob_slot`]): base64 data is
+    /// place the agent does (see `for_each_blob_slot`): base64 data is
     /// decoded, stored with [`put`](Self::put), and replaced by
     /// `blob:sha256:<hex>`; an image data URL is stored as its UTF-8 bytes.
     /// The other keys of each object stay, in order. Base64 that is not
@@ -223,7 +223,7 @@ impl BlobStore {
     /// Returns whether anything changed. All blobs are written before the
     /// value is touched: on error (a blob could not be written) `value` is
     /// left unchanged, and the caller must not persist the entry. Run this
-    /// before [`apply_size_controls`](crate::session::sizecontrol::apply_size_controls),
+    /// before the size controls (`sizecontrol::apply_size_controls`),
     /// on the copy of the entry that is about to be written.
     pub fn externalize_images(&self, value: &mut Value) -> Result<bool> {
         // Pass 1: store, recording the outcome of each slot in document

@@ -149,7 +149,7 @@ fn line_starts(bytes: &[u8]) -> Vec<u64> {
 }
 
 /// The id in a session file name `<timestamp>_<id>.jsonl`.
-pub fn file_name_id(path: &Path) -> Option<String> {
+pub(crate) fn file_name_id(path: &Path) -> Option<String> {
     let stem = path.file_name()?.to_str()?.strip_suffix(".jsonl")?;
     let (ts, id) = stem.split_once('_')?;
     (ts.starts_with(|c: char| c.is_ascii_digit()) && !id.is_empty()).then(|| id.to_string())
@@ -265,7 +265,7 @@ fn tool_facts(line: &[u8]) -> (Vec<String>, Option<String>) {
 
 /// The blob digests a line refers to (`blob:sha256:<64 hex>` anywhere in a
 /// string).
-pub fn blob_refs(line: &[u8]) -> Vec<String> {
+pub(crate) fn blob_refs(line: &[u8]) -> Vec<String> {
     const PREFIX: &[u8] = b"blob:sha256:";
     let mut out = Vec::new();
     for at in memmem::find_iter(line, PREFIX) {

@@ -32,7 +32,7 @@ pub enum LeafSel<'a> {
 }
 
 /// Reads entry lines and resolves blob references for the context builder.
-pub trait LineSource {
+pub(crate) trait LineSource {
     /// The line (without `\n`) of the entry at `idx`.
     fn line(&self, idx: u32) -> Result<Cow<'_, [u8]>>;
     /// Resolves image blob refs in `json`, the value of the entry member
@@ -63,7 +63,7 @@ const MAX_RUN: u64 = 1 << 20;
 /// lines that follow each other closely in the file are fetched with one
 /// `read_at(offset, len)`; in-memory lines come from `line`. A read that
 /// comes back short means the file changed under the index: an error.
-pub fn for_each_line_coalesced<'s>(
+pub(crate) fn for_each_line_coalesced<'s>(
     index: &TreeIndex,
     idxs: &[u32],
     read_at: &dyn Fn(u64, usize) -> Result<Vec<u8>>,
@@ -165,7 +165,7 @@ const EMPTY_STATE: &str =
     r#""thinkingLevel":"off","models":{},"injectedTtsrRules":[],"mode":"none""#;
 
 /// Resolves the leaf selection to an entry position.
-pub fn resolve_leaf(index: &TreeIndex, leaf: LeafSel<'_>) -> Option<u32> {
+pub(crate) fn resolve_leaf(index: &TreeIndex, leaf: LeafSel<'_>) -> Option<u32> {
     let last = || index.len().checked_sub(1).map(|i| i as u32);
     match leaf {
         LeafSel::Null => None,
@@ -342,7 +342,7 @@ impl FoldState {
     }
 }
 
-/// The fold at a built context's leaf: what [`extend_context`] continues.
+/// The fold at a built context's leaf: what `extend_context` continues.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextFold {
     state: FoldState,
@@ -421,7 +421,7 @@ fn is_reset(facts: &Facts) -> bool {
 }
 
 /// Builds the context at `leaf`.
-pub fn build_session_context(
+pub(crate) fn build_session_context(
     index: &TreeIndex,
     leaf: LeafSel<'_>,
     src: &dyn LineSource,
@@ -431,7 +431,7 @@ pub fn build_session_context(
 
 /// [`build_session_context`], also giving the fold at the leaf (none for
 /// the empty context), from which [`extend_context`] continues.
-pub fn build_context_fold(
+pub(crate) fn build_context_fold(
     index: &TreeIndex,
     leaf: LeafSel<'_>,
     src: &dyn LineSource,
@@ -543,7 +543,7 @@ pub fn build_context_fold(
 /// must know that the paths of the entries the fold covered did not
 /// change since it was made: the index's `topology_changes` is checked
 /// by `path_below`, a reload is the caller's to notice.
-pub fn extend_context(
+pub(crate) fn extend_context(
     fold: &ContextFold,
     index: &TreeIndex,
     new_leaf: u32,
@@ -588,10 +588,10 @@ pub fn extend_context(
 
 /// The type of the agent's `/clear` entries: the context starts after the
 /// latest one (unless a later compaction wins).
-pub const RESET_BOUNDARY: &str = "reset_boundary";
+pub(crate) const RESET_BOUNDARY: &str = "reset_boundary";
 
 /// Custom message types the agent keeps out of the model's context.
-pub const HIDDEN_CUSTOM_TYPES: [&str; 2] = ["prewalk-plan", "vibe-mode-context"];
+pub(crate) const HIDDEN_CUSTOM_TYPES: [&str; 2] = ["prewalk-plan", "vibe-mode-context"];
 
 /// `text` (the JSON value of member `key` of an entry) with its blob refs
 /// resolved.

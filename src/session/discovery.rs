@@ -19,9 +19,9 @@ use crate::session::storage::Storage;
 use crate::session::time::format_iso_ms;
 
 /// How much of each file the recent-sessions view reads.
-pub const PREFIX_BYTES: usize = 4096;
+pub(crate) const PREFIX_BYTES: usize = 4096;
 /// Display names are cut to this many characters.
-pub const DISPLAY_NAME_CHARS: usize = 40;
+pub(crate) const DISPLAY_NAME_CHARS: usize = 40;
 
 /// A session in the recent-sessions view.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,7 +68,7 @@ fn iso_of(t: SystemTime) -> String {
 /// directory: [`Error::Outside`]. A file that does not exist yet is judged
 /// by its directory. Sessions opened by the mount check this on every open
 /// and reload (see "Security" in `docs/reliability.md`).
-pub fn check_confined(storage: &dyn Storage, path: &Path, root: &Path) -> Result<()> {
+pub(crate) fn check_confined(storage: &dyn Storage, path: &Path, root: &Path) -> Result<()> {
     let real = match storage.canonicalize(path) {
         Ok(real) => real,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -186,7 +186,7 @@ fn by_mtime_desc(storage: &dyn Storage, files: Vec<PathBuf>) -> Vec<(PathBuf, Sy
 /// First line, control characters removed, cut to `max` characters with `…`.
 /// Lines with nothing left once control characters and surrounding
 /// whitespace are removed do not count as the first line.
-pub fn display_name(s: &str, max: usize) -> String {
+pub(crate) fn display_name(s: &str, max: usize) -> String {
     let clean = s
         .lines()
         .map(|l| {
@@ -383,7 +383,7 @@ pub fn most_recent_session(storage: &dyn Storage, dir: &Path) -> Result<Option<P
 
 /// Metadata of one session file (reads the whole file; files without a
 /// valid header are skipped by the listings and reported as errors here).
-pub fn session_info(storage: &dyn Storage, path: &Path) -> Result<SessionInfo> {
+pub(crate) fn session_info(storage: &dyn Storage, path: &Path) -> Result<SessionInfo> {
     let stat = storage.stat(path).at(path)?;
     let Some(loaded) = loader::load_file(storage, path, DEFAULT_MAX_LINE)? else {
         return Err(Error::Unreadable {

@@ -157,7 +157,7 @@ impl Error {
 }
 
 /// Adds a path to `io::Result`s.
-pub trait IoContext<T> {
+pub(crate) trait IoContext<T> {
     fn at(self, path: &std::path::Path) -> Result<T>;
 }
 

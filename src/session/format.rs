@@ -17,7 +17,7 @@ use crate::session::json::{
 use crate::session::time::parse_iso_ms;
 
 /// The session format version this engine writes.
-pub const CURRENT_VERSION: u64 = 3;
+pub(crate) const CURRENT_VERSION: u64 = 3;
 
 /// The type of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -351,7 +351,7 @@ impl HeaderInfo {
 /// `null` → 1, numbers as written, strings parsed (empty → 0, invalid →
 /// NaN), booleans 1/0, anything else NaN. Comparisons with NaN are false,
 /// so a non-numeric version never triggers a migration.
-pub fn js_version(raw: Option<&str>) -> f64 {
+pub(crate) fn js_version(raw: Option<&str>) -> f64 {
     let Some(text) = raw.map(str::trim) else {
         return 1.0;
     };
@@ -370,7 +370,7 @@ pub fn js_version(raw: Option<&str>) -> f64 {
 
 /// What one line of a session file is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LineKind {
+pub(crate) enum LineKind {
     /// A session header (`type: "session"` with a string id).
     Header(HeaderInfo),
     /// A `type: "session"` object without a string id: an invalid header.
@@ -434,7 +434,7 @@ fn decoded(raw: Option<&str>) -> Option<Box<str>> {
 /// Classifies lines. Holds scratch space so that scanning a file does not
 /// allocate per line beyond what the index keeps.
 #[derive(Debug, Default)]
-pub struct LineScanner {
+pub(crate) struct LineScanner {
     top: Vec<Member>,
     nested: Vec<Member>,
     models: ModelNames,
@@ -442,7 +442,7 @@ pub struct LineScanner {
 
 /// The model names seen lately, shared instead of allocated per entry.
 #[derive(Debug, Default)]
-pub struct ModelNames {
+pub(crate) struct ModelNames {
     recent: Vec<Arc<str>>,
     scratch: String,
 }
@@ -470,13 +470,13 @@ impl ModelNames {
 }
 
 impl LineScanner {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         LineScanner::default()
     }
 
     /// Scans one line (without its `\n`) and classifies it. Validates the
     /// whole line: anything that is not one JSON object is `Invalid`.
-    pub fn scan(&mut self, line: &[u8]) -> LineKind {
+    pub(crate) fn scan(&mut self, line: &[u8]) -> LineKind {
         match scan_object(line, b"message", &mut self.top, &mut self.nested) {
             ObjectScan::Valid { nested } => classify_fields(
                 &Fields {
@@ -506,7 +506,7 @@ impl LineScanner {
 }
 
 /// Scans one line (without its `\n`) and classifies it.
-pub fn scan_line(line: &[u8]) -> LineKind {
+pub(crate) fn scan_line(line: &[u8]) -> LineKind {
     LineScanner::new().scan(line)
 }
 
@@ -524,17 +524,6 @@ fn scan_line_serde(line: &[u8], models: &mut ModelNames) -> LineKind {
             message: None,
         },
         models,
-    )
-}
-
-/// Classifies a parsed top-level object.
-pub fn classify(obj: &RawObject<'_>) -> LineKind {
-    classify_fields(
-        &Fields {
-            members: Members::Serde(obj.clone()),
-            message: None,
-        },
-        &mut ModelNames::default(),
     )
 }
 

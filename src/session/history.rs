@@ -71,7 +71,7 @@ use crate::session::error::{Error, Result};
 
 /// How long a connection waits for a lock held by another connection
 /// before giving up with `SQLITE_BUSY`.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest number of rows one [`HistoryStore::recent`] or
 /// [`HistoryStore::search`] returns; larger limits are clamped to it.
@@ -267,8 +267,8 @@ impl HistoryStore {
     }
 
     /// The newest `limit` prompts (at most [`MAX_LIMIT`]) matching every
-    /// token of `query`, newest first. See the [module docs](self) for the
-    /// query syntax; an empty query finds nothing.
+    /// token of `query`, newest first. The query syntax is described at the
+    /// top of `src/session/history.rs`; an empty query finds nothing.
     pub fn search(&self, query: &str, limit: usize) -> Vec<HistoryEntry> {
         let limit = clamp_limit(limit);
         let parsed = ParsedQuery::parse(query);

@@ -9,7 +9,7 @@ const SESSION_ID_EPOCH_MS: u64 = 1_420_070_400_000;
 
 /// Fills `buf` with random bytes from the kernel (the `getrandom` crate),
 /// falling back to a time-and-counter mix if that is unavailable.
-pub fn random_bytes(buf: &mut [u8]) {
+pub(crate) fn random_bytes(buf: &mut [u8]) {
     if let Err(e) = getrandom::fill(buf) {
         log::debug!("no random bytes from the kernel ({e}); using the time-and-counter mix");
         fallback_bytes(buf);
@@ -40,7 +40,7 @@ pub fn random_hex(n_bytes: usize) -> String {
 }
 
 /// Lowercase hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -52,13 +52,13 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// A fresh random entry id: 8 lowercase hex characters. Callers retry on a
 /// collision within the session.
-pub fn new_entry_id() -> String {
+pub(crate) fn new_entry_id() -> String {
     random_hex(4)
 }
 
 /// A new session id: milliseconds since 2015-01-01 shifted left 22 bits plus
 /// a 22-bit counter, as 16 lowercase hex characters.
-pub fn new_session_id() -> String {
+pub(crate) fn new_session_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -70,7 +70,7 @@ pub fn new_session_id() -> String {
 }
 
 /// True for a string of exactly `len` lowercase hex digits.
-pub fn is_lower_hex(s: &str, len: usize) -> bool {
+pub(crate) fn is_lower_hex(s: &str, len: usize) -> bool {
     s.len() == len
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))

@@ -25,7 +25,7 @@ use crate::session::format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntr
 use crate::session::loader::{self, LoadedEntry, Phase};
 use crate::session::storage::{FileStat, Storage};
 
-pub use crate::session::loader::Loaded;
+pub(crate) use crate::session::loader::Loaded;
 
 /// The first bytes of every index file.
 const MAGIC: &[u8; 8] = b"SFSIDX\x00\x01";
@@ -33,7 +33,7 @@ const MAGIC: &[u8; 8] = b"SFSIDX\x00\x01";
 /// Identifies the engine build that wrote an index: a hash of the engine's
 /// sources (see `build.rs`). An index written by another build (which may
 /// scan lines differently) is ignored.
-pub const ENGINE_HASH: &str = env!("SESSIONFS_ENGINE_HASH");
+pub(crate) const ENGINE_HASH: &str = env!("SESSIONFS_ENGINE_HASH");
 
 /// At most this many bytes of the file's head are hashed.
 const HEAD_MAX: u64 = 64 << 10;
@@ -245,7 +245,7 @@ impl IndexStore {
         result
     }
 
-    /// Loads a session file like [`loader::load_file`], through the stored
+    /// Loads a session file like `loader::load_file`, through the stored
     /// index when it verifies against the file, and stores the index of
     /// the result when it is new. `stat` is the file as seen before
     /// reading it.
@@ -486,7 +486,7 @@ impl IndexStore {
 
     /// A writer that stores a rendering of the context of the session file
     /// `canonical` (at its last entry, in the form `variant` names) as it
-    /// is produced; [`ContextWriter::finish`] puts it in place. `None`
+    /// is produced; `ContextWriter::finish` puts it in place. `None`
     /// when the store is read-only or the file cannot be created.
     pub fn context_writer(
         &self,
@@ -985,7 +985,7 @@ fn encode(canonical: &Path, fingerprint: &Fingerprint, loaded: &Loaded) -> Vec<u
 /// Decodes an index file; `None` for anything that is not a complete,
 /// intact index of `canonical` written by this engine build. Never panics,
 /// whatever the bytes.
-pub fn decode(bytes: &[u8], canonical: &Path) -> Option<StoredIndex> {
+pub(crate) fn decode(bytes: &[u8], canonical: &Path) -> Option<StoredIndex> {
     let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
     if xxh3_64(body) != u64::from_le_bytes(sum.try_into().ok()?) {
         return None;
@@ -996,7 +996,7 @@ pub fn decode(bytes: &[u8], canonical: &Path) -> Option<StoredIndex> {
 /// [`decode`] without the checksum (and, with `None`, without the path
 /// check): the fuzz target drives this directly, so that mutated bytes
 /// reach the field decoder instead of stopping at the checksum.
-pub fn decode_unchecked(body: &[u8], canonical: Option<&Path>) -> Option<StoredIndex> {
+pub(crate) fn decode_unchecked(body: &[u8], canonical: Option<&Path>) -> Option<StoredIndex> {
     let mut r = Reader { data: body, pos: 0 };
     if r.take(MAGIC.len())? != MAGIC || r.str()? != ENGINE_HASH {
         return None;
@@ -1148,12 +1148,6 @@ pub fn decode_unchecked(body: &[u8], canonical: Option<&Path>) -> Option<StoredI
             scanned,
         },
     })
-}
-
-/// Encodes for tests and the fuzz smoke test.
-#[doc(hidden)]
-pub fn encode_for_tests(canonical: &Path, stored: &StoredIndex) -> Vec<u8> {
-    encode(canonical, &stored.fingerprint, &stored.loaded)
 }
 
 #[cfg(test)]

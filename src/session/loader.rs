@@ -13,18 +13,18 @@ use crate::session::storage::Storage;
 
 /// Lines longer than this are skipped with a warning instead of being held
 /// in memory (256 MiB).
-pub const DEFAULT_MAX_LINE: usize = 256 << 20;
+pub(crate) const DEFAULT_MAX_LINE: usize = 256 << 20;
 
 /// Bytes read per chunk when scanning a file (small enough to stay in the
 /// L2 cache between the read and the scan).
-pub const CHUNK_SIZE: usize = 64 << 10;
+pub(crate) const CHUNK_SIZE: usize = 64 << 10;
 
 /// Files at least this big are scanned in parallel, split at line
 /// boundaries into one part per core (at most [`MAX_PARTS`]).
-pub const PARALLEL_MIN: u64 = 2 << 20;
+pub(crate) const PARALLEL_MIN: u64 = 2 << 20;
 
 /// Upper bound of parallel parts.
-pub const MAX_PARTS: usize = 8;
+pub(crate) const MAX_PARTS: usize = 8;
 
 /// How far past a planned split point to look for a line end.
 const SPLIT_SEARCH: u64 = 16 << 20;
@@ -33,7 +33,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Splits a byte stream into lines, tracking each line's file offset.
 #[derive(Debug)]
-pub struct LineSplitter {
+pub(crate) struct LineSplitter {
     carry: Vec<u8>,
     carry_offset: u64,
     /// Skipping the rest of an over-long line.
@@ -46,7 +46,7 @@ pub struct LineSplitter {
 
 /// The end of a scanned byte stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tail {
+pub(crate) enum Tail {
     /// The stream ended with `\n` (or was empty).
     Clean,
     /// Bytes after the last `\n`: `offset` and `len` of that piece.
@@ -56,7 +56,7 @@ pub enum Tail {
 impl LineSplitter {
     /// A splitter for a stream starting at `offset` of the file (0 also
     /// strips a BOM).
-    pub fn new(offset: u64, max_line: usize) -> Self {
+    pub(crate) fn new(offset: u64, max_line: usize) -> Self {
         LineSplitter {
             carry: Vec::new(),
             carry_offset: offset,
@@ -69,7 +69,12 @@ impl LineSplitter {
 
     /// Feeds the next chunk; calls `line(offset, bytes)` for every complete
     /// line (without its `\n`).
-    pub fn feed(&mut self, chunk_offset: u64, mut chunk: &[u8], line: &mut dyn FnMut(u64, &[u8])) {
+    pub(crate) fn feed(
+        &mut self,
+        chunk_offset: u64,
+        mut chunk: &[u8],
+        line: &mut dyn FnMut(u64, &[u8]),
+    ) {
         let mut chunk_offset = chunk_offset;
         if self.first_chunk {
             self.first_chunk = false;
@@ -133,7 +138,7 @@ impl LineSplitter {
     }
 
     /// Ends the stream; returns the unterminated last piece, if any.
-    pub fn finish(self) -> (Tail, Vec<u8>) {
+    pub(crate) fn finish(self) -> (Tail, Vec<u8>) {
         if self.carry.is_empty() {
             (Tail::Clean, Vec::new())
         } else {
@@ -185,7 +190,7 @@ pub struct Loaded {
 /// Scanning rules: before the header (a whole file) or after it (the new
 /// bytes of a grown file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     BeforeHeader,
     AfterHeader,
 }
@@ -239,14 +244,14 @@ impl Classifier<'_> {
 }
 
 /// A sink for `(offset, chunk)` pairs.
-pub type ChunkSink<'a> = dyn FnMut(u64, &[u8]) + 'a;
+pub(crate) type ChunkSink<'a> = dyn FnMut(u64, &[u8]) + 'a;
 
 /// Scans bytes (a whole file from offset 0, or the tail of a file from
 /// `start`) with the loader's rules. `feed` supplies chunks; its errors are
 /// returned as they are. Bytes that break the header rules are
 /// [`Error::Unreadable`] naming `path` (the file the bytes are of), and that
 /// is the only `Unreadable` a scan returns.
-pub fn scan_stream(
+pub(crate) fn scan_stream(
     path: &Path,
     start: u64,
     phase: Phase,
@@ -311,7 +316,7 @@ pub fn scan_stream(
 }
 
 /// Scans a file through `storage` from `start` to its end.
-pub fn scan_file(
+pub(crate) fn scan_file(
     storage: &dyn Storage,
     path: &Path,
     start: u64,
@@ -324,7 +329,11 @@ pub fn scan_file(
 /// Loads a whole file through `storage`: `Ok(None)` for a missing or empty
 /// file, `Error::Unreadable` when there is no valid header. Big files are
 /// scanned on all cores (see [`load_file_split`]).
-pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<Option<Loaded>> {
+pub(crate) fn load_file(
+    storage: &dyn Storage,
+    path: &Path,
+    max_line: usize,
+) -> Result<Option<Loaded>> {
     // Asking costs a few system calls (cgroup limits): once per process.
     static PARTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let parts = *PARTS.get_or_init(|| {
@@ -337,7 +346,7 @@ pub fn load_file(storage: &dyn Storage, path: &Path, max_line: usize) -> Result<
 
 /// [`load_file`] with `parts` threads for files of at least `min_parallel`
 /// bytes.
-pub fn load_file_with(
+pub(crate) fn load_file_with(
     storage: &dyn Storage,
     path: &Path,
     max_line: usize,
@@ -427,7 +436,7 @@ fn line_start_after(storage: &dyn Storage, path: &Path, near: u64) -> Result<Opt
 /// outcome is the same as one sequential scan. Lines never straddle parts.
 /// Falls back to a sequential scan when the first part holds no header (it
 /// may follow in a later part) or the file changed while being split.
-pub fn load_file_split(
+pub(crate) fn load_file_split(
     storage: &dyn Storage,
     path: &Path,
     max_line: usize,
@@ -530,7 +539,7 @@ pub fn load_file_split(
 /// Scans bytes held in memory with the whole-file rules; `path` is the file
 /// they are of (named in the [`Error::Unreadable`] of bytes without a valid
 /// header, the only error).
-pub fn load_bytes(path: &Path, bytes: &[u8], max_line: usize) -> Result<Loaded> {
+pub(crate) fn load_bytes(path: &Path, bytes: &[u8], max_line: usize) -> Result<Loaded> {
     let l = scan_stream(path, 0, Phase::BeforeHeader, max_line, &mut |sink| {
         sink(0, bytes);
         Ok(())
@@ -748,5 +757,19 @@ mod tests {
             );
         }
         assert_eq!(l.end, text.len() as u64);
+    }
+
+    #[test]
+    fn over_long_lines_are_skipped_not_buffered() {
+        let ok = r#"{"type":"custom","id":"ok","parentId":null,"customType":"x"}"#;
+        let long = format!(
+            r#"{{"type":"custom","id":"l","parentId":null,"customType":"x","data":"{}"}}"#,
+            "x".repeat(4096)
+        );
+        let text = format!("{HEADER}\n{long}\n{ok}\n");
+        let l = load_bytes(Path::new("f.jsonl"), text.as_bytes(), 1024).unwrap();
+        assert_eq!(l.entries.len(), 1);
+        assert_eq!(&*l.entries[0].entry.id, "ok");
+        assert_eq!(l.oversized, 1);
     }
 }

@@ -23,16 +23,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long a claim waits for another holder (the reference waits 500 ms;
 /// our critical section also indexes other writers' new lines, so we allow
 /// a little more before failing closed).
-pub const LOCKFILE_WAIT: Duration = Duration::from_millis(1000);
+pub(crate) const LOCKFILE_WAIT: Duration = Duration::from_millis(1000);
 
 /// How long a lockfile without a valid record must exist before it counts
 /// as a crash orphan (the reference's wait budget).
-pub const ORPHAN_AGE: Duration = Duration::from_millis(500);
+pub(crate) const ORPHAN_AGE: Duration = Duration::from_millis(500);
 
 const POLL: Duration = Duration::from_millis(2);
 
 /// The lockfile of a session file: `.<name>.lock` beside it.
-pub fn lockfile_path(target: &Path) -> PathBuf {
+pub(crate) fn lockfile_path(target: &Path) -> PathBuf {
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -42,19 +42,19 @@ pub fn lockfile_path(target: &Path) -> PathBuf {
 
 /// A held lockfile; released (removed) on drop.
 #[derive(Debug)]
-pub struct Lockfile {
+pub(crate) struct Lockfile {
     path: PathBuf,
     record: String,
 }
 
 impl Lockfile {
     /// Claims the lockfile of `target`, waiting up to [`LOCKFILE_WAIT`].
-    pub fn acquire(target: &Path) -> io::Result<Lockfile> {
+    pub(crate) fn acquire(target: &Path) -> io::Result<Lockfile> {
         Self::acquire_within(target, LOCKFILE_WAIT)
     }
 
     /// Claims the lockfile of `target`, waiting up to `wait`.
-    pub fn acquire_within(target: &Path, wait: Duration) -> io::Result<Lockfile> {
+    pub(crate) fn acquire_within(target: &Path, wait: Duration) -> io::Result<Lockfile> {
         let path = lockfile_path(target);
         let deadline = Instant::now() + wait;
         loop {
@@ -83,7 +83,8 @@ impl Lockfile {
     }
 
     /// The lockfile's path.
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -35,7 +35,7 @@ fn migration_id(session_id: &str, n: usize, attempt: u32) -> String {
 
 /// What a migration changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Migrated {
+pub(crate) struct Migrated {
     pub from_version: u64,
     pub bytes: Vec<u8>,
 }
@@ -83,7 +83,7 @@ fn split_lines(text: &str) -> Vec<Line<'_>> {
 /// Migrates a whole session file to the current version. `None` when the
 /// file is already current (or has no header, or is not UTF-8: such files
 /// are never rewritten).
-pub fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
+pub(crate) fn migrate_file(bytes: &[u8]) -> Option<Migrated> {
     let (bom, body) = match bytes.strip_prefix(b"\xEF\xBB\xBF".as_slice()) {
         Some(rest) => (true, rest),
         None => (false, bytes),

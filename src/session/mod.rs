@@ -2,44 +2,75 @@
 //! leaf, context reconstruction, persistence, size controls and blobs,
 //! storage, discovery and prompt history.
 
-pub mod append;
-pub mod artifacts;
+pub(crate) mod append;
+pub(crate) mod artifacts;
 pub mod batch;
-pub mod blobrefs;
-pub mod blobs;
-pub mod check;
-pub mod context;
-pub mod diff;
-pub mod discovery;
-pub mod error;
-pub mod format;
+pub(crate) mod blobrefs;
+pub(crate) mod blobs;
+pub(crate) mod check;
+pub(crate) mod context;
+pub(crate) mod diff;
+pub(crate) mod discovery;
+pub(crate) mod error;
+pub(crate) mod format;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gc;
-pub mod history;
-pub mod ids;
-pub mod index;
-pub mod index_store;
+pub(crate) mod history;
+pub(crate) mod ids;
+pub(crate) mod index;
+pub(crate) mod index_store;
 pub mod json;
 pub mod labels;
-pub mod loader;
-pub mod lockfile;
-pub mod manager;
-pub mod migration;
-pub mod paths;
-pub mod persistence;
-pub mod pg;
+pub(crate) mod loader;
+pub(crate) mod lockfile;
+pub(crate) mod manager;
+pub(crate) mod migration;
+pub(crate) mod paths;
+pub(crate) mod persistence;
+pub(crate) mod pg;
 pub mod relocate;
-pub mod render;
-pub mod resume;
-pub mod sizecontrol;
-pub mod stats;
-pub mod storage;
-pub mod svg;
-pub mod time;
+pub(crate) mod render;
+pub(crate) mod resume;
+pub(crate) mod sizecontrol;
+pub(crate) mod stats;
+pub(crate) mod storage;
+pub(crate) mod svg;
+pub(crate) mod time;
 
-pub use context::{Context, LeafSel};
+// The engine's public API (`docs/engine.md`, "Public surface"): the
+// modules are private; what the adapters, the tests and other programs
+// use is re-exported here. Families of functions whose names need their
+// module (`gc::plan`, `labels::render`, `json::pretty`) stay in a public
+// module of their own.
+pub use append::{parse_new_entry, parse_new_entry_json, NewEntry};
+pub use blobrefs::contains_ref_prefix;
+pub use blobs::{sha256_hex, BlobStore};
+pub use check::{Checker, Problem, ProblemKind};
+pub use context::{Context, ContextFold, LeafSel};
+pub use diff::{branch_diff, common_ancestor};
+pub use discovery::{
+    is_session_item, link_stays_inside, list_all, list_all_with_progress, list_sessions,
+    most_recent_session, project_cwd, project_dirs, recent_sessions, resolve_session,
+    session_files, session_files_in, SessionInfo,
+};
 pub use error::{Error, Result};
-pub use manager::{OpenOptions, Refresh, Session};
-pub use storage::{FileStorage, MemoryStorage, Storage};
+pub use format::{EntryKind, Facts, Id};
+pub use history::{HistoryEntry, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT};
+pub use ids::random_hex;
+pub use index::{EntryMeta, TreeIndex, TreeRow};
+pub use index_store::{pretty_context_variant, IndexStore};
+pub use manager::{LoadReport, OpenOptions, Refresh, Session};
+pub use paths::{session_id_from_file_name, AgentDir};
+pub use persistence::{atomic_write, clean_stale_temps, is_our_temp_name};
+pub use pg::{PgStorage, PgUrl};
+pub use render::{entry_images, entry_text, entry_value, Image, Renderer};
+pub use resume::{continue_recent, current_terminal_id, read_breadcrumb, write_breadcrumb};
+pub use stats::{number as format_number, StatsTable, Totals};
+pub use storage::{
+    AppendWriter, DirItem, FaultOp, FileStat, FileStorage, LockGuard, MemoryStorage, Ownership,
+    RandomRead, Storage,
+};
+pub use svg::render_tree;
+pub use time::{format_iso_ms, now_iso, parse_iso_ms};

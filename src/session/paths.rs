@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// Environment variable that overrides the agent directory (the reference's
 /// name).
-pub const AGENT_DIR_ENV: &str = "PI_CODING_AGENT_DIR";
+pub(crate) const AGENT_DIR_ENV: &str = "PI_CODING_AGENT_DIR";
 
 /// The agent directory and the paths below it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl AgentDir {
 
 /// `--<cwd-encoded>--`: one leading `/` or `\` removed, then every `/`, `\`
 /// and `:` replaced by `-`.
-pub fn encode_cwd(cwd: &str) -> String {
+pub(crate) fn encode_cwd(cwd: &str) -> String {
     let trimmed = cwd
         .strip_prefix('/')
         .or_else(|| cwd.strip_prefix('\\'))
@@ -78,7 +78,7 @@ pub fn encode_cwd(cwd: &str) -> String {
 
 /// `<timestamp>_<sessionId>.jsonl` where the timestamp is the ISO instant
 /// with `:` and `.` replaced by `-`.
-pub fn session_file_name(iso_timestamp: &str, session_id: &str) -> String {
+pub(crate) fn session_file_name(iso_timestamp: &str, session_id: &str) -> String {
     let ts: String = iso_timestamp
         .chars()
         .map(|c| if matches!(c, ':' | '.') { '-' } else { c })
@@ -95,7 +95,7 @@ pub fn session_id_from_file_name(name: &str) -> Option<&str> {
 }
 
 /// The artifacts directory of a session file: its path without `.jsonl`.
-pub fn artifacts_dir(session_file: &Path) -> PathBuf {
+pub(crate) fn artifacts_dir(session_file: &Path) -> PathBuf {
     session_file.with_extension("")
 }
 

@@ -12,7 +12,7 @@ use crate::session::storage::Storage;
 
 /// The temp-file name used next to `target` for an atomic rewrite:
 /// `.<name>.<random>.tmp` in the same directory.
-pub fn temp_path_for(target: &Path) -> PathBuf {
+pub(crate) fn temp_path_for(target: &Path) -> PathBuf {
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -21,7 +21,8 @@ pub fn temp_path_for(target: &Path) -> PathBuf {
 }
 
 /// True when `name` looks like one of our temp files for `target_name`.
-pub fn is_temp_name_for(name: &str, target_name: &str) -> bool {
+#[cfg(test)]
+fn is_temp_name_for(name: &str, target_name: &str) -> bool {
     name.strip_prefix('.')
         .and_then(|rest| rest.strip_prefix(target_name))
         .and_then(|rest| rest.strip_prefix('.'))
@@ -41,6 +42,7 @@ pub fn atomic_write(storage: &dyn Storage, target: &Path, data: &[u8]) -> Result
 /// (a database row, `docs/team.md`) checks the size in the same step and
 /// reports a miss as [`Error::Conflict`]; on a real file the caller checks
 /// under its lock and the temp file and rename follow.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // `crate::testing`
 pub fn atomic_write_expecting(
     storage: &dyn Storage,
     target: &Path,
@@ -91,7 +93,7 @@ pub fn atomic_write_expecting(
 
 /// When this process started (from `/proc`; the first call's time where
 /// `/proc` is unavailable).
-pub fn process_start() -> SystemTime {
+pub(crate) fn process_start() -> SystemTime {
     static START: OnceLock<SystemTime> = OnceLock::new();
     *START.get_or_init(|| proc_start_time().unwrap_or_else(SystemTime::now))
 }
@@ -115,12 +117,12 @@ fn proc_start_time() -> Option<SystemTime> {
 }
 
 /// Temp files younger than this are never removed, whatever their owner.
-pub const STALE_TEMP_MIN_AGE: Duration = Duration::from_secs(60);
+pub(crate) const STALE_TEMP_MIN_AGE: Duration = Duration::from_secs(60);
 
 /// Removes our own stale temp files (`.<name>.<12 hex>.tmp`, left by a crash
 /// during an atomic rewrite) from `dir`: only those whose target is a
 /// `.jsonl` file or a blob, only when older than this process and at least
-/// [`STALE_TEMP_MIN_AGE`]. Returns how many were removed.
+/// `STALE_TEMP_MIN_AGE`. Returns how many were removed.
 pub fn clean_stale_temps(storage: &dyn Storage, dir: &Path) -> usize {
     let Ok(items) = storage.list(dir) else {
         return 0;

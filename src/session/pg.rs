@@ -51,7 +51,7 @@ use crate::session::storage::{
 };
 
 /// The reference's table name.
-pub const DEFAULT_TABLE: &str = "omp_session_files";
+pub(crate) const DEFAULT_TABLE: &str = "omp_session_files";
 
 /// How many rows are mirrored locally at most (the least recently used
 /// mirror is dropped first).
@@ -97,7 +97,7 @@ impl fmt::Debug for PgUrl {
 }
 
 /// True for a table name the reference accepts (it is inlined in SQL).
-pub fn valid_table_name(name: &str) -> bool {
+pub(crate) fn valid_table_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')

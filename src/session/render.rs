@@ -19,13 +19,13 @@ use crate::session::Session;
 
 /// A tool result longer than this many bytes (or lines) is cut in the
 /// Markdown renderings, with a note; `text` keeps all of it.
-pub const TOOL_RESULT_MAX_BYTES: usize = 2000;
+pub(crate) const TOOL_RESULT_MAX_BYTES: usize = 2000;
 /// See [`TOOL_RESULT_MAX_BYTES`].
-pub const TOOL_RESULT_MAX_LINES: usize = 40;
+pub(crate) const TOOL_RESULT_MAX_LINES: usize = 40;
 
 /// Where an image of an entry is linked from a rendering: called with the
 /// entry id and the image's file name (`1.png`).
-pub type ImageLink<'a> = &'a dyn Fn(&str, &str) -> String;
+pub(crate) type ImageLink<'a> = &'a dyn Fn(&str, &str) -> String;
 
 /// An image of an entry, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct Image {
 }
 
 /// The file extension of an image MIME type.
-pub fn image_extension(mime: &str) -> &'static str {
+pub(crate) fn image_extension(mime: &str) -> &'static str {
     match mime.to_ascii_lowercase().as_str() {
         "image/png" => "png",
         "image/jpeg" | "image/jpg" => "jpg",
@@ -99,7 +99,7 @@ fn repair_surrogates(text: &str) -> String {
 }
 
 /// Parses JSON text into a value, lone-surrogate escapes shown as U+FFFD.
-pub fn lenient_value(text: &str) -> Result<Value> {
+pub(crate) fn lenient_value(text: &str) -> Result<Value> {
     match serde_json::from_str(text) {
         Ok(v) => Ok(v),
         Err(_) => serde_json::from_str(&repair_surrogates(text))
@@ -540,7 +540,7 @@ fn push_block_text(out: &mut String, text: &str) {
 /// The entries of the context at `leaf` (docs/engine.md, context): the
 /// latest compaction on the path, if any, and the message-carrying entries
 /// shown after it (the ones it kept, then the ones after it).
-pub fn context_selection(s: &Session, leaf: u32) -> (Option<u32>, Vec<u32>) {
+pub(crate) fn context_selection(s: &Session, leaf: u32) -> (Option<u32>, Vec<u32>) {
     let index = s.index();
     let path = index.path_to(leaf);
     let carries = |i: &u32| {

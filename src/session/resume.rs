@@ -30,13 +30,13 @@ fn sanitize(id: &str) -> String {
 }
 
 /// The terminal id from the tty name of stdin (`/dev/pts/3` → `pts-3`).
-pub fn terminal_id_from_tty(tty: &str) -> Option<String> {
+pub(crate) fn terminal_id_from_tty(tty: &str) -> Option<String> {
     let rest = tty.strip_prefix("/dev/")?;
     (!rest.is_empty()).then(|| sanitize(rest))
 }
 
 /// The terminal id from environment variables, in the reference's order.
-pub fn terminal_id_from_env(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+pub(crate) fn terminal_id_from_env(get: impl Fn(&str) -> Option<String>) -> Option<String> {
     [
         ("KITTY_WINDOW_ID", "kitty-"),
         ("TMUX_PANE", "tmux-"),

@@ -39,19 +39,19 @@
 use serde_json::{Map, Value};
 
 /// Longest string, in UTF-16 code units, that is persisted as is.
-pub const MAX_PERSIST_CHARS: usize = 500_000;
+pub(crate) const MAX_PERSIST_CHARS: usize = 500_000;
 
 /// Appended to every string cut by the size controls.
-pub const TRUNCATION_NOTICE: &str = "\n\n[Session persistence truncated large content]";
+pub(crate) const TRUNCATION_NOTICE: &str = "\n\n[Session persistence truncated large content]";
 
 /// Length of [`TRUNCATION_NOTICE`] in UTF-16 code units (it is ASCII, so
 /// this is its byte length).
-pub const TRUNCATION_NOTICE_UNITS: usize = TRUNCATION_NOTICE.len();
+pub(crate) const TRUNCATION_NOTICE_UNITS: usize = TRUNCATION_NOTICE.len();
 
 const _: () = assert!(TRUNCATION_NOTICE_UNITS == 47);
 
 /// Keys dropped from every object before persisting.
-pub const TRANSIENT_KEYS: [&str; 2] = ["partialJson", "jsonlEvents"];
+pub(crate) const TRANSIENT_KEYS: [&str; 2] = ["partialJson", "jsonlEvents"];
 
 /// UTF-16 contribution of one UTF-8 byte: lead bytes count 1, the lead byte
 /// of a 4-byte sequence (a non-BMP character, a surrogate pair in UTF-16)
@@ -62,7 +62,7 @@ fn utf16_units_of_byte(b: u8) -> usize {
 }
 
 /// Length of `s` in UTF-16 code units (JavaScript's `string.length`).
-pub fn utf16_len(s: &str) -> usize {
+pub(crate) fn utf16_len(s: &str) -> usize {
     s.bytes().map(utf16_units_of_byte).sum()
 }
 
@@ -97,7 +97,7 @@ fn utf16_prefix(s: &str, max_units: usize) -> (usize, usize) {
 /// One pass over at most the whole string, no per-character allocation; a
 /// string of at most `max_units` bytes returns at once (UTF-16 units never
 /// exceed UTF-8 bytes).
-pub fn truncate_utf16(s: &str, max_units: usize) -> Option<String> {
+pub(crate) fn truncate_utf16(s: &str, max_units: usize) -> Option<String> {
     if s.len() <= max_units {
         return None;
     }
@@ -116,22 +116,23 @@ pub fn truncate_utf16(s: &str, max_units: usize) -> Option<String> {
 }
 
 /// [`truncate_utf16`] at [`MAX_PERSIST_CHARS`].
-pub fn truncate_for_persistence(s: &str) -> Option<String> {
+pub(crate) fn truncate_for_persistence(s: &str) -> Option<String> {
     truncate_utf16(s, MAX_PERSIST_CHARS)
 }
 
 /// JavaScript's `content.split("\n").length`: the number of `\n` plus one.
-pub fn line_count(content: &str) -> usize {
+pub(crate) fn line_count(content: &str) -> usize {
     content.bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// Keys whose string values are signatures: never cut.
-pub const SIGNATURE_KEYS: [&str; 3] = ["thinkingSignature", "thoughtSignature", "textSignature"];
+pub(crate) const SIGNATURE_KEYS: [&str; 3] =
+    ["thinkingSignature", "thoughtSignature", "textSignature"];
 
 /// True for an object that is persisted whole, untouched (see the module
 /// docs): a signed or encrypted block, or Anthropic compaction state. `key`
 /// is the member name the object is the value of (or an element of).
-pub fn is_verbatim_block(map: &Map<String, Value>, key: Option<&str>) -> bool {
+pub(crate) fn is_verbatim_block(map: &Map<String, Value>, key: Option<&str>) -> bool {
     let non_empty = |k: &str| {
         map.get(k)
             .and_then(Value::as_str)
@@ -152,7 +153,7 @@ pub fn is_verbatim_block(map: &Map<String, Value>, key: Option<&str>) -> bool {
 /// Applies the size controls to `value` in place (see the module docs):
 /// truncates long strings, drops `partialJson` / `jsonlEvents`, and recomputes
 /// `lineCount` of changed objects. Returns true when anything changed.
-pub fn apply_size_controls(value: &mut Value) -> bool {
+pub(crate) fn apply_size_controls(value: &mut Value) -> bool {
     apply_under(value, None)
 }
 

@@ -51,7 +51,7 @@ pub fn format_iso_ms(ms: i64) -> String {
 }
 
 /// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

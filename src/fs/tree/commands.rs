@@ -50,7 +50,7 @@ impl Tree {
     }
 
     /// One write to a `labels` file opened with `O_TRUNC` (see
-    /// [`LabelTable`]): its complete lines are checked and kept for the
+    /// `LabelTable`): its complete lines are checked and kept for the
     /// close; a bad one fails the write and the whole table.
     pub fn write_labels_table(
         &self,

@@ -88,7 +88,7 @@ impl Tree {
         is_dir: bool,
         is_symlink: bool,
     ) -> bool {
-        discovery::is_session_item(
+        crate::session::is_session_item(
             &*self.storage,
             dir,
             name,

@@ -45,19 +45,19 @@ use crate::fs::layout::{
     escape_name, unescape_name, EntryFile, Node, NodeType, SessionFile, SessionKey, Unescaped, View,
 };
 use crate::fs::views::{self, CwdChild};
-use crate::session::append::NewEntry;
-use crate::session::blobs::BlobStore;
-use crate::session::check::Checker;
-use crate::session::discovery::{self, link_stays_inside, project_cwd, project_dirs};
-use crate::session::error::{Error, Result};
-use crate::session::index::TreeIndex;
-use crate::session::index_store::{pretty_context_variant, IndexStore};
 use crate::session::json::{pretty, pretty_append};
-use crate::session::paths::{session_id_from_file_name, AgentDir};
-use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
-use crate::session::storage::{FileStat, FileStorage, Storage};
-use crate::session::time::now_iso;
+use crate::session::now_iso;
+use crate::session::BlobStore;
+use crate::session::Checker;
+use crate::session::NewEntry;
+use crate::session::TreeIndex;
 use crate::session::{batch, labels};
+use crate::session::{clean_stale_temps, is_our_temp_name};
+use crate::session::{link_stays_inside, project_cwd, project_dirs};
+use crate::session::{pretty_context_variant, IndexStore};
+use crate::session::{session_id_from_file_name, AgentDir};
+use crate::session::{Error, Result};
+use crate::session::{FileStat, FileStorage, Storage};
 use crate::session::{LeafSel, OpenOptions, Refresh, Session};
 
 /// What the kernel may have cached that changed (sent to the watcher).

@@ -485,7 +485,7 @@ pub(super) fn render_session_file(
                 }
             }
             buf.push(b'\n');
-            if !crate::session::blobrefs::contains_ref_prefix(json.as_bytes()) {
+            if !crate::session::contains_ref_prefix(json.as_bytes()) {
                 if let Some(mut keep) = s.stored_context_writer() {
                     use std::io::Write;
                     if keep.write_all(&buf).is_ok() {

@@ -27,7 +27,3 @@ pub(crate) use scan::agree as scanner_agrees_with_serde;
 pub use scan::{
     as_text, is_valid_json, last_member, object_members, scan_object, Member, ObjectScan, Span,
 };
-
-/// Maximum nesting depth of a line (serde_json's recursion limit). Deeper
-/// lines are rejected as unreadable.
-pub const MAX_DEPTH: usize = 128;

@@ -559,7 +559,7 @@ impl<'a> Scanner<'a> {
 }
 
 /// Scans `text` as one JSON object, accepting exactly what
-/// [`RawObject::parse`] accepts. Records the top-level members in `top`
+/// `RawObject::parse` accepts. Records the top-level members in `top`
 /// and, for the last member whose key is `nested_key` and whose value is an
 /// object, that object's members in `nested`. Both are cleared first.
 pub fn scan_object(

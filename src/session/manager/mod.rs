@@ -45,7 +45,7 @@ mod read;
 mod rewrite;
 mod writes;
 
-pub use crate::session::index::TreeRow;
+pub(crate) use crate::session::index::TreeRow;
 
 use journal::Journal;
 

@@ -246,7 +246,7 @@ impl Session {
     }
 
     /// Extends a context built at an earlier leaf to the current leaf (see
-    /// [`crate::session::context::extend_context`]); `None` when it must be
+    /// `crate::session::context::extend_context`); `None` when it must be
     /// built again.
     pub fn extend_context(&self, fold: &ContextFold) -> Result<Option<Extension>> {
         match self.leaf {

@@ -169,7 +169,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>>;
     /// Takes the write locks of an existing file: for the real filesystem
     /// the reference's lockfile `.<name>.lock` (see
-    /// [`crate::session::lockfile`]) and then an exclusive `flock` on the
+    /// `crate::session::lockfile`) and then an exclusive `flock` on the
     /// file, in that order everywhere.
     fn lock(&self, path: &Path) -> io::Result<LockGuard>;
     /// Opens a file for random-access reads.

@@ -10,8 +10,8 @@ use crate::common::fuse;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sessionfs::session::check::{Checker, ProblemKind};
-use sessionfs::session::storage::FileStorage;
+use sessionfs::session::FileStorage;
+use sessionfs::session::{Checker, ProblemKind};
 
 const PROJECT: &str = "--work-check--";
 

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
-use sessionfs::session::paths::AgentDir;
+use sessionfs::session::AgentDir;
 
 fn sha(bytes: &[u8]) -> String {
-    sessionfs::session::blobs::sha256_hex(bytes)
+    sessionfs::session::sha256_hex(bytes)
 }
 
 fn run(agent: &Path, args: &[&str]) -> Output {

@@ -11,9 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sessionfs::session::storage::{
-    AppendWriter, DirItem, FileStat, LockGuard, RandomRead, Storage,
-};
+use sessionfs::session::{AppendWriter, DirItem, FileStat, LockGuard, RandomRead, Storage};
 
 /// Writes `sessions/<project>/<stem>.jsonl` under the agent dir `root`
 /// holding `text`; its path.

@@ -8,11 +8,11 @@ pub mod pg;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sessionfs::session::blobs::BlobStore;
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::pg::{PgStorage, PgUrl};
-use sessionfs::session::storage::{FileStorage, MemoryStorage, Storage};
+use sessionfs::session::AgentDir;
+use sessionfs::session::BlobStore;
+use sessionfs::session::{FileStorage, MemoryStorage, Storage};
 use sessionfs::session::{OpenOptions, Session};
+use sessionfs::session::{PgStorage, PgUrl};
 
 /// The repository's `fixtures/` directory.
 pub fn fixtures() -> PathBuf {

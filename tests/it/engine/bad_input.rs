@@ -6,9 +6,9 @@ use crate::common;
 
 use common::{empty_env, Backend};
 use serde_json::json;
-use sessionfs::session::append::{parse_new_entry, parse_new_entry_json};
-use sessionfs::session::manager::OpenOptions;
-use sessionfs::session::{blobs::BlobStore, Error, Session};
+use sessionfs::session::OpenOptions;
+use sessionfs::session::{parse_new_entry, parse_new_entry_json};
+use sessionfs::session::{BlobStore, Error, Session};
 
 const H: &str =
     r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;

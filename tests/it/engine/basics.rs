@@ -5,7 +5,7 @@ use crate::common;
 
 use common::{empty_env, js_json, Backend, BACKENDS};
 use serde_json::json;
-use sessionfs::session::append::parse_new_entry;
+use sessionfs::session::parse_new_entry;
 use sessionfs::session::{Error, LeafSel, Session};
 
 fn user(text: &str) -> serde_json::Value {
@@ -163,9 +163,9 @@ fn parsed_entries_from_scripts_append_with_validation() {
 
 mod incremental_context {
     use proptest::prelude::*;
-    use sessionfs::session::manager::OpenOptions;
-    use sessionfs::session::storage::{MemoryStorage, Storage};
+    use sessionfs::session::OpenOptions;
     use sessionfs::session::Session;
+    use sessionfs::session::{MemoryStorage, Storage};
     use std::sync::Arc;
 
     const HEADER: &str = r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;

@@ -10,11 +10,11 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use sessionfs::session::blobs::sha256_hex;
-use sessionfs::session::context::LeafSel;
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::sha256_hex;
+use sessionfs::session::AgentDir;
+use sessionfs::session::LeafSel;
 use sessionfs::session::Session;
+use sessionfs::session::{FileStorage, Storage};
 
 /// One generated session: its number, format version and lines.
 struct Case {

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use common::{empty_env, fixture_env, Env, BACKENDS};
 use serde_json::json;
-use sessionfs::session::discovery::{
+use sessionfs::session::{continue_recent, read_breadcrumb, write_breadcrumb};
+use sessionfs::session::{
     list_all, list_sessions, most_recent_session, recent_sessions, resolve_session,
 };
-use sessionfs::session::resume::{continue_recent, read_breadcrumb, write_breadcrumb};
 use sessionfs::session::{Error, Session};
 
 fn put(env: &Env, dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

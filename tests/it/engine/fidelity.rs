@@ -10,14 +10,14 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::{json, Value};
-use sessionfs::session::append::parse_new_entry;
-use sessionfs::session::blobs::sha256_hex;
-use sessionfs::session::context::LeafSel;
-use sessionfs::session::discovery::{list_sessions, most_recent_session, recent_sessions};
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::resume::continue_recent;
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::continue_recent;
+use sessionfs::session::parse_new_entry;
+use sessionfs::session::sha256_hex;
+use sessionfs::session::AgentDir;
+use sessionfs::session::LeafSel;
 use sessionfs::session::Session;
+use sessionfs::session::{list_sessions, most_recent_session, recent_sessions};
+use sessionfs::session::{FileStorage, Storage};
 
 const HEADER: &str = r#"{"type":"session","version":3,"id":"fid-1","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/w"}"#;
 

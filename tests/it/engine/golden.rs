@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{fixture_env, js_json, session_files, Backend, BACKENDS};
-use sessionfs::session::context::LeafSel;
+use sessionfs::session::LeafSel;
 use sessionfs::session::Session;
 
 fn check_corpus(backend: Backend) {

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Barrier};
 
 use rusqlite::Connection;
-use sessionfs::session::history::{HistoryEntry, HistoryStore, MAX_LIMIT};
+use sessionfs::session::{HistoryEntry, HistoryStore, HISTORY_MAX_LIMIT as MAX_LIMIT};
 
 fn temp_db() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");

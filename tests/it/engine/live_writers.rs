@@ -15,8 +15,8 @@ use common::live::{
     lockfile, plain_append, small_session_text, write_session, BeforeEachWrite, Intercept,
     Intercepted,
 };
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::storage::{AppendWriter, FileStorage, Storage};
+use sessionfs::session::AgentDir;
+use sessionfs::session::{AppendWriter, FileStorage, Storage};
 use sessionfs::session::{Error, Refresh, Session};
 
 const PROJECT: &str = "--work-live--";

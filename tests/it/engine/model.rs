@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::storage::{MemoryStorage, Storage};
-use sessionfs::session::time::parse_iso_ms;
+use sessionfs::session::parse_iso_ms;
+use sessionfs::session::AgentDir;
 use sessionfs::session::{LeafSel, Session};
+use sessionfs::session::{MemoryStorage, Storage};
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -10,8 +10,8 @@ use std::path::Path;
 use common::live::{flock_append, Intercept, Intercepted};
 use common::{empty_env, js_json, Backend, BACKENDS};
 use serde_json::json;
-use sessionfs::session::storage::{FaultOp, Storage};
 use sessionfs::session::{Error, Session};
+use sessionfs::session::{FaultOp, Storage};
 
 fn user(text: &str) -> serde_json::Value {
     json!({"role":"user","content":text,"timestamp":1})
@@ -551,15 +551,13 @@ fn a_read_only_migrated_session_reloads_when_its_file_changes() {
             "\n",
         );
         env.storage.write(&path, v1.as_bytes()).unwrap();
-        let options = sessionfs::session::manager::OpenOptions {
+        let options = sessionfs::session::OpenOptions {
             read_only: true,
             ..Default::default()
         };
         let open = || {
-            let blobs = sessionfs::session::blobs::BlobStore::new(
-                env.storage.clone(),
-                env.agent.blobs_dir(),
-            );
+            let blobs =
+                sessionfs::session::BlobStore::new(env.storage.clone(), env.agent.blobs_dir());
             Session::open(env.storage.clone(), Some(blobs), &path, &options).unwrap()
         };
         let mut s = open();

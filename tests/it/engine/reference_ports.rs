@@ -16,10 +16,10 @@
 use crate::common;
 
 use serde_json::{json, Value};
-use sessionfs::session::context::LeafSel;
-use sessionfs::session::format::EntryKind;
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::EntryKind;
+use sessionfs::session::LeafSel;
 use sessionfs::session::Session;
+use sessionfs::session::{FileStorage, Storage};
 
 const BUILD_CONTEXT: &str = "test/session-manager/build-context.test.ts";
 const SESSION_CONTEXT: &str = "test/session/session-context.test.ts";
@@ -630,7 +630,7 @@ fn tree_traversal_cases() {
 fn create_branched_session_cases() {
     let t = TREE;
     let tmp = tempfile::tempdir().unwrap();
-    let agent = sessionfs::session::paths::AgentDir::new(tmp.path());
+    let agent = sessionfs::session::AgentDir::new(tmp.path());
     let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(FileStorage::new());
     let mut s = Session::create(storage.clone(), &agent, "/tmp").unwrap();
     // "createBranchedSession > throws for non-existent entry"
@@ -714,7 +714,7 @@ fn migration_cases() {
 fn signature_persistence_cases() {
     let sig = SIGNATURES;
     let tmp = tempfile::tempdir().unwrap();
-    let agent = sessionfs::session::paths::AgentDir::new(tmp.path());
+    let agent = sessionfs::session::AgentDir::new(tmp.path());
     let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(FileStorage::new());
 
     // "SessionManager signature persistence > externalizes provider image
@@ -731,7 +731,7 @@ fn signature_persistence_cases() {
         .append_message(json!({"role": "user", "content": "look at this", "providerPayload": payload, "timestamp": 1}))
         .unwrap();
     s.append_message(assistant("done")).unwrap();
-    let hash = sessionfs::session::blobs::sha256_hex(large_url.as_bytes());
+    let hash = sessionfs::session::sha256_hex(large_url.as_bytes());
     assert_eq!(
         std::fs::read_to_string(agent.blobs_dir().join(&hash)).unwrap(),
         large_url,

@@ -8,9 +8,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use common::{empty_env, Backend};
-use sessionfs::session::discovery::{list_all, project_dirs, session_files};
-use sessionfs::session::loader::load_bytes;
 use sessionfs::session::Session;
+use sessionfs::session::{list_all, project_dirs, session_files};
 
 fn set_mtime(path: &Path, t: SystemTime) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
@@ -107,7 +106,7 @@ fn deep_nesting_loads_losslessly_but_is_rejected_as_input() {
         "[".repeat(200),
         "]".repeat(200)
     );
-    let err = sessionfs::cli::edit::parse_entries(input.as_bytes()).unwrap_err();
+    let err = sessionfs::testing::parse_entries(input.as_bytes()).unwrap_err();
     assert!(
         matches!(err, sessionfs::session::Error::Invalid(_)),
         "{err}"
@@ -115,20 +114,6 @@ fn deep_nesting_loads_losslessly_but_is_rejected_as_input() {
     assert!(s
         .append_custom("x", Some(serde_json::json!([[[1]]])))
         .is_ok());
-}
-
-#[test]
-fn over_long_lines_are_skipped_not_buffered() {
-    let ok = r#"{"type":"custom","id":"ok","parentId":null,"customType":"x"}"#;
-    let long = format!(
-        r#"{{"type":"custom","id":"l","parentId":null,"customType":"x","data":"{}"}}"#,
-        "x".repeat(4096)
-    );
-    let text = format!("{HEADER}\n{long}\n{ok}\n");
-    let l = load_bytes(std::path::Path::new("f.jsonl"), text.as_bytes(), 1024).unwrap();
-    assert_eq!(l.entries.len(), 1);
-    assert_eq!(&*l.entries[0].entry.id, "ok");
-    assert_eq!(l.oversized, 1);
 }
 
 #[test]

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use common::live::{BeforeEachWrite, Intercept, Intercepted};
 use common::{pg, pg_storage};
 use serde_json::{json, Value};
-use sessionfs::session::blobs::BlobStore;
-use sessionfs::session::discovery::list_all;
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::pg::PgStorage;
-use sessionfs::session::storage::{AppendWriter, Storage};
+use sessionfs::session::list_all;
+use sessionfs::session::AgentDir;
+use sessionfs::session::BlobStore;
+use sessionfs::session::PgStorage;
+use sessionfs::session::{AppendWriter, Storage};
 use sessionfs::session::{Error, Session};
 
 fn user(text: &str) -> Value {
@@ -155,11 +155,8 @@ fn raced_append_is_indexed_and_retried(layout: &str) {
         pg::server().unwrap().conn(),
         env.pg.table()
     );
-    let other = PgStorage::connect(
-        &sessionfs::session::pg::PgUrl::parse(&url).unwrap(),
-        &env.agent,
-    )
-    .unwrap();
+    let other =
+        PgStorage::connect(&sessionfs::session::PgUrl::parse(&url).unwrap(), &env.agent).unwrap();
     let armed = Arc::new(AtomicBool::new(false));
     let storage: Arc<dyn Storage> = Arc::new(Intercepted {
         inner: Arc::new(env.pg.clone()),
@@ -255,13 +252,8 @@ fn a_rewrite_after_another_writers_append_is_a_conflict() {
         path.to_str().unwrap(),
         &outside_line("o"),
     );
-    let err = sessionfs::session::persistence::atomic_write_expecting(
-        &*env.storage,
-        &path,
-        b"{}\n",
-        Some(n),
-    )
-    .unwrap_err();
+    let err = sessionfs::testing::atomic_write_expecting(&*env.storage, &path, b"{}\n", Some(n))
+        .unwrap_err();
     assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
     let after = env.storage.read(&path).unwrap();
     assert!(after.starts_with(&before) && after.len() > before.len());
@@ -280,7 +272,7 @@ fn a_prefix_shows_rows_as_projects_and_sessions() {
     let agent = AgentDir::new(tmp.path());
     let table = server.fresh_table();
     let url = format!("{}&table={table}&prefix=/srv/ns/alice", server.conn());
-    let parsed = sessionfs::session::pg::PgUrl::parse(&url).unwrap();
+    let parsed = sessionfs::session::PgUrl::parse(&url).unwrap();
     let pg = PgStorage::connect(&parsed, &agent).unwrap();
     let mut c = server.client();
     let header = "{\"type\":\"session\",\"version\":3,\"id\":\"0123456789abcdef\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/home/alice/proj\"}\n";
@@ -340,14 +332,14 @@ fn blobs_come_from_the_table_first_then_the_local_directory() {
         "not written locally"
     );
     // A blob only this machine has still resolves.
-    let local = sessionfs::session::blobs::sha256_hex(b"local only");
+    let local = sessionfs::session::sha256_hex(b"local only");
     std::fs::create_dir_all(env.agent.blobs_dir()).unwrap();
     std::fs::write(env.agent.blobs_dir().join(&local), b"local only").unwrap();
     assert_eq!(store.get(&local).unwrap().unwrap(), b"local only");
     // The table wins over a local file of the same name.
     std::fs::write(env.agent.blobs_dir().join(&hex), b"stale copy").unwrap();
     assert_eq!(store.get(&hex).unwrap().unwrap(), b"shared image");
-    let missing = sessionfs::session::blobs::sha256_hex(b"nowhere");
+    let missing = sessionfs::session::sha256_hex(b"nowhere");
     assert_eq!(store.get(&missing).unwrap(), None);
 }
 
@@ -513,8 +505,7 @@ fn namespaces_are_told_apart_from_projects() {
     let agent = AgentDir::new(tmp.path());
     let table = server.fresh_table();
     let url = format!("{}&table={table}&prefix=/srv/ns/", server.conn());
-    let pg =
-        PgStorage::connect(&sessionfs::session::pg::PgUrl::parse(&url).unwrap(), &agent).unwrap();
+    let pg = PgStorage::connect(&sessionfs::session::PgUrl::parse(&url).unwrap(), &agent).unwrap();
     let mut c = server.client();
     assert!(!pg.namespaced().unwrap(), "an empty prefix holds projects");
     reference_append(&mut c, &table, "/srv/ns/alice/--p--/s.jsonl", "{}\n");
@@ -523,8 +514,7 @@ fn namespaces_are_told_apart_from_projects() {
     // A session's artifact rows below a project do not make namespaces.
     let other = server.fresh_table();
     let url = format!("{}&table={other}&prefix=/srv/one/", server.conn());
-    let pg =
-        PgStorage::connect(&sessionfs::session::pg::PgUrl::parse(&url).unwrap(), &agent).unwrap();
+    let pg = PgStorage::connect(&sessionfs::session::PgUrl::parse(&url).unwrap(), &agent).unwrap();
     reference_append(&mut c, &other, "/srv/one/--p--/s.jsonl", "{}\n");
     reference_append(&mut c, &other, "/srv/one/--p--/s/sub.jsonl", "{}\n");
     assert!(!pg.namespaced().unwrap());

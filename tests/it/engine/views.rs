@@ -17,13 +17,13 @@ use std::sync::Arc;
 
 use common::{fixture_agent_dir, fixtures, js_json, session_files};
 use serde_json::Value;
-use sessionfs::fs::views::image_link;
-use sessionfs::session::blobs::BlobStore;
-use sessionfs::session::diff::{branch_diff, common_ancestor};
-use sessionfs::session::render::{entry_text, entry_value, Renderer};
-use sessionfs::session::stats::StatsTable;
-use sessionfs::session::storage::{FileStorage, Storage};
-use sessionfs::session::svg::render_tree;
+use sessionfs::fs::image_link;
+use sessionfs::session::render_tree;
+use sessionfs::session::BlobStore;
+use sessionfs::session::StatsTable;
+use sessionfs::session::{branch_diff, common_ancestor};
+use sessionfs::session::{entry_text, entry_value, Renderer};
+use sessionfs::session::{FileStorage, Storage};
 use sessionfs::session::{OpenOptions, Session};
 
 fn open(agent: &Path, file: &Path) -> Session {

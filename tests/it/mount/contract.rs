@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use fuse::{eventually, fuse_ok, sh, Mount};
 use serde_json::Value;
-use sessionfs::session::append::parse_new_entry_json;
 use sessionfs::session::batch;
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::parse_new_entry_json;
 use sessionfs::session::{Error, Session};
+use sessionfs::session::{FileStorage, Storage};
 
 const PROJECT: &str = "--work-api--";
 const ID: &str = "a1b2c3d4a1b2c3d4";

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use common::js_json;
 use fuse::{eventually, fuse_ok, sh, Mount};
 use serde_json::{json, Value};
-use sessionfs::session::blobs::BlobStore;
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::BlobStore;
+use sessionfs::session::{FileStorage, Storage};
 use sessionfs::session::{LeafSel, OpenOptions, Session};
 
 const PROJECT: &str = "--work-ctl--";

@@ -27,7 +27,7 @@ fn mount_lists_children_by_timestamp_and_resolves_nested_images() {
     let project = tmp.path().join("sessions/--w--");
     fs::create_dir_all(&project).unwrap();
     let blob = b"nested image bytes";
-    let hex = sessionfs::session::blobs::sha256_hex(blob);
+    let hex = sessionfs::session::sha256_hex(blob);
     fs::create_dir_all(tmp.path().join("blobs")).unwrap();
     fs::write(tmp.path().join("blobs").join(&hex), blob).unwrap();
     let user = |text: &str| format!(r#""message":{{"role":"user","content":"{text}"}}"#);

@@ -24,7 +24,7 @@ use common::live::{
     append_markers_until, assert_each_once, lockfile, small_session_text, write_session,
 };
 use fuse::{fuse_ok, Mount};
-use sessionfs::session::paths::AgentDir;
+use sessionfs::session::AgentDir;
 use sessionfs::session::{FileStorage, Session};
 
 const PROJECT: &str = "--work-live--";

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use common::pg;
 use fuse::{eventually, fuse_ok, sh, Mount};
 use serde_json::Value;
-use sessionfs::session::paths::AgentDir;
-use sessionfs::session::storage::Storage;
+use sessionfs::session::AgentDir;
+use sessionfs::session::Storage;
 
 const PROJECT: &str = "--work-team--";
 const STEM: &str = "2026-02-01T10-00-00-000Z_abcdabcdabcdabcd";

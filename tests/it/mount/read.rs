@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use common::{fixture_agent_dir, js_json, session_files};
 use fuse::{eventually, fuse_ok, sh, Mount};
-use sessionfs::fs::layout::escape_name;
+use sessionfs::fs::escape_name;
 use sessionfs::session::json::pretty;
 use sessionfs::session::{LeafSel, Session};
 

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use fuse::{fuse_ok, sh, Mount};
-use sessionfs::session::blobs::{sha256_hex, BlobStore};
-use sessionfs::session::storage::{FileStorage, Storage};
+use sessionfs::session::{sha256_hex, BlobStore};
 use sessionfs::session::{Error, OpenOptions, Session};
+use sessionfs::session::{FileStorage, Storage};
 
 const PROJECT: &str = "--work-sec--";
 const STEM: &str = "2026-02-01T10-00-00-000Z_5ec5ec5ec5ec5ec5";

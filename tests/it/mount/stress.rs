@@ -100,7 +100,7 @@ fn sigkill_during_appends_loses_no_acknowledged_entry() {
     assert_eq!(last["customType"], "after-remount");
     let s = Session::open_in(
         Arc::new(sessionfs::session::FileStorage::new()),
-        &sessionfs::session::paths::AgentDir::new(tmp.path()),
+        &sessionfs::session::AgentDir::new(tmp.path()),
         &file,
     )
     .unwrap();

@@ -15,12 +15,12 @@ use std::process::Command;
 
 use common::{fixture_agent_dir, session_files};
 use fuse::{fuse_ok, Mount};
-use sessionfs::fs::layout::escape_name;
-use sessionfs::fs::views::image_link;
-use sessionfs::session::render::{entry_images, entry_text, entry_value, Renderer};
-use sessionfs::session::stats::StatsTable;
-use sessionfs::session::svg::render_tree;
+use sessionfs::fs::escape_name;
+use sessionfs::fs::image_link;
+use sessionfs::session::render_tree;
 use sessionfs::session::Session;
+use sessionfs::session::StatsTable;
+use sessionfs::session::{entry_images, entry_text, entry_value, Renderer};
 
 fn engine(agent: &Path, file: &Path) -> Session {
     let mut s = common::read_only_session(agent, file);

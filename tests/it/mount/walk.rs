@@ -13,11 +13,11 @@ use std::path::Path;
 
 use common::{fixture_agent_dir, session_files};
 use fuse::{fuse_ok, sh, Mount};
-use sessionfs::fs::views::image_link;
-use sessionfs::session::render::{entry_text, entry_value, Renderer};
-use sessionfs::session::stats::StatsTable;
-use sessionfs::session::svg::render_tree;
+use sessionfs::fs::image_link;
+use sessionfs::session::render_tree;
 use sessionfs::session::Session;
+use sessionfs::session::StatsTable;
+use sessionfs::session::{entry_text, entry_value, Renderer};
 
 /// Positions of the entries the mount shows (the last of a repeated id).
 fn shown(s: &Session) -> Vec<u32> {
