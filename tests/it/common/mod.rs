@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod context_cases;
 pub mod fuse;
 pub mod live;
 pub mod pg;

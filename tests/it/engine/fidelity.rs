@@ -1,8 +1,11 @@
-//! One test per item of the fidelity round (docs/engine.md, "Context details
-//! taken from the reference" and the decisions next to it): what the agent
-//! writes, read and written back as the agent does.
+//! The items of the fidelity round (docs/engine.md, "Context details taken
+//! from the reference" and the decisions next to it): what the agent writes,
+//! read and written back as the agent does. One test per item, except the
+//! items that are a context of a hand-written file: those are cases of one
+//! table (`context_items`, run by `common::context_cases`).
 
 use crate::common;
+use common::context_cases::{self, At, ContextCase, Want};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +17,6 @@ use sessionfs::session::continue_recent;
 use sessionfs::session::parse_new_entry;
 use sessionfs::session::sha256_hex;
 use sessionfs::session::AgentDir;
-use sessionfs::session::LeafSel;
 use sessionfs::session::Session;
 use sessionfs::session::{list_sessions, most_recent_session, recent_sessions};
 use sessionfs::session::{FileStorage, Storage};
@@ -110,61 +112,143 @@ fn image_refs_resolve_next_to_lone_surrogates() {
     assert_eq!(s.entry_json("m1").unwrap(), line.replace(&r, &b64));
 }
 
-// Item 2: model_change without a truthy `model` changes nothing.
-#[test]
-fn model_change_without_a_model_is_ignored() {
-    let agent = Agent::new();
+/// The items that are a context of a hand-written file (2, 3, 8, 9 and 10),
+/// each a case of one table.
+fn context_items() -> Vec<ContextCase> {
+    let line = |id: &str, parent: Option<&str>, minute: u32, body: Value| {
+        entry(id, parent, minute, body).to_string()
+    };
+    let mut cases = Vec::new();
+    // Item 2: model_change without a truthy `model` changes nothing; the
+    // assistant fallback still follows the messages.
     for shape in [
         json!({"type":"model_change","provider":"openai","modelId":"gpt"}),
         json!({"type":"model_change","model":""}),
         json!({"type":"model_change","model":null}),
         json!({"type":"model_change","model":null,"role":"small"}),
     ] {
-        let s = agent.session(&[
-            entry("a", None, 1, assistant("anthropic", "claude")),
-            entry("b", Some("a"), 2, shape.clone()),
-            entry("c", Some("b"), 3, assistant("google", "gemini")),
-        ]);
-        // The assistant fallback still follows the messages.
-        assert_eq!(
-            context(&s)["models"],
-            json!({"default":"google/gemini"}),
-            "{shape}"
-        );
+        cases.push(ContextCase::new(
+            format!("item 2: {shape} is ignored"),
+            vec![
+                line("a", None, 1, assistant("anthropic", "claude")),
+                line("b", Some("a"), 2, shape.clone()),
+                line("c", Some("b"), 3, assistant("google", "gemini")),
+            ],
+            vec![(
+                At::Last,
+                Want::Pointer("/models", json!({"default":"google/gemini"})),
+            )],
+        ));
     }
-    // An explicit default stays when a later change has no model.
-    let s = agent.session(&[
-        entry(
-            "a",
-            None,
-            1,
-            json!({"type":"model_change","model":"p/explicit"}),
-        ),
-        entry("b", Some("a"), 2, json!({"type":"model_change","model":""})),
-        entry("c", Some("b"), 3, assistant("google", "gemini")),
-    ]);
-    assert_eq!(context(&s)["models"], json!({"default":"p/explicit"}));
-}
-
-// Item 3: thinkingLevel null or absent is "off".
-#[test]
-fn thinking_level_null_or_absent_is_off() {
-    let agent = Agent::new();
+    cases.push(ContextCase::new(
+        "item 2: an explicit default stays when a later change has no model",
+        vec![
+            line(
+                "a",
+                None,
+                1,
+                json!({"type":"model_change","model":"p/explicit"}),
+            ),
+            line("b", Some("a"), 2, json!({"type":"model_change","model":""})),
+            line("c", Some("b"), 3, assistant("google", "gemini")),
+        ],
+        vec![(
+            At::Last,
+            Want::Pointer("/models", json!({"default":"p/explicit"})),
+        )],
+    ));
+    // Item 3: thinkingLevel null or absent is "off".
     for change in [
         json!({"type":"thinking_level_change","thinkingLevel":null}),
         json!({"type":"thinking_level_change"}),
     ] {
-        let s = agent.session(&[
-            entry(
-                "a",
-                None,
-                1,
-                json!({"type":"thinking_level_change","thinkingLevel":"high"}),
-            ),
-            entry("b", Some("a"), 2, change.clone()),
-        ]);
-        assert_eq!(context(&s)["thinkingLevel"], "off", "{change}");
+        cases.push(ContextCase::new(
+            format!("item 3: {change} is off"),
+            vec![
+                line(
+                    "a",
+                    None,
+                    1,
+                    json!({"type":"thinking_level_change","thinkingLevel":"high"}),
+                ),
+                line("b", Some("a"), 2, change.clone()),
+            ],
+            vec![(At::Last, Want::Pointer("/thinkingLevel", json!("off")))],
+        ));
     }
+    // Item 8: compaction summaries carry tokensAfter, method and warning,
+    // in the agent's key order.
+    cases.push(ContextCase::new(
+        "item 8: compaction summaries carry the agent's fields",
+        vec![
+            line("a", None, 1, user("one")),
+            line("c", Some("a"), 2, json!({"type":"compaction","summary":"S","firstKeptEntryId":"a","tokensBefore":900,"tokensAfter":120,"method":"soft","warning":"W","shortSummary":"s"})),
+        ],
+        vec![(
+            At::Last,
+            Want::Prefix(r#"{"messages":[{"role":"compactionSummary","summary":"S","shortSummary":"s","tokensBefore":900,"tokensAfter":120,"method":"soft","warning":"W","timestamp":"#),
+        )],
+    ));
+    // Item 9: the context starts after the latest reset boundary, unless a
+    // later compaction wins (summary, kept entries from `a`, the tail).
+    cases.push(ContextCase::new(
+        "item 9: reset boundaries start the context",
+        vec![
+            line("a", None, 1, user("before")),
+            line("r", Some("a"), 2, json!({"type":"reset_boundary"})),
+            line("b", Some("r"), 3, user("after")),
+            line(
+                "c",
+                Some("b"),
+                4,
+                json!({"type":"compaction","summary":"S","firstKeptEntryId":"a","tokensBefore":1}),
+            ),
+            line("d", Some("c"), 5, user("tail")),
+            line("r2", Some("d"), 6, json!({"type":"reset_boundary"})),
+            line("e", Some("r2"), 7, user("fresh")),
+        ],
+        vec![
+            (At::Id("b"), Want::Texts(&["after"])),
+            (At::Id("r"), Want::Texts(&[])),
+            (At::Id("d"), Want::Texts(&["S", "before", "after", "tail"])),
+            (At::Id("e"), Want::Texts(&["fresh"])),
+        ],
+    ));
+    // Item 10: custom_message normalisation.
+    cases.push(ContextCase::new(
+        "item 10: custom messages are normalised as the agent replays them",
+        vec![
+            line("a", None, 1, json!({"type":"custom_message","content":"x"})),
+            line("b", Some("a"), 2, json!({"type":"custom_message","customType":"","content":[],"display":"yes","attribution":"bogus"})),
+            line("c", Some("b"), 3, json!({"type":"custom_message","customType":"t","content":5})),
+            line("d", Some("c"), 4, json!({"type":"custom_message","customType":"t","content":{"a":1}})),
+            line("e", Some("d"), 5, json!({"type":"custom_message","customType":"prewalk-plan","content":"hidden"})),
+            line("f", Some("e"), 6, json!({"type":"custom_message","customType":"vibe-mode-context","content":"hidden"})),
+            line("g", Some("f"), 7, json!({"type":"custom_message","customType":"t","content":"u","display":true,"attribution":"user","details":null})),
+        ],
+        vec![(
+            At::Last,
+            Want::Text(concat!(
+                r#"{"messages":["#,
+                r#"{"role":"custom","customType":"custom-message","content":"x","display":false,"timestamp":1772359260000},"#,
+                r#"{"role":"custom","customType":"custom-message","content":[],"display":false,"attribution":"agent","timestamp":1772359320000},"#,
+                r#"{"role":"custom","customType":"t","content":"u","display":true,"details":null,"attribution":"user","timestamp":1772359620000}"#,
+                r#"],"thinkingLevel":"off","models":{},"injectedTtsrRules":[],"mode":"none"}"#
+            )),
+        )],
+    ));
+    cases
+}
+
+#[test]
+fn context_items_follow_the_agent() {
+    let env = common::empty_env(common::Backend::File);
+    context_cases::run(
+        &env,
+        "2026-03-01T10-00-00-000Z_fid-1.jsonl",
+        HEADER,
+        &context_items(),
+    );
 }
 
 // Item 4: a v1 session (entries without ids) counts its messages and shows
@@ -297,74 +381,6 @@ fn nested_images_are_externalised_on_append() {
         resolved["message"]["details"]["images"][0]["data"],
         b64.as_str()
     );
-}
-
-// Item 8: compaction summaries carry tokensAfter, method and warning.
-#[test]
-fn compaction_summaries_carry_the_agents_fields() {
-    let agent = Agent::new();
-    let s = agent.session(&[
-        entry("a", None, 1, user("one")),
-        entry("c", Some("a"), 2, json!({"type":"compaction","summary":"S","firstKeptEntryId":"a","tokensBefore":900,"tokensAfter":120,"method":"soft","warning":"W","shortSummary":"s"})),
-    ]);
-    let ctx = s.context().unwrap();
-    assert!(
-        ctx.as_json().starts_with(r#"{"messages":[{"role":"compactionSummary","summary":"S","shortSummary":"s","tokensBefore":900,"tokensAfter":120,"method":"soft","warning":"W","timestamp":"#),
-        "{}",
-        ctx.as_json()
-    );
-}
-
-// Item 9: the context starts after the latest reset boundary, unless a
-// later compaction wins.
-#[test]
-fn reset_boundaries_start_the_context() {
-    let agent = Agent::new();
-    let s = agent.session(&[
-        entry("a", None, 1, user("before")),
-        entry("r", Some("a"), 2, json!({"type":"reset_boundary"})),
-        entry("b", Some("r"), 3, user("after")),
-        entry(
-            "c",
-            Some("b"),
-            4,
-            json!({"type":"compaction","summary":"S","firstKeptEntryId":"a","tokensBefore":1}),
-        ),
-        entry("d", Some("c"), 5, user("tail")),
-        entry("r2", Some("d"), 6, json!({"type":"reset_boundary"})),
-        entry("e", Some("r2"), 7, user("fresh")),
-    ]);
-    let at = |id: &str| common::js_json(s.context_at(LeafSel::Id(id)).unwrap().as_json());
-    let texts = common::message_texts;
-    assert_eq!(texts(&at("b")), ["after"]);
-    assert_eq!(texts(&at("r")), Vec::<String>::new());
-    // The later compaction wins: summary, kept entries from `a`, the tail.
-    assert_eq!(texts(&at("d")), ["S", "before", "after", "tail"]);
-    assert_eq!(texts(&at("e")), ["fresh"]);
-}
-
-// Item 10: custom_message normalisation.
-#[test]
-fn custom_messages_are_normalised_as_the_agent_replays_them() {
-    let agent = Agent::new();
-    let s = agent.session(&[
-        entry("a", None, 1, json!({"type":"custom_message","content":"x"})),
-        entry("b", Some("a"), 2, json!({"type":"custom_message","customType":"","content":[],"display":"yes","attribution":"bogus"})),
-        entry("c", Some("b"), 3, json!({"type":"custom_message","customType":"t","content":5})),
-        entry("d", Some("c"), 4, json!({"type":"custom_message","customType":"t","content":{"a":1}})),
-        entry("e", Some("d"), 5, json!({"type":"custom_message","customType":"prewalk-plan","content":"hidden"})),
-        entry("f", Some("e"), 6, json!({"type":"custom_message","customType":"vibe-mode-context","content":"hidden"})),
-        entry("g", Some("f"), 7, json!({"type":"custom_message","customType":"t","content":"u","display":true,"attribution":"user","details":null})),
-    ]);
-    let ctx = s.context().unwrap();
-    let expected = concat!(
-        r#"{"messages":["#,
-        r#"{"role":"custom","customType":"custom-message","content":"x","display":false,"timestamp":1772359260000},"#,
-        r#"{"role":"custom","customType":"custom-message","content":[],"display":false,"attribution":"agent","timestamp":1772359320000},"#,
-        r#"{"role":"custom","customType":"t","content":"u","display":true,"details":null,"attribution":"user","timestamp":1772359620000}"#,
-        r#"],"thinkingLevel":"off","models":{},"injectedTtsrRules":[],"mode":"none"}"#
-    );
-    assert_eq!(ctx.as_json(), expected);
 }
 
 // Item 11: the title line's title shows in list and recent.

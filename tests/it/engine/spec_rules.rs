@@ -1,12 +1,14 @@
-//! One test per rule of `docs/format.md` (lines, versions, entries, context) that the corpus does not already pin,
-//! on hand-written files, on both storages.
+//! The rules of `docs/format.md` (lines, versions, entries, context) that the corpus does not already pin,
+//! on hand-written files, on every storage. The context rules are cases of one table
+//! (`context_rules`, run by `common::context_cases`).
 
 use crate::common;
 
 use std::path::PathBuf;
 
+use common::context_cases::{self, At, ContextCase, Want};
 use common::{empty_env, js_json, message_texts, Env, BACKENDS};
-use serde_json::json;
+use serde_json::{json, Value};
 use sessionfs::session::{LeafSel, Session};
 
 const H3: &str =
@@ -38,78 +40,106 @@ fn open(env: &Env, path: &std::path::Path) -> Session {
     Session::open_in(env.storage.clone(), &env.agent, path).unwrap()
 }
 
-#[test]
-fn compaction_with_first_kept_off_the_path_keeps_nothing_before_it() {
-    for b in BACKENDS {
-        let env = empty_env(b);
-        let path = write(
-            &env,
-            &[
-                H3.to_string(),
+/// The entries of a session whose parents loop: a self-parent, a pair
+/// pointing at each other, and an orphan.
+fn loops() -> Vec<String> {
+    vec![
+        msg("self", Some("self"), "user", "self"),
+        msg("x", Some("y"), "user", "x"),
+        msg("y", Some("x"), "user", "y"),
+        msg("orphan", Some("gone"), "user", "orphan"),
+    ]
+}
+
+/// The context rules, each a hand-written file and the context at its
+/// leaves, on every storage.
+fn context_rules() -> Vec<ContextCase> {
+    let null_context = json!({"messages":[],"thinkingLevel":"off","models":{},"injectedTtsrRules":[],"mode":"none"});
+    vec![
+        ContextCase::new(
+            "a compaction whose firstKeptEntryId is off the path keeps nothing before it; state still folds over the whole path",
+            vec![
                 msg("a", None, "user", "a"),
                 msg("side", Some("a"), "user", "side"),
                 msg("b", Some("a"), "assistant", "b"),
                 r#"{"type":"compaction","id":"c","parentId":"b","timestamp":"2026-01-01T00:00:02.000Z","summary":"S","firstKeptEntryId":"side","tokensBefore":5}"#.to_string(),
                 msg("d", Some("c"), "user", "d"),
             ],
-        );
-        let s = open(&env, &path);
-        let ctx = js_json(s.context().unwrap().as_json());
-        assert_eq!(message_texts(&ctx), ["S", "d"]);
-        assert_eq!(ctx["messages"][0]["role"], "compactionSummary");
-        assert_eq!(ctx["messages"][0]["timestamp"], 1_767_225_602_000i64);
-        assert_eq!(
-            ctx["models"]["default"], "p/m",
-            "state still folds over the whole path"
-        );
-    }
-}
-
-#[test]
-fn empty_branch_summary_adds_no_message() {
-    for b in BACKENDS {
-        let env = empty_env(b);
-        let path = write(
-            &env,
-            &[
-                H3.to_string(),
+            vec![
+                (At::Last, Want::Texts(&["S", "d"])),
+                (At::Last, Want::Pointer("/messages/0/role", json!("compactionSummary"))),
+                (At::Last, Want::Pointer("/messages/0/timestamp", json!(1_767_225_602_000i64))),
+                (At::Last, Want::Pointer("/models/default", json!("p/m"))),
+            ],
+        ),
+        ContextCase::new(
+            "an empty branch summary adds no message; an unparseable timestamp is null (NaN)",
+            vec![
                 msg("a", None, "user", "a"),
                 r#"{"type":"branch_summary","id":"bs","parentId":"a","timestamp":"2026-01-01T00:00:02.000Z","fromId":"a","summary":""}"#.to_string(),
                 r#"{"type":"branch_summary","id":"bs2","parentId":"bs","timestamp":"bad time","fromId":"a","summary":"kept"}"#.to_string(),
             ],
-        );
-        let ctx = js_json(open(&env, &path).context().unwrap().as_json());
-        assert_eq!(message_texts(&ctx), ["a", "kept"]);
-        assert_eq!(
-            ctx["messages"][1]["timestamp"],
-            serde_json::Value::Null,
-            "NaN → null"
+            vec![
+                (At::Last, Want::Texts(&["a", "kept"])),
+                (At::Last, Want::Pointer("/messages/1/timestamp", Value::Null)),
+            ],
+        ),
+        ContextCase::new(
+            "self parents and loops terminate",
+            loops(),
+            vec![
+                (At::Id("self"), Want::Texts(&["self"])),
+                (At::Id("y"), Want::Texts(&["x", "y"])),
+                (At::Id("x"), Want::Texts(&["y", "x"])),
+                (At::Id("orphan"), Want::Texts(&["orphan"])),
+            ],
+        ),
+        ContextCase::new(
+            "an unknown leaf is the last entry; a null leaf the empty context",
+            vec![msg("a", None, "user", "a"), msg("b", Some("a"), "user", "b")],
+            vec![
+                (At::Id("nope"), Want::Texts(&["a", "b"])),
+                (At::Null, Want::Pointer("", null_context)),
+            ],
+        ),
+        ContextCase::new(
+            "ttsr rules are deduplicated by their string value; distinct lone surrogates stay distinct",
+            vec![
+                msg("a", None, "user", "a"),
+                r#"{"type":"ttsr_injection","id":"t1","parentId":"a","timestamp":"2026-01-01T00:00:02.000Z","injectedRules":["r1","\u0072\u0031","r2"]}"#.to_string(),
+                r#"{"type":"ttsr_injection","id":"t2","parentId":"t1","timestamp":"2026-01-01T00:00:03.000Z","injectedRules":["r2","r\/3","r/3","\ud800","\ud801","\ud800"]}"#.to_string(),
+            ],
+            vec![(
+                At::Last,
+                Want::Pointer(
+                    "/injectedTtsrRules",
+                    json!(["r1", "r2", "r/3", "\u{fffd}", "\u{fffd}"]),
+                ),
+            )],
+        ),
+    ]
+}
+
+#[test]
+fn context_rules_on_every_storage() {
+    for b in BACKENDS {
+        let env = empty_env(b);
+        context_cases::run(
+            &env,
+            "2026-01-01T00-00-00-000Z_s3.jsonl",
+            H3,
+            &context_rules(),
         );
     }
 }
 
 #[test]
-fn self_parents_and_loops_terminate() {
+fn loops_keep_every_entry_once_in_the_browsing_tree() {
     for b in BACKENDS {
         let env = empty_env(b);
-        let path = write(
-            &env,
-            &[
-                H3.to_string(),
-                msg("self", Some("self"), "user", "self"),
-                msg("x", Some("y"), "user", "x"),
-                msg("y", Some("x"), "user", "y"),
-                msg("orphan", Some("gone"), "user", "orphan"),
-            ],
-        );
-        let s = open(&env, &path);
-        let at =
-            |id: &str| message_texts(&js_json(s.context_at(LeafSel::Id(id)).unwrap().as_json()));
-        assert_eq!(at("self"), ["self"]);
-        assert_eq!(at("y"), ["x", "y"]);
-        assert_eq!(at("x"), ["y", "x"]);
-        assert_eq!(at("orphan"), ["orphan"]);
-        // the browsing tree reaches every entry exactly once
+        let mut lines = vec![H3.to_string()];
+        lines.extend(loops());
+        let s = open(&env, &write(&env, &lines));
         let tree: Vec<String> = s
             .tree()
             .iter()
@@ -123,36 +153,12 @@ fn self_parents_and_loops_terminate() {
 }
 
 #[test]
-fn unknown_and_null_leaves() {
-    for b in BACKENDS {
-        let env = empty_env(b);
-        let path = write(
-            &env,
-            &[
-                H3.to_string(),
-                msg("a", None, "user", "a"),
-                msg("b", Some("a"), "user", "b"),
-            ],
-        );
-        let s = open(&env, &path);
-        let unknown = js_json(s.context_at(LeafSel::Id("nope")).unwrap().as_json());
-        assert_eq!(
-            message_texts(&unknown),
-            ["a", "b"],
-            "unknown id → the last entry"
-        );
-        let null = js_json(s.context_at(LeafSel::Null).unwrap().as_json());
-        assert_eq!(
-            null,
-            json!({"messages":[],"thinkingLevel":"off","models":{},"injectedTtsrRules":[],"mode":"none"})
-        );
-        // an empty session: the last entry does not exist
-        let empty = Session::in_memory("/w");
-        assert_eq!(
-            js_json(empty.context_at(LeafSel::Last).unwrap().as_json()),
-            null
-        );
-    }
+fn an_empty_session_has_the_null_context() {
+    let empty = Session::in_memory("/w");
+    assert_eq!(
+        js_json(empty.context_at(LeafSel::Last).unwrap().as_json()),
+        json!({"messages":[],"thinkingLevel":"off","models":{},"injectedTtsrRules":[],"mode":"none"})
+    );
 }
 
 #[test]
@@ -265,26 +271,4 @@ fn models_follow_the_default_role_rule() {
     assert_eq!(ctx["injectedTtsrRules"], json!(["a", "b", "c"]));
     assert_eq!(ctx["mode"], "plan");
     assert_eq!(ctx["modeData"], json!({"f":1}));
-}
-
-#[test]
-fn ttsr_rules_are_deduplicated_by_their_string_value() {
-    for b in BACKENDS {
-        let env = empty_env(b);
-        let path = write(
-            &env,
-            &[
-                H3.to_string(),
-                msg("a", None, "user", "a"),
-                r#"{"type":"ttsr_injection","id":"t1","parentId":"a","timestamp":"2026-01-01T00:00:02.000Z","injectedRules":["r1","\u0072\u0031","r2"]}"#.to_string(),
-                r#"{"type":"ttsr_injection","id":"t2","parentId":"t1","timestamp":"2026-01-01T00:00:03.000Z","injectedRules":["r2","r\/3","r/3","\ud800","\ud801","\ud800"]}"#.to_string(),
-            ],
-        );
-        let ctx = js_json(open(&env, &path).context().unwrap().as_json());
-        assert_eq!(
-            ctx["injectedTtsrRules"],
-            json!(["r1", "r2", "r/3", "\u{fffd}", "\u{fffd}"]),
-            "one rule per string value; distinct lone surrogates stay distinct"
-        );
-    }
 }
