@@ -1093,120 +1093,142 @@ fn warm(files: &[(PathBuf, &str)]) {
 /// Entry files are cached as immutable, but new lines can change what an
 /// older entry shows: a parent written after its child extends the
 /// child's path, and a repeated id moves paths through that id (and what
-/// `entries/<id>/entry.json` is). The mount must show the change.
+/// `entries/<id>/entry.json` is). The mount must show the change. One case
+/// per kind of line, all in one mount.
+struct LateLine {
+    what: &'static str,
+    /// The session's id (the file is `2026-01-01T00-00-00-000Z_<id>.jsonl`).
+    session: &'static str,
+    /// The lines after the header.
+    lines: Vec<String>,
+    /// Entry files (path in the session directory, the entry's id), read
+    /// before the line is appended so that the kernel and the mount cache
+    /// them, and checked against the engine.
+    before: &'static [(&'static str, &'static str)],
+    /// The message contents of `entries/c1/context.json` then.
+    c1_before: &'static [&'static str],
+    /// The line appended from outside.
+    appended: String,
+    /// The contents of c1's context after it.
+    c1_after: &'static [&'static str],
+    /// Entry files checked against the engine after it.
+    after: &'static [(&'static str, &'static str)],
+    /// An entry whose `entry.json` is now the appended line, and its content.
+    appended_entry: (&'static str, &'static str),
+}
+
 #[test]
 fn entry_files_follow_late_parents_and_repeated_ids() {
     if !fuse_ok("entry_files_follow_late_parents_and_repeated_ids") {
         return;
     }
+    let cases = [
+        LateLine {
+            what: "children written before their parent",
+            session: "6666666666666666",
+            lines: vec![
+                message_line("b1", Some("a1"), "child"),
+                message_line("c1", Some("b1"), "grandchild"),
+            ],
+            before: &[
+                ("entries/b1/context.json", "b1"),
+                ("entries/c1/context.json", "c1"),
+                ("entries/b1/entry.json", "b1"),
+                ("b1/context.json", "b1"),
+                ("b1/c1/context.json", "c1"),
+            ],
+            c1_before: &["child", "grandchild"],
+            appended: message_line("a1", None, "parent written later"),
+            c1_after: &["parent written later", "child", "grandchild"],
+            after: &[
+                ("entries/b1/context.json", "b1"),
+                ("entries/c1/context.json", "c1"),
+                ("entries/b1/entry.json", "b1"),
+                ("a1/b1/context.json", "b1"),
+                ("a1/b1/c1/context.json", "c1"),
+                ("a1/context.json", "a1"),
+            ],
+            appended_entry: ("a1", "parent written later"),
+        },
+        LateLine {
+            what: "an id that is written again later",
+            session: "7777777777777777",
+            lines: vec![
+                message_line("a1", None, "root"),
+                message_line("b1", Some("a1"), "first b1"),
+                message_line("c1", Some("b1"), "below b1"),
+            ],
+            before: &[
+                ("entries/b1/context.json", "b1"),
+                ("entries/b1/entry.json", "b1"),
+                ("entries/c1/context.json", "c1"),
+                ("a1/b1/context.json", "b1"),
+                ("a1/b1/entry.json", "b1"),
+                ("a1/b1/c1/context.json", "c1"),
+            ],
+            c1_before: &["root", "first b1", "below b1"],
+            appended: message_line("b1", None, "b1 again"),
+            c1_after: &["b1 again", "below b1"],
+            after: &[
+                ("entries/b1/context.json", "b1"),
+                ("entries/b1/entry.json", "b1"),
+                ("entries/c1/context.json", "c1"),
+                // The new b1 is a root of the nested tree.
+                ("b1/context.json", "b1"),
+                ("b1/entry.json", "b1"),
+            ],
+            appended_entry: ("b1", "b1 again"),
+        },
+    ];
     let tmp = tempfile::tempdir().unwrap();
     let agent = tmp.path();
     let dir = agent.join("sessions/--w--");
     fs::create_dir_all(&dir).unwrap();
-    let header = |id: &str| {
-        format!(
-            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}}"#
-        ) + "\n"
-    };
-    let append = |file: &Path, text: &str| {
-        let mut f = fs::OpenOptions::new().append(true).open(file).unwrap();
-        f.write_all(text.as_bytes()).unwrap();
-    };
-
-    // 1. Children written before their parent.
-    let late = dir.join("2026-01-01T00-00-00-000Z_6666666666666666.jsonl");
-    fs::write(
-        &late,
-        header("6666666666666666")
-            + &message_line("b1", Some("a1"), "child")
-            + &message_line("c1", Some("b1"), "grandchild"),
-    )
-    .unwrap();
-    // 2. An id that is written again later.
-    let repeat = dir.join("2026-01-01T00-00-00-000Z_7777777777777777.jsonl");
-    fs::write(
-        &repeat,
-        header("7777777777777777")
-            + &message_line("a1", None, "root")
-            + &message_line("b1", Some("a1"), "first b1")
-            + &message_line("c1", Some("b1"), "below b1"),
-    )
-    .unwrap();
-
+    let stem = |case: &LateLine| format!("2026-01-01T00-00-00-000Z_{}", case.session);
+    for case in &cases {
+        let header = format!(
+            r#"{{"type":"session","version":3,"id":"{}","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}}"#,
+            case.session
+        );
+        fs::write(
+            dir.join(format!("{}.jsonl", stem(case))),
+            header + "\n" + &case.lines.concat(),
+        )
+        .unwrap();
+    }
     let m = Mount::start(agent, &[]);
-    let ldir = m.join("--w--/2026-01-01T00-00-00-000Z_6666666666666666");
-    let rdir = m.join("--w--/2026-01-01T00-00-00-000Z_7777777777777777");
-
-    // Late parent: read everything first (kernel pages, cached sizes).
-    let before: Vec<(PathBuf, &str)> = vec![
-        (ldir.join("entries/b1/context.json"), "b1"),
-        (ldir.join("entries/c1/context.json"), "c1"),
-        (ldir.join("entries/b1/entry.json"), "b1"),
-        (ldir.join("b1/context.json"), "b1"),
-        (ldir.join("b1/c1/context.json"), "c1"),
-    ];
-    warm(&before);
-    assert_entry_files_current(agent, &late, &before);
-    assert_eq!(
-        contents(&js_json(&read(&ldir.join("entries/c1/context.json")))),
-        ["child", "grandchild"]
-    );
-    append(&late, &message_line("a1", None, "parent written later"));
-    assert_eq!(
-        contents(&cli_context(&late, "c1")),
-        ["parent written later", "child", "grandchild"]
-    );
-    let after: Vec<(PathBuf, &str)> = vec![
-        (ldir.join("entries/b1/context.json"), "b1"),
-        (ldir.join("entries/c1/context.json"), "c1"),
-        (ldir.join("entries/b1/entry.json"), "b1"),
-        (ldir.join("a1/b1/context.json"), "b1"),
-        (ldir.join("a1/b1/c1/context.json"), "c1"),
-        (ldir.join("a1/context.json"), "a1"),
-    ];
-    assert_entry_files_current(agent, &late, &after);
-    for id in ["b1", "c1"] {
+    for case in &cases {
+        let what = case.what;
+        let file = dir.join(format!("{}.jsonl", stem(case)));
+        let sdir = m.join(format!("--w--/{}", stem(case)));
+        let files = |list: &[(&str, &'static str)]| -> Vec<(PathBuf, &'static str)> {
+            list.iter().map(|(p, id)| (sdir.join(p), *id)).collect()
+        };
+        let before = files(case.before);
+        warm(&before);
+        assert_entry_files_current(agent, &file, &before);
         assert_eq!(
-            js_json(&read(&ldir.join(format!("entries/{id}/context.json")))),
-            cli_context(&late, id),
-            "{id}"
+            contents(&js_json(&read(&sdir.join("entries/c1/context.json")))),
+            case.c1_before,
+            "{what}"
+        );
+        let mut out = fs::OpenOptions::new().append(true).open(&file).unwrap();
+        out.write_all(case.appended.as_bytes()).unwrap();
+        drop(out);
+        assert_eq!(contents(&cli_context(&file, "c1")), case.c1_after, "{what}");
+        assert_entry_files_current(agent, &file, &files(case.after));
+        for id in ["b1", "c1"] {
+            assert_eq!(
+                js_json(&read(&sdir.join(format!("entries/{id}/context.json")))),
+                cli_context(&file, id),
+                "{what}: {id}"
+            );
+        }
+        let (id, content) = case.appended_entry;
+        assert_eq!(
+            js_json(&read(&sdir.join(format!("entries/{id}/entry.json"))))["message"]["content"],
+            content,
+            "{what}"
         );
     }
-
-    // Repeated id.
-    let before: Vec<(PathBuf, &str)> = vec![
-        (rdir.join("entries/b1/context.json"), "b1"),
-        (rdir.join("entries/b1/entry.json"), "b1"),
-        (rdir.join("entries/c1/context.json"), "c1"),
-        (rdir.join("a1/b1/context.json"), "b1"),
-        (rdir.join("a1/b1/entry.json"), "b1"),
-        (rdir.join("a1/b1/c1/context.json"), "c1"),
-    ];
-    warm(&before);
-    assert_entry_files_current(agent, &repeat, &before);
-    append(&repeat, &message_line("b1", None, "b1 again"));
-    assert_eq!(
-        contents(&cli_context(&repeat, "c1")),
-        ["b1 again", "below b1"]
-    );
-    let after: Vec<(PathBuf, &str)> = vec![
-        (rdir.join("entries/b1/context.json"), "b1"),
-        (rdir.join("entries/b1/entry.json"), "b1"),
-        (rdir.join("entries/c1/context.json"), "c1"),
-        // The new b1 is a root of the nested tree.
-        (rdir.join("b1/context.json"), "b1"),
-        (rdir.join("b1/entry.json"), "b1"),
-    ];
-    assert_entry_files_current(agent, &repeat, &after);
-    for id in ["b1", "c1"] {
-        assert_eq!(
-            js_json(&read(&rdir.join(format!("entries/{id}/context.json")))),
-            cli_context(&repeat, id),
-            "{id}"
-        );
-    }
-    assert_eq!(
-        js_json(&read(&rdir.join("entries/b1/entry.json")))["message"]["content"],
-        "b1 again"
-    );
 }
