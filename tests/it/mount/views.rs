@@ -94,6 +94,20 @@ fn views_equal_the_engine_and_the_cli() {
         let f = file.to_str().unwrap();
         let what = |x: &str| format!("{stem}: {x}");
 
+        let leaf = s.leaf_id().unwrap().to_string();
+        let first = s.entries()[0].id().to_string();
+        let diff = format!("diff/{}..{}", escape_name(&first), escape_name(&leaf));
+
+        // Each view file and what it must equal byte for byte: the
+        // engine's rendering or the CLI's output.
+        let files = [
+            ("context.md", r.context(s.leaf()).unwrap()),
+            ("context.md", cli(agent, &["render", f])),
+            ("branch.md", cli(agent, &["render", f, "--branch"])),
+            ("stats.json", cli(agent, &["stats", f, "--json"])),
+            ("tree.svg", render_tree(&s, s.leaf(), &table)),
+            (diff.as_str(), cli(agent, &["diff", f, &first, &leaf])),
+        ];
         let listed = names(&sdir);
         for n in [
             "context.md",
@@ -103,70 +117,49 @@ fn views_equal_the_engine_and_the_cli() {
             "refs",
             "branches",
             "diff",
+            "HEAD",
         ] {
             assert!(listed.contains(n), "{}", what(n));
         }
-        assert_eq!(
-            read_str(&sdir.join("context.md")),
-            r.context(s.leaf()).unwrap()
-        );
-        assert_eq!(
-            read_str(&sdir.join("context.md")),
-            cli(agent, &["render", f]),
-            "{}",
-            what("render")
-        );
-        assert_eq!(
-            read_str(&sdir.join("branch.md")),
-            cli(agent, &["render", f, "--branch"])
-        );
-        assert_eq!(
-            read_str(&sdir.join("stats.json")),
-            cli(agent, &["stats", f, "--json"])
-        );
-        assert_eq!(
-            read_str(&sdir.join("tree.svg")),
-            render_tree(&s, s.leaf(), &table)
-        );
-        let leaf = s.leaf_id().unwrap().to_string();
-        assert_eq!(
-            link(&sdir.join("HEAD")),
-            format!("entries/{}", escape_name(&leaf))
-        );
-        assert!(listed.contains("HEAD"));
-        assert!(sdir.join("HEAD/entry.json").exists());
-        // refs/: one link per label.
-        let refs = names(&sdir.join("refs"));
-        let labels: BTreeSet<String> = s.labels().iter().map(|(_, l)| escape_name(l)).collect();
-        assert_eq!(refs, labels, "{}", what("refs"));
-        for (id, label) in s.labels() {
-            let target = link(&sdir.join("refs").join(escape_name(label)));
-            assert_eq!(target, format!("../entries/{}", escape_name(id)));
+        for (file, want) in &files {
+            assert_eq!(read_str(&sdir.join(file)), *want, "{}", what(file));
         }
-        // branches/: the entries without children.
+        // diff/ is found by name, not listed.
+        assert!(names(&sdir.join("diff")).is_empty());
+        assert!(!sdir.join("diff/nope..nada").exists());
+
+        // Each link and its target: HEAD, one per label in refs/, one per
+        // entry without children in branches/; the directories list
+        // exactly these.
         let tips: BTreeSet<String> = s
             .entries()
             .iter()
             .filter(|e| s.children(Some(e.id())).unwrap().is_empty())
             .map(|e| escape_name(e.id()))
             .collect();
+        let refs: BTreeSet<String> = s.labels().iter().map(|(_, l)| escape_name(l)).collect();
+        assert_eq!(names(&sdir.join("refs")), refs, "{}", what("refs"));
         assert_eq!(names(&sdir.join("branches")), tips, "{}", what("branches"));
-        for tip in &tips {
-            assert_eq!(
-                link(&sdir.join("branches").join(tip)),
-                format!("../entries/{tip}")
-            );
+        let mut links = vec![(
+            "HEAD".to_string(),
+            format!("entries/{}", escape_name(&leaf)),
+        )];
+        for (id, label) in s.labels() {
+            links.push((
+                format!("refs/{}", escape_name(label)),
+                format!("../entries/{}", escape_name(id)),
+            ));
         }
-        // diff/: found by name, not listed.
-        assert!(names(&sdir.join("diff")).is_empty());
-        let first = s.entries()[0].id().to_string();
-        let name = format!("{}..{}", escape_name(&first), escape_name(&leaf));
-        assert_eq!(
-            read_str(&sdir.join("diff").join(&name)),
-            cli(agent, &["diff", f, &first, &leaf])
-        );
-        assert!(!sdir.join("diff/nope..nada").exists());
-        // Entry files, flat and nested (the leaf's path).
+        for tip in &tips {
+            links.push((format!("branches/{tip}"), format!("../entries/{tip}")));
+        }
+        for (path, target) in &links {
+            assert_eq!(link(&sdir.join(path)), *target, "{}", what(path));
+        }
+        assert!(sdir.join("HEAD/entry.json").exists());
+
+        // Entry files, flat and nested (the leaf's path): each and what it
+        // must equal.
         let path = s.index().path_to(s.leaf().unwrap());
         let mut nested = sdir.clone();
         for &pos in &path {
@@ -174,6 +167,17 @@ fn views_equal_the_engine_and_the_cli() {
             nested = nested.join(escape_name(&id));
             let flat = sdir.join("entries").join(escape_name(&id));
             let value = entry_value(&s, pos).unwrap();
+            let files = [
+                ("entry.md", r.entry(pos).unwrap()),
+                ("text", entry_text(&value)),
+                ("stats.json", table.entry_json(&s, pos)),
+                ("context.md", cli(agent, &["render", f, "--leaf", &id])),
+                (
+                    "branch.md",
+                    cli(agent, &["render", f, "--leaf", &id, "--branch"]),
+                ),
+            ];
+            let images = entry_images(&value);
             for dir in [&flat, &nested] {
                 let listed = names(dir);
                 for n in ["entry.json", "entry.md", "text", "stats.json"] {
@@ -182,18 +186,14 @@ fn views_equal_the_engine_and_the_cli() {
                 for n in ["context.json", "context.md", "branch.md"] {
                     assert!(!listed.contains(n), "{} is not listed", what(n));
                 }
-                assert_eq!(read_str(&dir.join("entry.md")), r.entry(pos).unwrap());
-                assert_eq!(read_str(&dir.join("text")), entry_text(&value));
-                assert_eq!(read_str(&dir.join("stats.json")), table.entry_json(&s, pos));
-                assert_eq!(
-                    read_str(&dir.join("context.md")),
-                    cli(agent, &["render", f, "--leaf", &id])
-                );
-                assert_eq!(
-                    read_str(&dir.join("branch.md")),
-                    cli(agent, &["render", f, "--leaf", &id, "--branch"])
-                );
-                let images = entry_images(&value);
+                for (file, want) in &files {
+                    assert_eq!(
+                        read_str(&dir.join(file)),
+                        *want,
+                        "{}",
+                        what(&format!("{id}/{file}"))
+                    );
+                }
                 assert_eq!(listed.contains("images"), !images.is_empty());
                 for img in &images {
                     assert_eq!(read(&dir.join("images").join(&img.name)), img.bytes);
