@@ -7,6 +7,9 @@
 // Every `pub` item of the library is reachable from outside it. (Here and
 // not in Cargo.toml's `[lints]`, which would hold the test helpers to it.)
 #![deny(unreachable_pub)]
+// Every public item says what it is or does (the curated surface of
+// `docs/engine.md`, "Public surface").
+#![deny(missing_docs)]
 // The documentation's links resolve, and public docs link only to public
 // items (rustdoc's lints; `.ci/run` builds the docs with `-D warnings`).
 #![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]

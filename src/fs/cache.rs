@@ -34,7 +34,7 @@ pub(crate) const MAX_LOADED: usize = 128;
 
 /// Why a session file could not be opened, and the file state that failed.
 #[derive(Debug, Clone)]
-pub struct Broken {
+pub(crate) struct Broken {
     pub reason: String,
     pub fingerprint: Fingerprint,
 }
@@ -45,7 +45,7 @@ pub struct Broken {
 // on every access.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Default)]
-pub enum SessionState {
+pub(crate) enum SessionState {
     /// Nothing: never loaded, dropped from the cache, or its file is gone.
     #[default]
     Unloaded,
@@ -58,14 +58,14 @@ pub enum SessionState {
 
 impl SessionState {
     /// The loaded session.
-    pub fn loaded(&self) -> Option<&Session> {
+    pub(crate) fn loaded(&self) -> Option<&Session> {
         match self {
             SessionState::Loaded(s) => Some(s),
             _ => None,
         }
     }
 
-    pub fn loaded_mut(&mut self) -> Option<&mut Session> {
+    pub(crate) fn loaded_mut(&mut self) -> Option<&mut Session> {
         match self {
             SessionState::Loaded(s) => Some(s),
             _ => None,
@@ -73,20 +73,20 @@ impl SessionState {
     }
 
     /// Why the file cannot be opened, when it cannot.
-    pub fn broken(&self) -> Option<&Broken> {
+    pub(crate) fn broken(&self) -> Option<&Broken> {
         match self {
             SessionState::Broken(b) => Some(b),
             _ => None,
         }
     }
 
-    pub fn is_loaded(&self) -> bool {
+    pub(crate) fn is_loaded(&self) -> bool {
         matches!(self, SessionState::Loaded(_))
     }
 
     /// Takes the loaded session out, leaving [`SessionState::Unloaded`];
     /// any other state stays.
-    pub fn take_loaded(&mut self) -> Option<Session> {
+    pub(crate) fn take_loaded(&mut self) -> Option<Session> {
         match std::mem::take(self) {
             SessionState::Loaded(s) => Some(s),
             other => {
@@ -99,7 +99,7 @@ impl SessionState {
 
 /// Enough of a file's metadata to notice that it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fingerprint {
+pub(crate) struct Fingerprint {
     pub size: u64,
     pub mtime: Option<std::time::SystemTime>,
     pub ino: u64,
@@ -107,7 +107,7 @@ pub struct Fingerprint {
 
 /// The leaf of a dropped session.
 #[derive(Debug, Clone)]
-pub struct SavedLeaf {
+pub(crate) struct SavedLeaf {
     pub leaf: Option<String>,
     pub file_size: u64,
 }
@@ -118,7 +118,7 @@ pub(crate) type ContextKey = (u64, usize, Option<u32>);
 
 /// The end of a rendered `context.json`'s messages and the fold there.
 #[derive(Debug, Clone)]
-pub struct RenderedFold {
+pub(crate) struct RenderedFold {
     /// The state the rendering was made for.
     pub key: ContextKey,
     pub fold: ContextFold,
@@ -131,7 +131,7 @@ pub struct RenderedFold {
 
 /// Everything the mount keeps about one session.
 #[derive(Debug, Default)]
-pub struct SlotState {
+pub(crate) struct SlotState {
     /// The session: unloaded, loaded, or broken.
     pub session: SessionState,
     /// The text of `last-error`.
@@ -177,7 +177,7 @@ impl SlotState {
     /// what was derived from them is forgotten and true is returned — the
     /// kernel's cached copies of the session's entry files are stale too.
     /// Plain appends cost one comparison.
-    pub fn note_topology(&mut self, topology: u64) -> bool {
+    pub(crate) fn note_topology(&mut self, topology: u64) -> bool {
         if topology == self.topology {
             return false;
         }
@@ -189,7 +189,7 @@ impl SlotState {
     /// sizes, the cached context) and starts a new generation; `topology`
     /// is the session's `topology_changes` now. For a session (re)loaded
     /// from scratch, and for new lines that changed older entries.
-    pub fn forget_derived(&mut self, topology: u64) {
+    pub(crate) fn forget_derived(&mut self, topology: u64) {
         self.topology = topology;
         self.generation += 1;
         self.drop_derived();
@@ -271,7 +271,7 @@ struct Lru {
 }
 
 /// The slots and the LRU over the loaded sessions.
-pub struct SessionCache {
+pub(crate) struct SessionCache {
     slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
     lru: Mutex<Lru>,
     budget: usize,
@@ -281,7 +281,7 @@ pub struct SessionCache {
 
 impl SessionCache {
     /// A cache holding at most `budget` estimated bytes of loaded sessions.
-    pub fn new(budget: usize) -> Self {
+    pub(crate) fn new(budget: usize) -> Self {
         SessionCache {
             slots: Mutex::new(HashMap::new()),
             lru: Mutex::new(Lru::default()),
@@ -298,7 +298,7 @@ impl SessionCache {
 
     /// Runs `f` on the slot of a session (created if needed), then accounts
     /// for its size and drops least recently used sessions over budget.
-    pub fn with_slot<R>(&self, key: &SessionKey, f: impl FnOnce(&mut SlotState) -> R) -> R {
+    pub(crate) fn with_slot<R>(&self, key: &SessionKey, f: impl FnOnce(&mut SlotState) -> R) -> R {
         let slot = self.slot(key);
         let (result, tick, est, loaded) = {
             let mut st = slot.lock();
@@ -312,7 +312,7 @@ impl SessionCache {
     }
 
     /// Runs `f` on a slot only if the session is loaded (no LRU update).
-    pub fn with_loaded<R>(
+    pub(crate) fn with_loaded<R>(
         &self,
         key: &SessionKey,
         f: impl FnOnce(&mut SlotState) -> R,
@@ -327,13 +327,13 @@ impl SessionCache {
     }
 
     /// The sessions loaded now.
-    pub fn loaded_keys(&self) -> Vec<SessionKey> {
+    pub(crate) fn loaded_keys(&self) -> Vec<SessionKey> {
         let lru = self.lru.lock();
         lru.loaded.keys().cloned().collect()
     }
 
     /// Forgets a session whose file is gone.
-    pub fn remove(&self, key: &SessionKey) {
+    pub(crate) fn remove(&self, key: &SessionKey) {
         let slot = {
             let mut slots = self.slots.lock();
             slots.remove(key)
@@ -351,7 +351,8 @@ impl SessionCache {
     }
 
     /// Total estimated bytes of the loaded sessions.
-    pub fn estimated_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn estimated_bytes(&self) -> usize {
         self.lru.lock().total
     }
 

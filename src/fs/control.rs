@@ -34,7 +34,7 @@ enum State {
 /// The `append` stream of one open file: the part of an object received so
 /// far.
 #[derive(Debug)]
-pub struct AppendStream {
+pub(crate) struct AppendStream {
     buf: Vec<u8>,
     state: State,
     depth: usize,
@@ -53,12 +53,12 @@ impl Default for AppendStream {
 }
 
 impl AppendStream {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         AppendStream::with_cap(MAX_APPEND_COMMAND)
     }
 
     /// A stream with another size cap (tests).
-    pub fn with_cap(cap: usize) -> Self {
+    pub(crate) fn with_cap(cap: usize) -> Self {
         AppendStream {
             buf: Vec::new(),
             state: State::Between,
@@ -72,7 +72,7 @@ impl AppendStream {
 
     /// Bytes of an incomplete object waiting for the rest of it (an
     /// oversized object being skipped was already refused and counts 0).
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         match self.state {
             State::Object => self.buf.len(),
             State::Between | State::Skipping => 0,
@@ -85,18 +85,18 @@ impl AppendStream {
     /// this as a short write: a writer that sends the rest again (every
     /// write-all loop does) then never appends an object twice, and the
     /// write that starts with the bad object gets the error.
-    pub fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.accepted
     }
 
     /// Forgets that objects of the last write were accepted: its batch
     /// was refused as a whole (`session::batch`), so none of it was used.
-    pub fn refuse_accepted(&mut self) {
+    pub(crate) fn refuse_accepted(&mut self) {
         self.accepted = 0;
     }
 
     /// Drops any incomplete object.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.buf = Vec::new();
         self.state = State::Between;
         self.depth = 0;
@@ -111,7 +111,11 @@ impl AppendStream {
     /// (objects executed before stay executed). An oversized object makes
     /// this write and every later one up to the object's end fail with
     /// [`Error::TooLarge`].
-    pub fn feed(&mut self, data: &[u8], exec: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    pub(crate) fn feed(
+        &mut self,
+        data: &[u8],
+        exec: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
         self.accepted = 0;
         let mut i = 0;
         while i < data.len() {
@@ -294,7 +298,7 @@ pub(crate) fn parse_label_commands(data: &[u8]) -> Result<Vec<LabelCommand>> {
 /// the `release` (`: > labels`: the empty table). A table with a bad line
 /// changes nothing.
 #[derive(Debug, Default)]
-pub struct LabelTable {
+pub(crate) struct LabelTable {
     /// Something was written through this handle.
     pub written: bool,
     /// A line was refused: the table is not applied.
@@ -310,7 +314,7 @@ pub struct LabelTable {
 impl LabelTable {
     /// The complete lines of `data` (after what was left over before);
     /// keeps the rest for the next write.
-    pub fn lines(&mut self, data: &[u8]) -> Result<Vec<LabelCommand>> {
+    pub(crate) fn lines(&mut self, data: &[u8]) -> Result<Vec<LabelCommand>> {
         self.partial.extend_from_slice(data);
         let Some(end) = self.partial.iter().rposition(|&b| b == b'\n') else {
             if self.partial.len() > MAX_LINE_COMMAND {
@@ -328,7 +332,7 @@ impl LabelTable {
     }
 
     /// The last line, if it had no newline.
-    pub fn finish(&mut self) -> Result<Vec<LabelCommand>> {
+    pub(crate) fn finish(&mut self) -> Result<Vec<LabelCommand>> {
         let rest = std::mem::take(&mut self.partial);
         parse_label_commands(&rest)
     }

@@ -36,17 +36,17 @@ pub(crate) fn write_demo(agent_dir: &Path) -> io::Result<()> {
 }
 
 /// Why `--demo` fails in a build without the `demo` feature.
-pub const NO_DEMO: &str =
+pub(crate) const NO_DEMO: &str =
     "this build has no bundled example sessions (built without the `demo` feature)";
 
 /// A private temporary agent directory holding the example sessions;
 /// removed when dropped.
-pub struct DemoDir {
+pub(crate) struct DemoDir {
     path: PathBuf,
 }
 
 impl DemoDir {
-    pub fn create() -> io::Result<Self> {
+    pub(crate) fn create() -> io::Result<Self> {
         if !cfg!(feature = "demo") {
             return Err(io::Error::new(io::ErrorKind::Unsupported, NO_DEMO));
         }
@@ -61,7 +61,7 @@ impl DemoDir {
         Ok(demo)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

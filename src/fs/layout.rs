@@ -168,27 +168,27 @@ pub(crate) fn unescape_name(name: &[u8]) -> Unescaped {
 /// A project directory and a session file in it, by their names on disk
 /// (the session name is the file name without `.jsonl`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionKey {
+pub(crate) struct SessionKey {
     pub project: Arc<str>,
     pub session: Arc<str>,
 }
 
 impl SessionKey {
-    pub fn new(project: &str, session: &str) -> Self {
+    pub(crate) fn new(project: &str, session: &str) -> Self {
         SessionKey {
             project: project.into(),
             session: session.into(),
         }
     }
     /// The session file name.
-    pub fn file_name(&self) -> String {
+    pub(crate) fn file_name(&self) -> String {
         format!("{}.jsonl", self.session)
     }
 }
 
 /// The files of a session directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SessionFile {
+pub(crate) enum SessionFile {
     Header,
     Context,
     Leaf,
@@ -208,7 +208,7 @@ pub enum SessionFile {
 }
 
 impl SessionFile {
-    pub const ALL: [SessionFile; 11] = [
+    pub(crate) const ALL: [SessionFile; 11] = [
         SessionFile::Header,
         SessionFile::Context,
         SessionFile::Leaf,
@@ -222,7 +222,7 @@ impl SessionFile {
         SessionFile::TreeSvg,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SessionFile::Header => "header.json",
             SessionFile::Context => "context.json",
@@ -238,29 +238,24 @@ impl SessionFile {
         }
     }
 
-    pub fn from_name(name: &[u8]) -> Option<SessionFile> {
+    pub(crate) fn from_name(name: &[u8]) -> Option<SessionFile> {
         SessionFile::ALL
             .into_iter()
             .find(|f| f.name().as_bytes() == name)
     }
 
     /// Files that accept commands.
-    pub fn is_control(self) -> bool {
+    pub(crate) fn is_control(self) -> bool {
         matches!(
             self,
             SessionFile::Leaf | SessionFile::Labels | SessionFile::Append
         )
     }
-
-    /// Files whose content can be read.
-    pub fn is_readable(self) -> bool {
-        self != SessionFile::Append
-    }
 }
 
 /// The files of an entry directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EntryFile {
+pub(crate) enum EntryFile {
     Entry,
     Context,
     /// Appends entries under this one without moving the leaf
@@ -279,7 +274,7 @@ pub enum EntryFile {
 }
 
 impl EntryFile {
-    pub const ALL: [EntryFile; 8] = [
+    pub(crate) const ALL: [EntryFile; 8] = [
         EntryFile::Entry,
         EntryFile::Context,
         EntryFile::Append,
@@ -290,7 +285,7 @@ impl EntryFile {
         EntryFile::BranchMd,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             EntryFile::Entry => "entry.json",
             EntryFile::Context => "context.json",
@@ -303,7 +298,7 @@ impl EntryFile {
         }
     }
 
-    pub fn from_name(name: &[u8]) -> Option<EntryFile> {
+    pub(crate) fn from_name(name: &[u8]) -> Option<EntryFile> {
         EntryFile::ALL
             .into_iter()
             .find(|f| f.name().as_bytes() == name)
@@ -314,7 +309,7 @@ impl EntryFile {
     /// but not listed, so that recursive tools read each entry's bytes a
     /// constant number of times (see docs/filesystem.md, "Recursive
     /// tools").
-    pub fn listed(self) -> bool {
+    pub(crate) fn listed(self) -> bool {
         !matches!(
             self,
             EntryFile::Context | EntryFile::ContextMd | EntryFile::BranchMd
@@ -322,14 +317,14 @@ impl EntryFile {
     }
 
     /// Files whose content changes after the entry was written.
-    pub fn is_dynamic(self) -> bool {
+    pub(crate) fn is_dynamic(self) -> bool {
         self == EntryFile::Stats
     }
 }
 
 /// Which of the two views of an entry a node belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum View {
+pub(crate) enum View {
     /// `entries/<id>/`
     Flat,
     /// `<root id>/<child id>/…`
@@ -338,7 +333,7 @@ pub enum View {
 
 /// One node of the mounted tree.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Node {
+pub(crate) enum Node {
     Root,
     /// `by-id/`
     ById,
@@ -393,7 +388,7 @@ pub enum Node {
 impl Node {
     /// Files that accept commands: the session's control files and the
     /// entries' `append`.
-    pub fn is_control(&self) -> bool {
+    pub(crate) fn is_control(&self) -> bool {
         match self {
             Node::File(_, f) => f.is_control(),
             Node::EntryFile(.., f) => *f == EntryFile::Append,
@@ -403,7 +398,7 @@ impl Node {
 
     /// A short description for error messages: a file's name, else the
     /// node itself.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Node::File(key, f) => format!("{}/{}/{}", key.project, key.session, f.name()),
             Node::EntryFile(key, id, _, f) => {
@@ -414,7 +409,7 @@ impl Node {
     }
 
     /// The session this node belongs to, if any.
-    pub fn session_key(&self) -> Option<&SessionKey> {
+    pub(crate) fn session_key(&self) -> Option<&SessionKey> {
         match self {
             Node::Link { key, .. }
             | Node::Session(key)
@@ -440,7 +435,7 @@ impl Node {
         }
     }
 
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         matches!(
             self,
             Node::Root
@@ -461,7 +456,7 @@ impl Node {
 
 /// The kind of file a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeType {
+pub(crate) enum NodeType {
     Dir,
     File,
     Symlink,
@@ -469,7 +464,7 @@ pub enum NodeType {
 
 /// How a node is cached by the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caching {
+pub(crate) enum Caching {
     /// Directories whose listing changes: attributes are not cached, so
     /// that the kernel checks the listing it cached against the mtime at
     /// every read from the start; names are cached briefly.
@@ -485,7 +480,7 @@ pub enum Caching {
 }
 
 impl Node {
-    pub fn node_type(&self) -> NodeType {
+    pub(crate) fn node_type(&self) -> NodeType {
         match self {
             Node::Link { .. }
             | Node::CwdLink { .. }
@@ -499,7 +494,7 @@ impl Node {
         }
     }
 
-    pub fn caching(&self) -> Caching {
+    pub(crate) fn caching(&self) -> Caching {
         match self {
             Node::File(..) | Node::Diff(..) => Caching::Dynamic,
             Node::EntryFile(.., f) if f.is_dynamic() => Caching::Dynamic,
@@ -519,7 +514,7 @@ impl Node {
     /// Permission bits before the file underneath is taken into account
     /// (`fs::owner` masks them with its mode): write bits only where
     /// commands are accepted.
-    pub fn perm(&self, read_only: bool) -> u16 {
+    pub(crate) fn perm(&self, read_only: bool) -> u16 {
         match self {
             Node::Link { .. }
             | Node::CwdLink { .. }

@@ -1,5 +1,5 @@
 //! The FUSE filesystem (`docs/filesystem.md`): a thin adapter from `fuser` requests to
-//! the tree model ([`tree::Tree`]), which works on the engine's public API.
+//! the tree model (`Tree`), which works on the engine's public API.
 //!
 //! * `layout`: nodes, names, escaping of ids;
 //! * `inode`: stable inode numbers and the table of nodes the kernel holds;
@@ -31,15 +31,20 @@ pub(crate) mod tree;
 pub(crate) mod views;
 pub(crate) mod watch;
 
-// The filesystem's public API (`docs/engine.md`, "Public surface"): what
-// the command line needs to mount, and the names the mount gives.
-pub use control::AppendStream;
-pub use demo::{DemoDir, NO_DEMO};
-pub use layout::{escape_name, Node, NodeType};
-pub use mount::{is_stale_error, probe_mountpoint, serve, unmount, Ended, MountConfig};
+// The filesystem's public API (`docs/engine.md`, "Public surface"):
+// mounting and unmounting, and the names the mount gives.
+pub use layout::escape_name;
+pub use mount::{serve, unmount, Ended, MountConfig};
 pub use requestlog::TARGET as REQUEST_LOG_TARGET;
-pub use tree::{Tree, TreeConfig};
 pub use views::image_link;
+
+// What the command line uses besides (`ls`, `mount --demo`, the append
+// stream of `sessionfs append`).
+pub(crate) use control::AppendStream;
+pub(crate) use demo::{DemoDir, NO_DEMO};
+pub(crate) use layout::{Node, NodeType};
+pub(crate) use mount::{is_stale_error, probe_mountpoint};
+pub(crate) use tree::{Tree, TreeConfig};
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

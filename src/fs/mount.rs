@@ -39,11 +39,16 @@ use crate::session::Storage;
 /// What to mount where.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
+    /// The agent directory whose sessions are shown.
     pub agent: AgentDir,
+    /// The (empty) directory to mount on.
     pub mountpoint: PathBuf,
+    /// Refuse every change (`ro`): control files are not writable.
     pub read_only: bool,
     /// Budget of the session cache in MiB.
     pub cache_mb: u64,
+    /// Let other users access the mount (`allow_other`; needs
+    /// `user_allow_other` in `/etc/fuse.conf` unless root).
     pub allow_other: bool,
     /// Let root access the mount too (`allow_root`).
     pub allow_root: bool,
@@ -65,6 +70,8 @@ pub struct MountConfig {
 }
 
 impl MountConfig {
+    /// A read-write mount of `agent` at `mountpoint` with the defaults of
+    /// `sessionfs mount` (cache budget, threads, the default index store).
     pub fn new(agent: AgentDir, mountpoint: PathBuf) -> Self {
         MountConfig {
             agent,
@@ -164,7 +171,7 @@ fn explain_mount_error(e: io::Error) -> io::Error {
 }
 
 /// True when `e` is the error of a FUSE mount whose process has gone.
-pub fn is_stale_error(e: &io::Error) -> bool {
+pub(crate) fn is_stale_error(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOTCONN)
 }
 
@@ -181,7 +188,7 @@ pub(crate) fn stale_hint(path: &Path) -> String {
 /// Checks that `path` can be mounted on: an existing directory. A stale
 /// FUSE mount there is detached when `recover` is set, else refused with
 /// `stale_hint`.
-pub fn probe_mountpoint(path: &Path, recover: bool) -> io::Result<()> {
+pub(crate) fn probe_mountpoint(path: &Path, recover: bool) -> io::Result<()> {
     let meta = match std::fs::metadata(path) {
         Err(e) if is_stale_error(&e) && recover => {
             log::warn!("detaching the stale mount at {}", path.display());

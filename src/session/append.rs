@@ -92,7 +92,10 @@ fn schema(kind: EntryKind) -> &'static [(&'static str, Expect, bool)] {
 /// `type`, `id`, `parentId` and `timestamp`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEntry {
+    /// The entry's type (from its `type` member).
     pub kind: EntryKind,
+    /// The remaining members, in the order given; written after `type`, `id`,
+    /// `parentId` and `timestamp`.
     pub fields: Map<String, Value>,
 }
 

@@ -54,6 +54,8 @@ pub enum ProblemKind {
 }
 
 impl ProblemKind {
+    /// The kebab-case name used in reports and in the `problems` files
+    /// (`missing-parent`, `torn-tail`, …).
     pub fn name(self) -> &'static str {
         match self {
             ProblemKind::Unreadable => "unreadable",
@@ -74,6 +76,7 @@ impl ProblemKind {
 /// One problem found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
+    /// What is wrong.
     pub kind: ProblemKind,
     /// The session file or blob.
     pub file: PathBuf,
@@ -83,6 +86,7 @@ pub struct Problem {
     /// The entry id concerned, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entry: Option<String>,
+    /// A one-line description for people.
     pub message: String,
 }
 
@@ -288,6 +292,8 @@ pub(crate) fn blob_refs(line: &[u8]) -> Vec<String> {
 }
 
 impl<'a> Checker<'a> {
+    /// A checker that reads through `storage` and looks for blobs in
+    /// `blobs_dir`.
     pub fn new(storage: &'a dyn Storage, blobs_dir: impl Into<PathBuf>) -> Self {
         Checker {
             storage,

@@ -36,10 +36,17 @@ pub struct RecentSession {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
+    /// The session file.
     pub path: PathBuf,
+    /// The session id from the header.
     pub id: String,
+    /// The header's working directory, if any.
     pub cwd: Option<String>,
+    /// The session's title (a leading title line's, else the header's), if
+    /// any.
     pub title: Option<String>,
+    /// The header's `parentSession`: the file this session was forked or
+    /// branched from.
     pub parent_session: Option<String>,
     /// The header's timestamp.
     pub created: Option<String>,

@@ -35,21 +35,33 @@ pub enum Error {
     /// An operating-system error on a path.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The path the operation was on.
         path: PathBuf,
+        /// The operating system's error (shared: `Error` is `Clone`).
         #[source]
         source: Arc<io::Error>,
     },
     /// A file that exists but is not a session file we can read. It is never
     /// modified.
     #[error("{}: unreadable session file: {reason}", path.display())]
-    Unreadable { path: PathBuf, reason: String },
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be read (no valid header, an unknown version, …).
+        reason: String,
+    },
     /// The file changed under the session in a way it cannot write after
     /// (replaced during an append, created by another writer before the
     /// session's first write, changed during a migration). Nothing was
     /// written, and the error is not latched: the next access loads the
     /// file again.
     #[error("{}: {reason}", path.display())]
-    Conflict { path: PathBuf, reason: String },
+    Conflict {
+        /// The session file.
+        path: PathBuf,
+        /// What changed.
+        reason: String,
+    },
     /// A session file that resolves (through a symlink) to somewhere
     /// outside the agent directory: treated as missing, never read or
     /// written.

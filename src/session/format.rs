@@ -22,16 +22,29 @@ pub(crate) const CURRENT_VERSION: u64 = 3;
 /// The type of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EntryKind {
+    /// `message`: a user, assistant, tool-result or other message.
     Message,
+    /// `thinking_level_change`: the thinking level from here on.
     ThinkingLevelChange,
+    /// `model_change`: the model (of a role) from here on.
     ModelChange,
+    /// `compaction`: a summary that replaces the entries before
+    /// `firstKeptEntryId` in the context.
     Compaction,
+    /// `branch_summary`: a summary of a branch that was left.
     BranchSummary,
+    /// `custom`: extension data, not part of the context.
     Custom,
+    /// `custom_message`: an extension's message, part of the context.
     CustomMessage,
+    /// `label`: sets or clears the label of another entry.
     Label,
+    /// `ttsr_injection`: rules injected into the context.
     TtsrInjection,
+    /// `session_init`: the setup of a subagent session (system prompt,
+    /// task, tools).
     SessionInit,
+    /// `mode_change`: the agent's mode from here on.
     ModeChange,
     /// A type this engine does not know; kept and written back unchanged.
     Unknown,
@@ -115,8 +128,11 @@ impl Role {
 /// label map. Raw JSON text is kept where the context passes values through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Facts {
+    /// Nothing the engine folds over (custom entries, `session_init`).
     None,
+    /// A `message` entry.
     Message {
+        /// The message's role.
         role: Role,
         /// `"<provider>/<model>"` of an assistant message (shared between
         /// the entries of a session that name the same model).
@@ -124,6 +140,7 @@ pub enum Facts {
     },
     /// Raw JSON of `thinkingLevel` (absent → `None`).
     ThinkingLevel(Option<Box<str>>),
+    /// A `model_change` entry.
     ModelChange {
         /// Raw JSON of `model`.
         model: Option<Box<str>>,
@@ -132,19 +149,28 @@ pub enum Facts {
     },
     /// Raw JSON of each element of `injectedRules`.
     Ttsr(Vec<Box<str>>),
+    /// A `mode_change` entry.
     Mode {
+        /// Raw JSON of `mode`.
         mode: Option<Box<str>>,
+        /// Raw JSON of `data`.
         data: Option<Box<str>>,
     },
+    /// A `label` entry.
     Label {
+        /// The labelled entry (`targetId`).
         target: Option<Box<str>>,
         /// The label, `None` when absent or empty (clears the label).
         label: Option<Box<str>>,
     },
+    /// A `compaction` entry.
     Compaction {
+        /// `firstKeptEntryId`: where the kept part of the context starts.
         first_kept: Option<Box<str>>,
     },
+    /// A `branch_summary` entry.
     BranchSummary {
+        /// `fromId`: the entry the summarised branch was left from.
         from: Option<Box<str>>,
     },
     /// The `type` of an entry of unknown type.
@@ -171,6 +197,7 @@ enum IdRepr {
 }
 
 impl Id {
+    /// An id with the text `s`.
     pub fn new(s: &str) -> Id {
         if s.len() <= ID_INLINE {
             let mut bytes = [0u8; ID_INLINE];
@@ -184,6 +211,7 @@ impl Id {
         }
     }
 
+    /// The id's text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
             // SAFETY: `Inline` is only built by `Id::new` from a whole `str`:

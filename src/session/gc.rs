@@ -31,9 +31,14 @@ pub const GRACE: Duration = Duration::from_secs(5 * 60);
 /// `<hex>.png`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
+    /// The blob's SHA-256 digest in lower-case hex (its file name).
     pub hash: String,
+    /// Every file of the blob.
     pub paths: Vec<PathBuf>,
+    /// The files' total size.
     pub bytes: u64,
+    /// The newest modification time among the files (the grace period
+    /// counts from it).
     pub mtime: SystemTime,
 }
 
@@ -55,6 +60,7 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The bytes the unreferenced blobs take (what `apply` would free).
     pub fn bytes(&self) -> u64 {
         self.unreferenced.iter().map(|c| c.bytes).sum()
     }
@@ -63,8 +69,12 @@ impl Plan {
 /// What `apply` did.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
+    /// Files removed.
     pub deleted_files: usize,
+    /// Bytes those files took.
     pub deleted_bytes: u64,
+    /// Files that could not be removed, or the reason nothing was removed,
+    /// one message each.
     pub errors: Vec<String>,
 }
 

@@ -21,17 +21,22 @@ pub struct Loc {
 /// One indexed entry.
 #[derive(Debug, Clone)]
 pub struct EntryMeta {
+    /// What the line scan found out about the entry.
     pub entry: ScannedEntry,
+    /// Where the entry's line is.
     pub loc: Loc,
 }
 
 impl EntryMeta {
+    /// The entry's id.
     pub fn id(&self) -> &str {
         &self.entry.id
     }
+    /// The entry's `parentId` (`None` for a root).
     pub fn parent_id(&self) -> Option<&str> {
         self.entry.parent_id.as_deref()
     }
+    /// The entry's kind.
     pub fn kind(&self) -> EntryKind {
         self.entry.kind
     }
@@ -189,6 +194,7 @@ pub struct TreeRow<'a> {
     pub level: usize,
     /// The entry starts a branch: its parent has more than one child.
     pub branch_start: bool,
+    /// The entry of the row.
     pub meta: &'a EntryMeta,
 }
 
@@ -219,6 +225,7 @@ pub struct TreeIndex {
 }
 
 impl TreeIndex {
+    /// An empty index.
     pub fn new() -> Self {
         TreeIndex::default()
     }
@@ -277,9 +284,11 @@ impl TreeIndex {
         }
     }
 
+    /// The number of indexed entries (lines, repeated ids included).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
+    /// True when no entry is indexed.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -289,6 +298,7 @@ impl TreeIndex {
         &self.entries
     }
 
+    /// The entry at position `idx` (file order).
     pub fn get(&self, idx: u32) -> Option<&EntryMeta> {
         self.entries.get(idx as usize)
     }
@@ -306,6 +316,7 @@ impl TreeIndex {
             .is_some_and(|m| self.position(m.id()) == Some(i))
     }
 
+    /// The entry with `id` (the last one, if ids repeat).
     pub fn by_id(&self, id: &str) -> Option<&EntryMeta> {
         self.position(id).and_then(|i| self.get(i))
     }

@@ -136,6 +136,7 @@ pub enum IndexUse {
 }
 
 impl IndexStore {
+    /// A store in `dir` (created on the first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         IndexStore {
             dir: dir.into(),
@@ -167,6 +168,7 @@ impl IndexStore {
         }
     }
 
+    /// The directory the indexes are kept in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -105,11 +105,22 @@ pub fn render(session: &Session) -> String {
 /// One line of a label table or a command written to `labels`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelCommand {
-    Set { id: String, label: String },
-    Clear { id: String },
+    /// `<id> <label>`: gives the entry `id` the label `label`.
+    Set {
+        /// The entry.
+        id: String,
+        /// The new label (not empty).
+        label: String,
+    },
+    /// `<id>` alone: removes the entry's label.
+    Clear {
+        /// The entry.
+        id: String,
+    },
 }
 
 impl LabelCommand {
+    /// The entry id the line is about.
     pub fn id(&self) -> &str {
         match self {
             LabelCommand::Set { id, .. } | LabelCommand::Clear { id } => id,

@@ -35,18 +35,23 @@ impl AgentDir {
         AgentDir::new(home.join(".xcsh").join("agent"))
     }
 
+    /// The agent directory itself.
     pub fn root(&self) -> &Path {
         &self.root
     }
+    /// `sessions/`: one directory per project (encoded cwd).
     pub fn sessions_dir(&self) -> PathBuf {
         self.root.join("sessions")
     }
+    /// `blobs/`: the content-addressed image store.
     pub fn blobs_dir(&self) -> PathBuf {
         self.root.join("blobs")
     }
+    /// `terminal-sessions/`: the breadcrumbs of terminals.
     pub fn terminal_sessions_dir(&self) -> PathBuf {
         self.root.join("terminal-sessions")
     }
+    /// `history.db`: the prompt history database.
     pub fn history_db(&self) -> PathBuf {
         self.root.join("history.db")
     }

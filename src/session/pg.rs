@@ -79,9 +79,11 @@ pub enum Layout {
 pub struct PgUrl {
     /// The connection string without our own parameters.
     pub conn: String,
+    /// The table the sessions are stored in (`table=`; a plain SQL name).
     pub table: String,
     /// The path prefix of the rows shown (ends with `/` unless empty).
     pub prefix: Option<String>,
+    /// How a file's bytes are stored (`layout=`).
     pub layout: Layout,
 }
 

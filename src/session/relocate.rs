@@ -23,9 +23,13 @@ use crate::session::storage::Storage;
 /// What a move did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moved {
+    /// The session file before the move.
     pub from: PathBuf,
+    /// The session file after the move.
     pub to: PathBuf,
+    /// The header's `cwd` before the move (`None` when it had none).
     pub old_cwd: Option<String>,
+    /// The header's `cwd` now.
     pub new_cwd: String,
     /// The artifacts directory, old and new, when there was one.
     pub artifacts: Option<(PathBuf, PathBuf)>,

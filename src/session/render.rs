@@ -33,7 +33,9 @@ pub struct Image {
     /// `1.png`, `2.jpg`, … (numbered by position among the entry's image
     /// blocks, from 1; the extension by MIME type).
     pub name: String,
+    /// The MIME type of the image block (`image/png`, …).
     pub mime: String,
+    /// The decoded image data.
     pub bytes: Vec<u8>,
 }
 
@@ -238,6 +240,8 @@ enum Shown {
 }
 
 impl<'a> Renderer<'a> {
+    /// A renderer of `session`'s entries; `link` gives the link written for
+    /// an image (called with the entry id and the image's file name).
     pub fn new(session: &'a Session, link: ImageLink<'a>) -> Self {
         Renderer { session, link }
     }

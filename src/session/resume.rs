@@ -5,8 +5,6 @@
 //! This sits above both [`crate::session::discovery`] (which finds session
 //! files) and [`Session`] (which opens them); neither depends on it.
 
-#![deny(missing_docs)]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

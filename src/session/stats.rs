@@ -39,17 +39,25 @@ const TOOL_RESULT: u8 = 3;
 /// Sums over a set of entries (the `T` of `stats.json`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Totals {
+    /// Entries counted.
     pub entries: u64,
+    /// `message` entries.
     pub messages: u64,
+    /// Messages with role `user`.
     pub user_messages: u64,
+    /// Messages with role `assistant`.
     pub assistant_messages: u64,
+    /// Messages with role `toolResult`.
     pub tool_results: u64,
     /// `input`, `output`, `cacheRead`, `cacheWrite`, `totalTokens`.
     pub tokens: [f64; 5],
+    /// The sum of the messages' `usage.cost.total`.
     pub cost: f64,
     /// Assistant messages per model index.
     models: Vec<u64>,
+    /// The earliest entry timestamp, in ms since the epoch.
     pub first_ms: Option<i64>,
+    /// The latest entry timestamp, in ms since the epoch.
     pub last_ms: Option<i64>,
 }
 
@@ -210,6 +218,7 @@ impl StatsTable {
         self.own.len()
     }
 
+    /// True when no entry is covered.
     pub fn is_empty(&self) -> bool {
         self.own.is_empty()
     }

@@ -9,7 +9,7 @@ impl Tree {
     /// `pid`. On error the reason is logged and kept for `last-error`; on
     /// success `last-error` is cleared (see `docs/filesystem.md`,
     /// "last-error").
-    pub fn write_control(
+    pub(crate) fn write_control(
         &self,
         key: &SessionKey,
         file: SessionFile,
@@ -34,7 +34,7 @@ impl Tree {
     /// One write to `entries/<id>/append`: the objects it completes are
     /// appended as a chain under entry `id`, in one step, leaving the leaf
     /// where it was (`batch::append_batch_under`).
-    pub fn write_entry_append(
+    pub(crate) fn write_entry_append(
         &self,
         key: &SessionKey,
         id: &str,
@@ -52,7 +52,7 @@ impl Tree {
     /// One write to a `labels` file opened with `O_TRUNC` (see
     /// `LabelTable`): its complete lines are checked and kept for the
     /// close; a bad one fails the write and the whole table.
-    pub fn write_labels_table(
+    pub(crate) fn write_labels_table(
         &self,
         key: &SessionKey,
         table: &mut LabelTable,
@@ -73,7 +73,7 @@ impl Tree {
     /// labels, and the labels of entries the table did not name are
     /// cleared; nothing when a line was refused. `None` (a truncation
     /// without a table: `: > labels`, `truncate -s 0`) clears every label.
-    pub fn finish_labels_table(
+    pub(crate) fn finish_labels_table(
         &self,
         key: &SessionKey,
         table: Option<&mut LabelTable>,
@@ -152,7 +152,7 @@ impl Tree {
     /// An `append` file is flushed (closed) by `pid` with an incomplete
     /// object: reported in `last-error`, and the flush fails with `EINVAL`.
     /// The caller discards the object.
-    pub fn flush_partial(&self, key: &SessionKey, pending: usize, pid: u32) -> Error {
+    pub(crate) fn flush_partial(&self, key: &SessionKey, pending: usize, pid: u32) -> Error {
         let message = format!(
             "incomplete JSON object at close ({pending} bytes); it is discarded and nothing \
              of it was appended"
@@ -165,7 +165,7 @@ impl Tree {
     }
 
     /// An `append` file was released with an incomplete object.
-    pub fn discard_partial(&self, key: &SessionKey, pending: usize, pid: u32) {
+    pub(crate) fn discard_partial(&self, key: &SessionKey, pending: usize, pid: u32) {
         let _ = self.with_session(key, |st, _| {
             record_error(
                 st,
@@ -181,7 +181,7 @@ impl Tree {
     }
 
     /// `fsync` of a control file: fsyncs the session file.
-    pub fn fsync(&self, key: &SessionKey, pid: u32) -> Result<()> {
+    pub(crate) fn fsync(&self, key: &SessionKey, pid: u32) -> Result<()> {
         self.with_session(key, |st, s| {
             let Some(s) = s else { return Ok(()) };
             let result = s.flush();

@@ -8,7 +8,7 @@ impl Tree {
     /// Project directories, sorted, by the engine's rules
     /// (`discovery::project_dirs`): not hidden, names in UTF-8, symlinks
     /// only when they resolve inside the agent directory.
-    pub fn projects(&self) -> Result<Vec<String>> {
+    pub(crate) fn projects(&self) -> Result<Vec<String>> {
         if self.namespaced {
             let mut out = Vec::new();
             for ns in self.namespaces()? {
@@ -23,7 +23,7 @@ impl Tree {
 
     /// The namespaces (`Storage::has_namespaces`), sorted; none when the
     /// sessions directory holds projects.
-    pub fn namespaces(&self) -> Result<Vec<String>> {
+    pub(crate) fn namespaces(&self) -> Result<Vec<String>> {
         if !self.namespaced {
             return Ok(Vec::new());
         }
@@ -50,7 +50,7 @@ impl Tree {
     /// entry). Unlike `discovery::session_files_in`, a missing project is
     /// an error and stale temp files of crashed rewrites are cleaned up only
     /// when the mount is not read-only.
-    pub fn sessions(&self, project: &str) -> Result<Vec<String>> {
+    pub(crate) fn sessions(&self, project: &str) -> Result<Vec<String>> {
         let dir = self.sessions_dir.join(project);
         let items = self.storage.list(&dir).map_err(|e| Error::io(&dir, e))?;
         let mut out = Vec::new();
@@ -132,7 +132,7 @@ impl Tree {
 
     /// Picks up a change of the session file at `path` that a storage
     /// reported (`Storage::watch`), as the watcher does for inotify.
-    pub fn refresh_path(&self, path: &Path) {
+    pub(crate) fn refresh_path(&self, path: &Path) {
         let Ok(rel) = path.strip_prefix(&self.sessions_dir) else {
             return;
         };
@@ -172,7 +172,7 @@ impl Tree {
 
     /// `by-id` links: (session id, session), the first session in sorted
     /// order winning when ids repeat.
-    pub fn links(&self) -> Result<Vec<(String, SessionKey)>> {
+    pub(crate) fn links(&self) -> Result<Vec<(String, SessionKey)>> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
         for project in self.projects()? {

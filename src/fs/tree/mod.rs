@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+#[cfg(test)]
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -62,7 +63,7 @@ use crate::session::{LeafSel, OpenOptions, Refresh, Session};
 
 /// What the kernel may have cached that changed (sent to the watcher).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// New entries (id, tree parent id) appeared in a session; `reloaded`:
     /// it was loaded again from scratch, or the new entries changed what
     /// the entries there before show (a late parent, a repeated id) —
@@ -76,7 +77,7 @@ pub enum Change {
 
 /// Attributes of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attr {
+pub(crate) struct Attr {
     pub node_type: NodeType,
     pub size: u64,
     pub perm: u16,
@@ -85,7 +86,7 @@ pub struct Attr {
 
 /// How a tree is set up.
 #[derive(Debug, Clone)]
-pub struct TreeConfig {
+pub(crate) struct TreeConfig {
     pub agent: AgentDir,
     pub read_only: bool,
     /// The persistent index sessions are loaded with (and written to).
@@ -152,7 +153,7 @@ fn keep_pending(pending: &mut Vec<Change>, change: Change) {
 }
 
 /// The mounted tree.
-pub struct Tree {
+pub(crate) struct Tree {
     sessions_dir: PathBuf,
     storage: Arc<dyn Storage>,
     /// The sessions directory holds namespaces of projects
@@ -186,7 +187,7 @@ const PROBLEMS_ATTR_MAX: u64 = 16 << 20;
 
 /// One directory of `entries/`, with its attributes' mtime (read with the
 /// listing: no second look at the session per name).
-pub struct EntryItem {
+pub(crate) struct EntryItem {
     pub pos: u32,
     pub name: String,
     pub node: Node,
@@ -194,13 +195,13 @@ pub struct EntryItem {
 }
 
 impl Tree {
-    pub fn new(config: TreeConfig) -> Self {
+    pub(crate) fn new(config: TreeConfig) -> Self {
         Tree::with_storage(config, Arc::new(FileStorage::new()))
     }
 
     /// A tree over another storage (a database: `docs/team.md`); the
     /// agent directory's paths are the storage's.
-    pub fn with_storage(config: TreeConfig, storage: Arc<dyn Storage>) -> Self {
+    pub(crate) fn with_storage(config: TreeConfig, storage: Arc<dyn Storage>) -> Self {
         let blobs = BlobStore::new(storage.clone(), config.agent.blobs_dir());
         let namespaced = storage.has_namespaces(&config.agent.sessions_dir());
         Tree {
@@ -220,7 +221,7 @@ impl Tree {
     }
 
     /// (project, working directory) of every project with one (`by-cwd/`).
-    pub fn project_cwds(&self) -> Result<Vec<(String, String)>> {
+    pub(crate) fn project_cwds(&self) -> Result<Vec<(String, String)>> {
         let projects = self.projects()?;
         let mut cwds = self.cwds.lock();
         Ok(projects
@@ -253,7 +254,7 @@ impl Tree {
 
     /// Where changes are reported (the watcher). Changes found before
     /// are handed to it first.
-    pub fn set_change_sink(&self, sink: impl Fn(Change) + Send + 'static) {
+    pub(crate) fn set_change_sink(&self, sink: impl Fn(Change) + Send + 'static) {
         let mut route = self.changes.lock();
         if let ChangeRoute::Pending(pending) = &mut *route {
             for change in std::mem::take(pending) {
@@ -264,7 +265,8 @@ impl Tree {
     }
 
     /// Channel form of [`Tree::set_change_sink`].
-    pub fn set_change_sender(&self, tx: Sender<Change>) {
+    #[cfg(test)]
+    pub(crate) fn set_change_sender(&self, tx: Sender<Change>) {
         let tx = Mutex::new(tx);
         self.set_change_sink(move |c| {
             let _ = tx.lock().send(c);
@@ -279,23 +281,23 @@ impl Tree {
     }
 
     /// The storage the sessions are read from.
-    pub fn storage(&self) -> &dyn Storage {
+    pub(crate) fn storage(&self) -> &dyn Storage {
         &*self.storage
     }
 
-    pub fn sessions_dir(&self) -> &Path {
+    pub(crate) fn sessions_dir(&self) -> &Path {
         &self.sessions_dir
     }
 
-    pub fn read_only(&self) -> bool {
+    pub(crate) fn read_only(&self) -> bool {
         self.read_only
     }
 
-    pub fn cache(&self) -> &SessionCache {
+    pub(crate) fn cache(&self) -> &SessionCache {
         &self.cache
     }
 
-    pub fn session_path(&self, key: &SessionKey) -> PathBuf {
+    pub(crate) fn session_path(&self, key: &SessionKey) -> PathBuf {
         self.sessions_dir.join(&*key.project).join(key.file_name())
     }
 }

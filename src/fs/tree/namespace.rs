@@ -6,7 +6,7 @@ use super::*;
 
 impl Tree {
     /// The child `name` of `parent`; `Err` (not found) when there is none.
-    pub fn lookup(&self, parent: &Node, name: &[u8]) -> Result<Node> {
+    pub(crate) fn lookup(&self, parent: &Node, name: &[u8]) -> Result<Node> {
         let missing = || not_found(String::from_utf8_lossy(name));
         // `context.json` of an unloaded session with a stored rendering is
         // found without loading it (see `Tree::unloaded_context`).
@@ -165,7 +165,7 @@ impl Tree {
     }
 
     /// The children of a directory, by name (without `.` and `..`).
-    pub fn list(&self, dir: &Node) -> Result<Vec<(String, Node)>> {
+    pub(crate) fn list(&self, dir: &Node) -> Result<Vec<(String, Node)>> {
         match dir {
             Node::Root if self.namespaced => {
                 let mut out: Vec<(String, Node)> = self
@@ -325,7 +325,7 @@ impl Tree {
     /// without building the whole of it (a session may hold 100,000
     /// entries). Positions only grow while the file is appended to, so
     /// they serve as `readdir` offsets.
-    pub fn list_entries_page(
+    pub(crate) fn list_entries_page(
         &self,
         key: &SessionKey,
         start: u32,
@@ -350,7 +350,7 @@ impl Tree {
     }
 
     /// The parent directory of a node (for `..`).
-    pub fn parent_of(&self, node: &Node) -> Node {
+    pub(crate) fn parent_of(&self, node: &Node) -> Node {
         match node {
             Node::Root | Node::ById | Node::Namespace(_) => Node::Root,
             Node::Project(p) => match p.split_once('/') {
@@ -391,7 +391,7 @@ impl Tree {
     }
 
     /// The target of a `by-id` link.
-    pub fn readlink(&self, node: &Node) -> Result<String> {
+    pub(crate) fn readlink(&self, node: &Node) -> Result<String> {
         match node {
             Node::Link { key, .. } => {
                 if self.session_file_meta(key).is_none() {

@@ -7,7 +7,7 @@ use super::*;
 
 impl Tree {
     /// The attributes of a node; `Err` (not found) when it no longer exists.
-    pub fn attr(&self, node: &Node) -> Result<Attr> {
+    pub(crate) fn attr(&self, node: &Node) -> Result<Attr> {
         let perm = node.perm(self.read_only);
         let dir = |mtime| Attr {
             node_type: NodeType::Dir,
@@ -228,7 +228,7 @@ impl Tree {
     /// listing, so that a walk (`grep -r`, `du`, `tar`) needs no `lookup`
     /// per file (docs/filesystem.md, "Recursive tools"). Their sizes are
     /// exact, so each is rendered once (and its size kept).
-    pub fn entry_file_attrs(
+    pub(crate) fn entry_file_attrs(
         &self,
         key: &SessionKey,
         id: &Arc<str>,
@@ -365,7 +365,7 @@ impl Tree {
     }
 
     /// The content of a file node.
-    pub fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
+    pub(crate) fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
         if let Node::File(key, SessionFile::Context) = node {
             if let Some(data) = self.unloaded_context(key) {
                 return Ok(data);

@@ -188,7 +188,7 @@ impl Tree {
 
     /// Picks up changes of a session file if the session is loaded (the
     /// watcher calls this when the file changed).
-    pub fn refresh_loaded(&self, key: &SessionKey) {
+    pub(crate) fn refresh_loaded(&self, key: &SessionKey) {
         let _ = self.cache.with_loaded(key, |st| {
             if let Err(e) = self.ensure(key, st) {
                 if e.is_not_found() {
@@ -199,7 +199,7 @@ impl Tree {
     }
 
     /// Forgets a session whose file disappeared.
-    pub fn forget_session(&self, key: &SessionKey) {
+    pub(crate) fn forget_session(&self, key: &SessionKey) {
         self.cache.remove(key);
     }
 }

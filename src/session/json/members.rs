@@ -13,7 +13,7 @@ use super::scan::{as_text, Member};
 /// a line with an escaped top-level key (`ObjectScan::Unsure`) takes the
 /// serde path, which decodes such keys.
 #[derive(Debug, Clone)]
-pub enum Members<'a, 's> {
+pub(crate) enum Members<'a, 's> {
     /// Members recorded by the scanner over `text` (no top-level key has an
     /// escape, so keys compare as bytes).
     Scanned { text: &'a [u8], top: &'s [Member] },
@@ -24,7 +24,7 @@ pub enum Members<'a, 's> {
 impl<'a> Members<'a, '_> {
     /// The raw JSON text of the last member named `key` (JavaScript's
     /// `JSON.parse` keeps the last of duplicate keys).
-    pub fn get(&self, key: &str) -> Option<&'a str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
         match self {
             Members::Scanned { text, top } => {
                 let m = Self::scanned(text, top, key)?;
@@ -36,7 +36,7 @@ impl<'a> Members<'a, '_> {
     }
 
     /// The value of `key` if it is a JSON string, decoded.
-    pub fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
+    pub(crate) fn get_str(&self, key: &str) -> Option<Cow<'a, str>> {
         match self {
             Members::Scanned { text, top } => Self::scanned(text, top, key)?.str_value(text),
             Members::Serde(obj) => obj.get(key).map(RawValue::get).and_then(decode_json_string),

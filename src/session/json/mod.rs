@@ -11,7 +11,7 @@
 //!   string decoding and encoding;
 //! - `pretty`: re-indenting JSON text like `JSON.stringify(v, null, 2)`;
 //! - `scan`: the fast validating scanner that records member byte ranges;
-//! - `members`: [`Members`], a line's top-level members from the scanner
+//! - `members`: `Members`, a line's top-level members from the scanner
 //!   or, for a line it declines, from serde.
 
 mod members;
@@ -19,11 +19,15 @@ mod pretty;
 mod raw;
 mod scan;
 
-pub use members::Members;
-pub use pretty::{pretty, pretty_append, write_pretty};
-pub use raw::{decode_json_string, is_null, json_string, push_json_string, raw_as_str, RawObject};
+// Public: what the adapters use (`docs/engine.md`, "Public surface").
+pub use pretty::{pretty, pretty_append};
+pub use raw::{raw_as_str, RawObject};
+
+pub(crate) use members::Members;
+pub(crate) use pretty::write_pretty;
+pub(crate) use raw::{decode_json_string, json_string};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use scan::agree as scanner_agrees_with_serde;
-pub use scan::{
-    as_text, is_valid_json, last_member, object_members, scan_object, Member, ObjectScan, Span,
-};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use scan::is_valid_json;
+pub(crate) use scan::{as_text, object_members, scan_object, Member, ObjectScan};

@@ -16,7 +16,7 @@ pub fn pretty(text: &str) -> String {
 }
 
 /// [`pretty`] written to `w` in pieces of about 64 KiB.
-pub fn write_pretty(text: &str, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+pub(crate) fn write_pretty(text: &str, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     const PIECE: usize = 64 * 1024;
     let mut out = Vec::with_capacity(PIECE + 1024);
     pretty_into(text, 0, &mut out, PIECE, &mut |buf| {

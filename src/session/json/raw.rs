@@ -10,6 +10,8 @@ use serde_json::value::RawValue;
 /// The top-level members of a JSON object, in order, values kept raw.
 #[derive(Debug, Clone)]
 pub struct RawObject<'a> {
+    /// Each member's key (decoded) and raw value text, in order; a repeated
+    /// key appears as often as it occurs.
     pub members: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
 
@@ -123,7 +125,7 @@ pub fn raw_as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
 
 /// Decodes JSON string text (with its quotes). `None` if `text` is not a
 /// string.
-pub fn decode_json_string(text: &str) -> Option<Cow<'_, str>> {
+pub(crate) fn decode_json_string(text: &str) -> Option<Cow<'_, str>> {
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
         return Some(Cow::Borrowed(inner));
@@ -172,21 +174,16 @@ pub fn decode_json_string(text: &str) -> Option<Cow<'_, str>> {
 }
 
 /// Appends `s` as a JSON string literal (serde_json's escaping).
-pub fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     // Serialising a &str cannot fail.
     out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\"")));
 }
 
 /// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     push_json_string(&mut out, s);
     out
-}
-
-/// True when `text` is the JSON literal `null`.
-pub fn is_null(raw: &RawValue) -> bool {
-    raw.get() == "null"
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 
+#[cfg(any(test, feature = "testing"))]
 use serde_json::value::RawValue;
 
 use super::raw::decode_json_string;
@@ -10,7 +11,8 @@ use super::raw::decode_json_string;
 use super::raw::RawObject;
 
 /// Validates `text` as one JSON value of any kind (lone surrogates allowed).
-pub fn is_valid_json(text: &str) -> bool {
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn is_valid_json(text: &str) -> bool {
     serde_json::from_str::<&RawValue>(text).is_ok()
 }
 
@@ -31,14 +33,14 @@ pub fn is_valid_json(text: &str) -> bool {
 
 /// A byte range of a scanned text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Span {
+pub(crate) struct Span {
     pub start: usize,
     pub end: usize,
 }
 
 impl Span {
     /// The bytes of `text` in this range.
-    pub fn of<'t>(&self, text: &'t [u8]) -> &'t [u8] {
+    pub(crate) fn of<'t>(&self, text: &'t [u8]) -> &'t [u8] {
         &text[self.start..self.end]
     }
 }
@@ -46,7 +48,7 @@ impl Span {
 /// One member of a scanned object: the key (between its quotes) and the
 /// raw value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Member {
+pub(crate) struct Member {
     pub key: Span,
     /// The key holds a backslash escape.
     pub key_escaped: bool,
@@ -58,7 +60,7 @@ pub struct Member {
 impl Member {
     /// The value decoded if it is a string (see [`decode_json_string`]),
     /// without a second look at plain strings.
-    pub fn str_value<'t>(&self, text: &'t [u8]) -> Option<Cow<'t, str>> {
+    pub(crate) fn str_value<'t>(&self, text: &'t [u8]) -> Option<Cow<'t, str>> {
         let raw = self.value.of(text);
         if self.plain_string {
             as_text(&raw[1..raw.len() - 1]).map(Cow::Borrowed)
@@ -68,7 +70,7 @@ impl Member {
     }
 
     /// True when the key is `name` (decoding escapes when there are any).
-    pub fn key_is(&self, text: &[u8], name: &str) -> bool {
+    pub(crate) fn key_is(&self, text: &[u8], name: &str) -> bool {
         let raw = self.key.of(text);
         if !self.key_escaped {
             return raw == name.as_bytes();
@@ -84,7 +86,7 @@ impl Member {
 /// `bytes` as text: ASCII without a second look (most values are),
 /// anything else validated.
 #[inline]
-pub fn as_text(bytes: &[u8]) -> Option<&str> {
+pub(crate) fn as_text(bytes: &[u8]) -> Option<&str> {
     if bytes.is_ascii() {
         // SAFETY: ASCII is valid UTF-8.
         Some(unsafe { std::str::from_utf8_unchecked(bytes) })
@@ -95,7 +97,7 @@ pub fn as_text(bytes: &[u8]) -> Option<&str> {
 
 /// The outcome of [`scan_object`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjectScan {
+pub(crate) enum ObjectScan {
     /// A valid object. `nested` tells whether the last member named like
     /// the nested key was an object (its members were recorded).
     Valid { nested: bool },
@@ -562,7 +564,7 @@ impl<'a> Scanner<'a> {
 /// `RawObject::parse` accepts. Records the top-level members in `top`
 /// and, for the last member whose key is `nested_key` and whose value is an
 /// object, that object's members in `nested`. Both are cleared first.
-pub fn scan_object(
+pub(crate) fn scan_object(
     text: &[u8],
     nested_key: &[u8],
     top: &mut Vec<Member>,
@@ -614,18 +616,13 @@ pub fn scan_object(
 
 /// The members of a JSON object given as (valid) text, `None` if it is not
 /// an object.
-pub fn object_members(text: &[u8]) -> Option<Vec<Member>> {
+pub(crate) fn object_members(text: &[u8]) -> Option<Vec<Member>> {
     let mut s = Scanner { b: text, i: 0 };
     let mut out = Vec::new();
     s.ws();
     s.members(|s, key, key_escaped| s.push_member(key, key_escaped, &mut out))
         .ok()?;
     Some(out)
-}
-
-/// The last member of `members` named `name`.
-pub fn last_member<'m>(members: &'m [Member], text: &[u8], name: &str) -> Option<&'m Member> {
-    members.iter().rev().find(|m| m.key_is(text, name))
 }
 
 /// What serde says about `bytes` as one object: its members' keys and

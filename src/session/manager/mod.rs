@@ -24,8 +24,6 @@
 //! sessions). Where the entries live and how they reach the file is the
 //! [`journal`]'s.
 
-#![deny(missing_docs)]
-
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};

@@ -3,8 +3,6 @@
 //! in-memory one (`storage/memory.rs`: for tests, fault injection and non-persistent
 //! sessions).
 
-#![deny(missing_docs)]
-
 use std::fmt;
 use std::fs::File;
 use std::io;
