@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use common::{fixture_agent_dir, js_json};
+use serde_json::{json, Value};
 
 const LINEAR: &str =
     "--home-dev-pi--/2026-12-02T16-10-09-008Z_01a23785-3ef0-730e-bcbd-2244aa2871ee.jsonl";
@@ -51,44 +52,131 @@ fn session(agent: &Path, rel: &str) -> PathBuf {
     agent.join("sessions").join(rel)
 }
 
+/// What a read command must print.
+enum Prints {
+    /// Exactly this text.
+    Exactly(&'static str),
+    /// JSON holding this value at a pointer (`""` is the whole document).
+    Json(&'static str, Value),
+    /// JSON with an array of this many items at a pointer.
+    JsonItems(&'static str, usize),
+    /// JSON with a member at a pointer.
+    JsonHas(&'static str),
+    /// This many lines.
+    Lines(usize),
+    /// Text containing this.
+    Contains(&'static str),
+    /// A last line starting with this.
+    LastLineStarts(&'static str),
+}
+
+/// The read commands on the fixtures, each with what it must print: a
+/// table of (arguments, checks), where `{linear}` in an argument is the
+/// linear fixture session's path.
+fn read_commands() -> Vec<(Vec<&'static str>, Vec<Prints>)> {
+    use Prints::*;
+    vec![
+        (
+            vec!["context", "{linear}"],
+            vec![
+                Json("/thinkingLevel", json!("high")),
+                Json("/models/smol", json!("openai/gpt-4o")),
+            ],
+        ),
+        (
+            vec!["context", "{linear}", "--leaf", "5b70aa04"],
+            vec![JsonItems("/messages", 1)],
+        ),
+        (
+            vec!["context", "{linear}", "--leaf", "null"],
+            vec![Json("/messages", json!([]))],
+        ),
+        (
+            vec!["tree", "{linear}"],
+            vec![
+                Lines(18),
+                LastLineStarts("*"),
+                Contains("5b70aa04 message: user: hello [renamed]"),
+            ],
+        ),
+        // A session given by a prefix of its id.
+        (vec!["leaf", "01a23785-3ef0"], vec![Exactly("d9c604bb\n")]),
+        (
+            vec!["labels", "{linear}"],
+            vec![Exactly("5b70aa04\trenamed\n")],
+        ),
+        (
+            vec!["header", "{linear}"],
+            vec![Json("/cwd", json!("/home/dev/pi"))],
+        ),
+        (
+            vec!["entry", "{linear}", "5b70aa04"],
+            vec![Json("/message/content", json!("hello"))],
+        ),
+        (
+            vec!["list", "--all", "--json"],
+            vec![
+                JsonItems("", 7),
+                JsonHas("/0/path"),
+                JsonHas("/0/id"),
+                JsonHas("/0/cwd"),
+                JsonHas("/0/title"),
+                JsonHas("/0/parentSession"),
+                JsonHas("/0/created"),
+                JsonHas("/0/modified"),
+                JsonHas("/0/messageCount"),
+                JsonHas("/0/firstMessage"),
+            ],
+        ),
+        (
+            vec!["list", "--cwd", "/home/dev/pi", "--json"],
+            vec![JsonItems("", 2)],
+        ),
+        (
+            vec!["recent", "--cwd", "/home/dev/pi", "--limit", "1"],
+            vec![Lines(1)],
+        ),
+    ]
+}
+
 #[test]
-fn context_and_tree() {
+fn read_commands_print_what_the_sessions_hold() {
     let (_tmp, agent) = fixture_agent_dir();
-    let file = session(agent.root(), LINEAR);
-    let f = file.to_str().unwrap();
-    let ctx = js_json(&stdout(&run(agent.root(), &["context", f], None)));
-    assert_eq!(ctx["thinkingLevel"], "high");
-    assert_eq!(ctx["models"]["smol"], "openai/gpt-4o");
-    let at = js_json(&stdout(&run(
-        agent.root(),
-        &["context", f, "--leaf", "5b70aa04"],
-        None,
-    )));
-    assert_eq!(at["messages"].as_array().unwrap().len(), 1);
-    let null = js_json(&stdout(&run(
-        agent.root(),
-        &["context", f, "--leaf", "null"],
-        None,
-    )));
-    assert_eq!(null["messages"], serde_json::json!([]));
-    let tree = stdout(&run(agent.root(), &["tree", f], None));
-    assert_eq!(tree.lines().count(), 18);
-    assert!(tree.lines().last().unwrap().starts_with('*'));
-    assert!(
-        tree.contains("5b70aa04 message: user: hello [renamed]"),
-        "{tree}"
-    );
-    // by session id prefix
-    let by_id = stdout(&run(agent.root(), &["leaf", "01a23785-3ef0"], None));
-    assert_eq!(by_id, "d9c604bb\n");
-    assert_eq!(
-        stdout(&run(agent.root(), &["labels", f], None)),
-        "5b70aa04\trenamed\n"
-    );
-    let header = js_json(&stdout(&run(agent.root(), &["header", f], None)));
-    assert_eq!(header["cwd"], "/home/dev/pi");
-    let entry = js_json(&stdout(&run(agent.root(), &["entry", f, "5b70aa04"], None)));
-    assert_eq!(entry["message"]["content"], "hello");
+    let linear = session(agent.root(), LINEAR);
+    let linear = linear.to_str().unwrap();
+    for (args, checks) in read_commands() {
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "{linear}" { linear } else { a })
+            .collect();
+        let out = stdout(&run(agent.root(), &args, None));
+        let json = || js_json(&out);
+        for check in checks {
+            let what = format!("sessionfs {}", args.join(" "));
+            match check {
+                Prints::Exactly(want) => assert_eq!(out, want, "{what}"),
+                Prints::Json(pointer, want) => {
+                    let got = json().pointer(pointer).cloned();
+                    assert_eq!(got, Some(want), "{what}: {pointer}");
+                }
+                Prints::JsonItems(pointer, n) => {
+                    let got = json()
+                        .pointer(pointer)
+                        .and_then(|v| v.as_array().map(Vec::len));
+                    assert_eq!(got, Some(n), "{what}: items at {pointer:?}");
+                }
+                Prints::JsonHas(pointer) => {
+                    assert!(json().pointer(pointer).is_some(), "{what}: {pointer}")
+                }
+                Prints::Lines(n) => assert_eq!(out.lines().count(), n, "{what}: {out}"),
+                Prints::Contains(text) => assert!(out.contains(text), "{what}: {out}"),
+                Prints::LastLineStarts(start) => assert!(
+                    out.lines().last().is_some_and(|l| l.starts_with(start)),
+                    "{what}: {out}"
+                ),
+            }
+        }
+    }
 }
 
 #[test]
@@ -231,47 +319,21 @@ fn label_and_branch_summary() {
 }
 
 #[test]
-fn list_recent_and_fork() {
+fn list_shows_counts_and_first_prompts_and_fork_at_copies_a_path() {
     let (_tmp, agent) = fixture_agent_dir();
-    let all = js_json(&stdout(&run(
-        agent.root(),
-        &["list", "--all", "--json"],
-        None,
-    )));
-    let all = all.as_array().unwrap();
-    assert_eq!(all.len(), 7);
-    for key in [
-        "path",
-        "id",
-        "cwd",
-        "title",
-        "parentSession",
-        "created",
-        "modified",
-        "messageCount",
-        "firstMessage",
-    ] {
-        assert!(all[0].get(key).is_some(), "{key}");
-    }
     let pi = js_json(&stdout(&run(
         agent.root(),
         &["list", "--cwd", "/home/dev/pi", "--json"],
         None,
     )));
-    let pi = pi.as_array().unwrap();
-    assert_eq!(pi.len(), 2);
     let linear = pi
+        .as_array()
+        .unwrap()
         .iter()
         .find(|s| s["id"] == "01a23785-3ef0-730e-bcbd-2244aa2871ee")
         .unwrap();
     assert_eq!(linear["messageCount"], 6);
     assert_eq!(linear["firstMessage"], "hello");
-    let recent = stdout(&run(
-        agent.root(),
-        &["recent", "--cwd", "/home/dev/pi", "--limit", "1"],
-        None,
-    ));
-    assert_eq!(recent.lines().count(), 1);
     let forked = stdout(&run(
         agent.root(),
         &[
