@@ -235,11 +235,109 @@ fn append_outside(file: &Path, text: &str) {
     f.write_all(text.as_bytes()).unwrap();
 }
 
+/// A change to the session in `views_stay_fresh_after_appends_labels_and_leaf_moves`.
+enum Change {
+    /// None: the first look, which fills the caches.
+    Nothing,
+    /// Another writer appends this line to the session file.
+    Outside(String),
+    /// This text is written to a control file of the session directory.
+    Write(&'static str, &'static str),
+}
+
+/// What the session directory shows after a change (paths relative to it).
+enum Shows {
+    Contains(&'static str, &'static str),
+    Lacks(&'static str, &'static str),
+    /// The JSON file holds this value at a pointer.
+    Json(&'static str, &'static str, serde_json::Value),
+    Link(&'static str, &'static str),
+    /// The directory lists exactly these names.
+    Lists(&'static str, &'static [&'static str]),
+    /// The session directory lists this name.
+    Listed(&'static str),
+    /// Neither listed nor there.
+    Absent(&'static str),
+    /// The file no longer holds what it held before the change.
+    Changed(&'static str),
+}
+
 #[test]
 fn views_stay_fresh_after_appends_labels_and_leaf_moves() {
     if !fuse_ok("views_stay_fresh_after_appends_labels_and_leaf_moves") {
         return;
     }
+    use serde_json::json;
+    use Shows::*;
+    let steps: Vec<(&str, Change, Vec<Shows>)> = vec![
+        (
+            "the first look",
+            Change::Nothing,
+            vec![
+                Contains("context.md", "first answer"),
+                Json("stats.json", "/branch/cost", json!(0.5)),
+                Json("entries/u1/stats.json", "/subtree/entries", json!(2)),
+                Link("HEAD", "entries/a1"),
+                Lists("branches", &["a1"]),
+            ],
+        ),
+        (
+            "another writer appends a second branch from u1",
+            Change::Outside(line("a2", Some("u1"), &assistant("other answer", 0.25))),
+            vec![
+                Contains("context.md", "other answer"),
+                Contains("branch.md", "other answer"),
+                Json("stats.json", "/session/cost", json!(0.75)),
+                Json("stats.json", "/branch/cost", json!(0.25)),
+                Json("entries/u1/stats.json", "/subtree/entries", json!(3)),
+                Changed("tree.svg"),
+                Contains("tree.svg", "data-id=\"a2\""),
+                Link("HEAD", "entries/a2"),
+                Lists("branches", &["a1", "a2"]),
+                Lists("refs", &[]),
+            ],
+        ),
+        (
+            "a label through the mount",
+            Change::Write("labels", "a1 first-try\n"),
+            vec![
+                Lists("refs", &["first-try"]),
+                Link("refs/first-try", "../entries/a1"),
+                Contains("tree.svg", "[first-try]"),
+            ],
+        ),
+        (
+            "a label by another writer",
+            Change::Outside("{\"type\":\"label\",\"id\":\"l2\",\"parentId\":\"a2\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"targetId\":\"a2\",\"label\":\"second\"}\n".to_string()),
+            vec![Lists("refs", &["first-try", "second"])],
+        ),
+        (
+            "the leaf moves to a1",
+            Change::Write("leaf", "a1\n"),
+            vec![
+                Link("HEAD", "entries/a1"),
+                Contains("context.md", "first answer"),
+                Lacks("context.md", "other answer"),
+                Json("stats.json", "/branch/cost", json!(0.5)),
+                Contains("tree.svg", "a1 assistant (p/m)  ◀ leaf"),
+            ],
+        ),
+        (
+            "the leaf is reset: no HEAD without a leaf",
+            Change::Write("leaf", "null\n"),
+            vec![
+                Absent("HEAD"),
+                Contains("context.md", "The leaf is null"),
+                Json("stats.json", "/branch/entries", json!(0)),
+            ],
+        ),
+        (
+            "the leaf moves to a2",
+            Change::Write("leaf", "a2\n"),
+            vec![Listed("HEAD"), Link("HEAD", "entries/a2")],
+        ),
+    ];
+
     let tmp = tempfile::tempdir().unwrap();
     let project = tmp.path().join("sessions/--w-fresh--");
     fs::create_dir_all(&project).unwrap();
@@ -254,69 +352,60 @@ fn views_stay_fresh_after_appends_labels_and_leaf_moves() {
     fs::write(&file, &text).unwrap();
     let m = Mount::start(tmp.path(), &[]);
     let sdir = m.join("--w-fresh--/2026-01-01T00-00-00-000Z_fresh");
-    let stats = |p: &Path| -> serde_json::Value { serde_json::from_slice(&read(p)).unwrap() };
-    // Read everything once (caches filled).
-    assert!(read_str(&sdir.join("context.md")).contains("first answer"));
-    let before_svg = read_str(&sdir.join("tree.svg"));
-    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["cost"], 0.5);
-    assert_eq!(
-        stats(&sdir.join("entries/u1/stats.json"))["subtree"]["entries"],
-        2
-    );
-    assert_eq!(link(&sdir.join("HEAD")), "entries/a1");
-    assert_eq!(names(&sdir.join("branches")), ["a1".to_string()].into());
-
-    // Another writer appends a second branch from u1.
-    append_outside(
-        &file,
-        &line("a2", Some("u1"), &assistant("other answer", 0.25)),
-    );
-    assert!(read_str(&sdir.join("context.md")).contains("other answer"));
-    assert!(read_str(&sdir.join("branch.md")).contains("other answer"));
-    assert_eq!(stats(&sdir.join("stats.json"))["session"]["cost"], 0.75);
-    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["cost"], 0.25);
-    assert_eq!(
-        stats(&sdir.join("entries/u1/stats.json"))["subtree"]["entries"],
-        3
-    );
-    assert_ne!(read_str(&sdir.join("tree.svg")), before_svg);
-    assert!(read_str(&sdir.join("tree.svg")).contains("data-id=\"a2\""));
-    assert_eq!(link(&sdir.join("HEAD")), "entries/a2");
-    assert_eq!(
-        names(&sdir.join("branches")),
-        ["a1".to_string(), "a2".to_string()].into()
-    );
-
-    // A label through the mount: refs/ shows it.
-    assert!(names(&sdir.join("refs")).is_empty());
-    fs::write(sdir.join("labels"), "a1 first-try\n").unwrap();
-    assert_eq!(names(&sdir.join("refs")), ["first-try".to_string()].into());
-    assert_eq!(link(&sdir.join("refs/first-try")), "../entries/a1");
-    assert!(read_str(&sdir.join("tree.svg")).contains("[first-try]"));
-    // A label by another writer.
-    append_outside(
-        &file,
-        "{\"type\":\"label\",\"id\":\"l2\",\"parentId\":\"a2\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"targetId\":\"a2\",\"label\":\"second\"}\n",
-    );
-    assert_eq!(
-        names(&sdir.join("refs")),
-        ["first-try".to_string(), "second".to_string()].into()
-    );
-
-    // Moves of the leaf.
-    fs::write(sdir.join("leaf"), "a1\n").unwrap();
-    assert_eq!(link(&sdir.join("HEAD")), "entries/a1");
-    let ctx = read_str(&sdir.join("context.md"));
-    assert!(ctx.contains("first answer") && !ctx.contains("other answer"));
-    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["cost"], 0.5);
-    assert!(read_str(&sdir.join("tree.svg")).contains("a1 assistant (p/m)  ◀ leaf"));
-    fs::write(sdir.join("leaf"), "null\n").unwrap();
-    assert!(!names(&sdir).contains("HEAD"), "no HEAD without a leaf");
-    assert!(fs::symlink_metadata(sdir.join("HEAD")).is_err());
-    assert!(read_str(&sdir.join("context.md")).contains("The leaf is null"));
-    assert_eq!(stats(&sdir.join("stats.json"))["branch"]["entries"], 0);
-    fs::write(sdir.join("leaf"), "a2\n").unwrap();
-    assert!(names(&sdir).contains("HEAD"));
-    assert_eq!(link(&sdir.join("HEAD")), "entries/a2");
+    for (what, change, shows) in &steps {
+        // What the files that must change hold before (this also reads
+        // them into the caches).
+        let before: Vec<String> = shows
+            .iter()
+            .filter_map(|s| match s {
+                Changed(f) => Some(read_str(&sdir.join(f))),
+                _ => None,
+            })
+            .collect();
+        match change {
+            Change::Nothing => {}
+            Change::Outside(line) => append_outside(&file, line),
+            Change::Write(f, text) => fs::write(sdir.join(f), text).unwrap(),
+        }
+        let mut before = before.into_iter();
+        for show in shows {
+            match show {
+                Contains(f, text) => {
+                    assert!(
+                        read_str(&sdir.join(f)).contains(text),
+                        "{what}: {f} shows {text}"
+                    )
+                }
+                Lacks(f, text) => {
+                    assert!(
+                        !read_str(&sdir.join(f)).contains(text),
+                        "{what}: {f} lacks {text}"
+                    )
+                }
+                Json(f, pointer, want) => {
+                    let got: serde_json::Value =
+                        serde_json::from_slice(&read(&sdir.join(f))).unwrap();
+                    assert_eq!(got.pointer(pointer), Some(want), "{what}: {f} {pointer}");
+                }
+                Link(path, target) => assert_eq!(link(&sdir.join(path)), *target, "{what}: {path}"),
+                Lists(dir, want) => {
+                    let want: BTreeSet<String> = want.iter().map(|n| n.to_string()).collect();
+                    assert_eq!(names(&sdir.join(dir)), want, "{what}: {dir}/");
+                }
+                Listed(name) => assert!(names(&sdir).contains(*name), "{what}: {name} listed"),
+                Absent(name) => {
+                    assert!(!names(&sdir).contains(*name), "{what}: {name} not listed");
+                    assert!(
+                        fs::symlink_metadata(sdir.join(name)).is_err(),
+                        "{what}: {name} gone"
+                    );
+                }
+                Changed(f) => {
+                    let old = before.next().unwrap();
+                    assert_ne!(read_str(&sdir.join(f)), old, "{what}: {f} changed");
+                }
+            }
+        }
+    }
     assert_eq!(m.stop().code(), Some(0));
 }
