@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
+use crate::fs::pages::ContextPages;
 use crate::session::ContextFold;
 use crate::session::Session;
 use crate::session::StatsTable;
@@ -166,6 +167,10 @@ pub(crate) struct SlotState {
     /// while the session is not loaded, for the file as fingerprinted
     /// (see `Tree::unloaded_context`). Counts as loaded in the budget.
     pub stored_context: Option<(Fingerprint, Arc<Vec<u8>>)>,
+    /// What the kernel's page cache may hold of `context.json` and its
+    /// open handles (`fs::pages`). Kept while the slot lives: the
+    /// kernel's pages outlive a dropped rendering.
+    pub(crate) context_pages: ContextPages,
     tick: u64,
 }
 
@@ -197,9 +202,13 @@ impl SlotState {
 
     /// Drops what was rendered or counted from the entries (sizes, the
     /// context and its fold, the views, the stats, the stored context),
-    /// freeing its memory.
+    /// freeing its memory. The next rendering of `context.json` cannot be
+    /// compared with this one: the kernel's pages of it are all stale.
     fn drop_derived(&mut self) {
         self.entry_sizes = HashMap::new();
+        if self.context.is_some() || self.stored_context.is_some() {
+            self.context_pages.forget();
+        }
         self.context = None;
         self.context_fold = None;
         self.views = HashMap::new();
@@ -326,6 +335,21 @@ impl SessionCache {
         Some(f(&mut st))
     }
 
+    /// Runs `f` on the slot of a session if it has one, loaded or not
+    /// (no LRU update).
+    pub(crate) fn with_existing<R>(
+        &self,
+        key: &SessionKey,
+        f: impl FnOnce(&mut SlotState) -> R,
+    ) -> Option<R> {
+        let slot = {
+            let slots = self.slots.lock();
+            slots.get(key).cloned()?
+        };
+        let mut st = slot.lock();
+        Some(f(&mut st))
+    }
+
     /// The sessions loaded now.
     pub(crate) fn loaded_keys(&self) -> Vec<SessionKey> {
         let lru = self.lru.lock();
@@ -345,8 +369,28 @@ impl SessionCache {
             }
         }
         if let Some(slot) = slot {
-            let mut st = slot.lock();
-            st.session.take_loaded();
+            let keep = {
+                let mut st = slot.lock();
+                st.session.take_loaded();
+                // Descriptors of its `context.json` still open can still
+                // put their bytes into the kernel's cache: their counts stay
+                // (in an otherwise fresh slot) until they are released, so
+                // that a session file of the same name is not read from a
+                // cache they refill (`fs::pages`).
+                let keep = st.context_pages.has_open();
+                if keep {
+                    let mut pages = std::mem::take(&mut st.context_pages);
+                    pages.forget();
+                    *st = SlotState {
+                        context_pages: pages,
+                        ..SlotState::default()
+                    };
+                }
+                keep
+            };
+            if keep {
+                self.slots.lock().entry(key.clone()).or_insert(slot);
+            }
         }
     }
 
@@ -444,6 +488,24 @@ mod tests {
         assert!(st.take_loaded().is_none());
         assert!(matches!(st, SessionState::Unloaded));
         assert!(SessionState::default().broken().is_none());
+    }
+
+    #[test]
+    fn a_removed_session_keeps_the_counts_of_open_context_descriptors() {
+        let cache = SessionCache::new(1 << 20);
+        let key = SessionKey::new("--p--", "2026_a");
+        let opened = cache.with_slot(&key, |st| st.context_pages.open(10));
+        cache.remove(&key);
+        let kept = cache.with_existing(&key, |st| {
+            assert!(
+                st.context_pages.to_clean().is_none(),
+                "an older descriptor is open"
+            );
+            st.context_pages.release(opened.epoch, opened.keep)
+        });
+        assert_eq!(kept, Some(true), "its release makes the cache cleanable");
+        cache.remove(&key);
+        assert!(cache.with_existing(&key, |_| ()).is_none());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
+use crate::fs::pages::PagedOpen;
 use crate::fs::tree::Tree;
 use crate::session::{Error, Result};
 
@@ -22,6 +23,9 @@ enum Handle {
         node: Node,
         content: Option<Arc<Vec<u8>>>,
         dynamic: bool,
+        /// `context.json`: the rendering taken at open is counted in the
+        /// session's page state until release (`fs::pages`).
+        paged: Option<PagedOpen>,
     },
     /// A control file open for writing (and maybe reading).
     Control {
@@ -64,7 +68,9 @@ impl OpenMode {
 pub(crate) enum PageCache {
     /// Not at all: every read comes here (control files, dynamic files).
     Direct,
-    /// Kept across opens (files whose content does not change).
+    /// Kept across opens (files whose content does not change, and
+    /// `context.json` while its cached pages are its current rendering's,
+    /// see `fs::pages`).
     Keep,
 }
 
@@ -149,6 +155,33 @@ impl Handles {
                     PageCache::Direct,
                 )
             }
+            Node::File(key, SessionFile::Context) if !mode.writes() => {
+                // Rendered now: whether the kernel may keep its pages
+                // depends on the rendering the handle serves.
+                let (content, opened) = self.tree.open_context(key)?;
+                let fh = self.next.fetch_add(1, Ordering::Relaxed);
+                // A handle reading through the cache serves this one
+                // rendering for its life (the kernel's pages of it are
+                // counted under its epoch); one with direct I/O renders
+                // again at offset 0 like every dynamic file (a newer
+                // rendering than its epoch: it only blocks the cleaning
+                // longer).
+                let handle = Handle::Read {
+                    node: node.clone(),
+                    content: Some(content),
+                    dynamic: !opened.keep,
+                    paged: Some(opened),
+                };
+                self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
+                return Ok((
+                    fh,
+                    if opened.keep {
+                        PageCache::Keep
+                    } else {
+                        PageCache::Direct
+                    },
+                ));
+            }
             Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => {
                 if mode.writes() {
                     return Err(if self.tree.read_only() {
@@ -163,6 +196,7 @@ impl Handles {
                         node: node.clone(),
                         content: None,
                         dynamic,
+                        paged: None,
                     },
                     if dynamic {
                         PageCache::Direct
@@ -193,6 +227,7 @@ impl Handles {
                 node,
                 content,
                 dynamic,
+                ..
             } => {
                 if content.is_none() || (*dynamic && offset == 0) {
                     *content = Some(self.tree.read(node)?);
@@ -302,6 +337,14 @@ impl Handles {
             return;
         };
         let h = h.lock();
+        if let Handle::Read {
+            node: Node::File(key, _),
+            paged: Some(opened),
+            ..
+        } = &*h
+        {
+            self.tree.release_context(key, *opened);
+        }
         if let Handle::Control {
             node,
             stream,

@@ -8,6 +8,7 @@
 //! * `control`: parsers of the `append`, `leaf` and `labels` commands;
 //! * `views`: the reading views (Markdown, text, stats, tree picture, refs);
 //! * `handles`: the open files (FUSE-free; the callbacks here are shims over it);
+//! * `pages`: what the page cache may hold of `context.json`;
 //! * `watch`: the worker that keeps kernel caches fresh;
 //! * `mount`: mounting, signals and unmounting;
 //! * `requestlog`: `--debug`, one log line per request;
@@ -26,6 +27,7 @@ pub(crate) mod layout;
 pub(crate) mod listing;
 pub(crate) mod mount;
 pub(crate) mod owner;
+pub(crate) mod pages;
 pub(crate) mod requestlog;
 pub(crate) mod tree;
 pub(crate) mod views;
@@ -215,6 +217,14 @@ impl Filesystem for SessionFs {
         // written over `labels` replaces the labels (see `LabelTable`).
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC) {
             log::info!("the kernel lacks {missing:?}: truncations arrive as setattr");
+        }
+        // A size change alone does not drop a file's cached pages: the
+        // watch worker invalidates what changed (for `context.json` only
+        // its rewritten tail, `fs::pages`; entry files when their session's
+        // older entries changed). Without it the kernel drops the whole
+        // cache of a file whose size changed, which is correct but slower.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPLICIT_INVAL_DATA) {
+            log::info!("the kernel lacks {missing:?}: a size change drops a file's pages");
         }
         // Listings carry the attributes of their directories (see
         // `readdirplus`): a walk over `entries/` needs no lookup per entry.
@@ -606,6 +616,16 @@ impl Filesystem for SessionFs {
                                 .unwrap_or_default()
                         });
                         files.iter().find(|(g, _)| g == f).map(|(_, a)| *a)
+                    }
+                    // Read through the page cache: the size the kernel
+                    // knows, not a placeholder (`fs::pages`, rule 6).
+                    (Node::File(key, SessionFile::Context), _) if !dots => {
+                        self.tree.context_size_reported(key).map(|size| Attr {
+                            node_type: NodeType::File,
+                            size,
+                            perm: 0,
+                            mtime: mtime.unwrap_or(SystemTime::UNIX_EPOCH),
+                        })
                     }
                     _ => None,
                 };

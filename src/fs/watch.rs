@@ -34,7 +34,7 @@ use fuser::{INodeNo, Notifier};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::fs::inode::{InodeTable, ROOT_INO};
-use crate::fs::layout::{escape_name, Node, SessionKey, View};
+use crate::fs::layout::{escape_name, Node, SessionFile, SessionKey, View};
 use crate::fs::tree::{Change, Tree};
 use crate::session::session_id_from_file_name;
 
@@ -341,6 +341,7 @@ impl Worker {
 
     fn apply(&self, change: Change) {
         match change {
+            Change::ContextPages { key } => self.clean_context_pages(&key, false),
             Change::Session {
                 key,
                 new_entries,
@@ -365,7 +366,42 @@ impl Worker {
                         self.inval_entry(parent_ino, &name);
                     }
                 }
+                self.clean_context_pages(&key, true);
             }
+        }
+    }
+
+    /// Invalidates the stale pages of a session's `context.json` (from
+    /// the first byte that changed on), and tells the tree, which then
+    /// lets opens keep the cache again (`fs::pages`). With `render`, the
+    /// rendering is brought up to date first (after an append). Nothing
+    /// happens while a handle of an older rendering is open: it could put
+    /// its bytes back, and its release asks again.
+    fn clean_context_pages(&self, key: &SessionKey, render: bool) {
+        let ino = self
+            .inodes
+            .ino_of(&Node::File(key.clone(), SessionFile::Context));
+        // An inode the kernel does not hold has no pages.
+        let known = self.inodes.is_known(ino);
+        let Some((epoch, from)) = self.tree.context_pages_to_clean(key, render && known) else {
+            return;
+        };
+        if known {
+            if let Some(n) = &self.notifier {
+                // The kernel rounds `from` down to its page.
+                let from = i64::try_from(from).unwrap_or(i64::MAX);
+                if let Err(e) = n.inval_inode(INodeNo(ino), from, 0) {
+                    log::debug!("inval_inode({ino}, {from}): {e}; its pages stay stale");
+                    return;
+                }
+            }
+        }
+        if self.tree.context_pages_cleaned(key, epoch) {
+            log::debug!(
+                "{}/{}: context.json pages clean (epoch {epoch}, invalidated from byte {from})",
+                key.project,
+                key.session
+            );
         }
     }
 

@@ -13,12 +13,14 @@
 //! * [`slots`]: loading and refreshing sessions, reporting changes;
 //! * [`namespace`]: lookup, listings, parents, symlink targets;
 //! * [`render`]: attributes and file contents;
+//! * [`paged`]: `context.json` through the page cache (its handles);
 //! * [`stamps`]: modification times of directories and files;
 //! * [`commands`]: the control files.
 
 mod commands;
 mod disk;
 mod namespace;
+mod paged;
 mod render;
 mod slots;
 mod stamps;
@@ -73,6 +75,9 @@ pub(crate) enum Change {
         new_entries: Vec<(Arc<str>, Option<Arc<str>>)>,
         reloaded: bool,
     },
+    /// Cached pages of a session's `context.json` are stale and can be
+    /// invalidated now (`fs::pages`).
+    ContextPages { key: SessionKey },
 }
 
 /// Attributes of a node.
@@ -122,11 +127,19 @@ const MAX_PENDING_NAMES: usize = 4096;
 
 /// Merges `change` into the changes kept for their sink.
 fn keep_pending(pending: &mut Vec<Change>, change: Change) {
-    let Change::Session {
-        key,
-        new_entries,
-        reloaded,
-    } = change;
+    let (key, new_entries, reloaded) = match change {
+        Change::Session {
+            key,
+            new_entries,
+            reloaded,
+        } => (key, new_entries, reloaded),
+        Change::ContextPages { .. } => {
+            if !pending.contains(&change) {
+                pending.push(change);
+            }
+            return;
+        }
+    };
     let found = pending.iter_mut().find_map(|c| match c {
         Change::Session {
             key: k,

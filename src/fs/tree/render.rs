@@ -4,6 +4,7 @@
 //! "The files", "Incremental contexts").
 
 use super::*;
+use crate::fs::pages::common_prefix;
 
 impl Tree {
     /// The attributes of a node; `Err` (not found) when it no longer exists.
@@ -16,10 +17,13 @@ impl Tree {
             mtime,
         };
         if let Node::File(key, SessionFile::Context) = node {
-            if let Some(data) = self.unloaded_context(key) {
+            let size = self.unloaded_context_then(key, |st, data| {
+                st.context_pages.attr_size(data.len() as u64)
+            });
+            if let Some(size) = size {
                 return Ok(Attr {
                     node_type: NodeType::File,
-                    size: data.len() as u64,
+                    size,
                     perm,
                     mtime: self.file_mtime(key),
                 });
@@ -99,6 +103,10 @@ impl Tree {
                         (None, SessionFile::LastError) => render_last_error(st).len() as u64,
                         (None, _) => return Err(not_found(f.name())),
                         (Some(_), SessionFile::Append) => 0,
+                        (Some(s), SessionFile::Context) => {
+                            let len = render_session_file(st, s, SessionFile::Context)?.len();
+                            st.context_pages.attr_size(len as u64)
+                        }
                         (Some(s), f) => render_session_file(st, s, *f)?.len() as u64,
                     };
                     Ok(Attr {
@@ -335,6 +343,16 @@ impl Tree {
     /// that `cat` (and counted in the cache budget) while the file's
     /// identity, size and mtime stay; a load takes over from it.
     pub(super) fn unloaded_context(&self, key: &SessionKey) -> Option<Arc<Vec<u8>>> {
+        self.unloaded_context_then(key, |_, data| data)
+    }
+
+    /// [`Tree::unloaded_context`], with `then` run on the slot and the text
+    /// under the slot's lock (an open registers its handle there).
+    pub(super) fn unloaded_context_then<R>(
+        &self,
+        key: &SessionKey,
+        then: impl FnOnce(&mut SlotState, Arc<Vec<u8>>) -> R,
+    ) -> Option<R> {
         let store = self.index.as_ref()?;
         // A loaded session renders it (cheap check first: no system call).
         if self.cache.with_loaded(key, |_| ()).is_some() {
@@ -352,15 +370,18 @@ impl Tree {
             }
             if let Some((seen, data)) = &st.stored_context {
                 if *seen == fp {
-                    return Some(data.clone());
+                    let data = data.clone();
+                    return Some(then(st, data));
                 }
             }
             st.stored_context = None;
             let variant = pretty_context_variant(Some(self.blobs.dir()));
             let text = store.stored_context(&*self.storage, &path, &variant, None)?;
             let data = Arc::new(text);
+            // A new rendering, compared with nothing (`fs::pages`).
+            st.context_pages.changed(0);
             st.stored_context = Some((fp, data.clone()));
-            Some(data)
+            Some(then(st, data))
         })
     }
 
@@ -455,6 +476,8 @@ pub(super) fn render_session_file(
             if st.context.is_none() {
                 if let Some(text) = s.stored_context() {
                     let data = Arc::new(text);
+                    // Nothing to compare it with: every cached page is stale.
+                    st.context_pages.changed(0);
                     st.context = Some((key, data.clone()));
                     st.context_fold = None;
                     return Ok(data);
@@ -492,6 +515,13 @@ pub(super) fn render_session_file(
                         keep.finish();
                     }
                 }
+            }
+            // The kernel's cached pages stay valid up to the first byte that
+            // differs from the rendering before (all stale without one).
+            match &st.context {
+                Some((_, old)) if **old == buf => {}
+                Some((_, old)) => st.context_pages.changed(common_prefix(old, &buf)),
+                None => st.context_pages.changed(0),
             }
             let data = Arc::new(buf);
             st.context = Some((key, data.clone()));
@@ -536,6 +566,9 @@ pub(super) fn extend_rendered_context(
     let Some(ext) = s.extend_context(&rf.fold)? else {
         return Ok(None);
     };
+    // Everything after the kept messages is printed again: the kernel's
+    // pages from there on are stale (`fs::pages`).
+    st.context_pages.changed(rf.prefix as u64);
     let buf = Arc::make_mut(data);
     buf.truncate(rf.prefix);
     let indent = pretty_append(&ext.messages, rf.indent, buf);

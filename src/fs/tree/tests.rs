@@ -369,7 +369,10 @@ fn changes_found_before_the_sink_is_set_reach_it() {
         key,
         new_entries,
         reloaded,
-    } = &got[0];
+    } = &got[0]
+    else {
+        panic!("not a session change: {got:?}");
+    };
     assert_eq!(key, &a);
     assert!(reloaded, "the late parent changed older entries");
     let ids: Vec<&str> = new_entries.iter().map(|(id, _)| &**id).collect();
@@ -396,7 +399,7 @@ fn a_session_loaded_again_after_its_file_changed_is_reported() {
     let size = tree.attr(&ctx).unwrap().size;
     let reloads = || {
         rx.try_iter()
-            .filter(|Change::Session { key, reloaded, .. }| *key == a && *reloaded)
+            .filter(|c| matches!(c, Change::Session { key, reloaded: true, .. } if *key == a))
             .count()
     };
     // Dropped and loaded again, the file unchanged: nothing to tell.
@@ -429,7 +432,10 @@ fn appends_that_change_older_paths_mark_entry_files_stale() {
     let ctx = Node::EntryFile(a.clone(), "o".into(), View::Flat, EntryFile::Context);
     let stale_flags = || -> Vec<bool> {
         rx.try_iter()
-            .map(|Change::Session { reloaded, .. }| reloaded)
+            .filter_map(|c| match c {
+                Change::Session { reloaded, .. } => Some(reloaded),
+                Change::ContextPages { .. } => None,
+            })
             .collect()
     };
     // Loaded with `o` waiting for its parent.

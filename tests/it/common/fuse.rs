@@ -118,15 +118,23 @@ impl Mount {
     pub fn start(agent: &Path, args: &[&str]) -> Mount {
         let mut all = vec!["--agent-dir".to_string(), agent.display().to_string()];
         all.extend(args.iter().map(|a| a.to_string()));
-        Self::spawn(agent, &all)
+        Self::spawn(agent, &all, None)
+    }
+
+    /// [`Mount::start`] with its log filter (`RUST_LOG`) set to `log`, so
+    /// that a test can wait for a line of the mount's log.
+    pub fn start_logging(agent: &Path, args: &[&str], log: &str) -> Mount {
+        let mut all = vec!["--agent-dir".to_string(), agent.display().to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        Self::spawn(agent, &all, Some(log))
     }
 
     /// Mounts the bundled demo sessions.
     pub fn demo() -> Mount {
-        Self::spawn(Path::new(""), &["--demo".to_string()])
+        Self::spawn(Path::new(""), &["--demo".to_string()], None)
     }
 
-    fn spawn(agent: &Path, args: &[String]) -> Mount {
+    fn spawn(agent: &Path, args: &[String], log_filter: Option<&str>) -> Mount {
         let dir = tempfile::tempdir().expect("tempdir");
         let mountpoint = dir.path().join("mnt");
         std::fs::create_dir(&mountpoint).expect("mkdir mountpoint");
@@ -145,7 +153,9 @@ impl Mount {
             .env("XDG_CACHE_HOME", dir.path().join("cache"))
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+                log_filter
+                    .map(str::to_string)
+                    .unwrap_or_else(|| std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())),
             )
             .stdin(Stdio::null())
             .stdout(out)

@@ -8,6 +8,7 @@ mod control;
 mod daemon;
 mod fidelity;
 mod live;
+mod pages;
 mod pg;
 mod read;
 mod security;

@@ -1,0 +1,393 @@
+//! `context.json` through the kernel's page cache (`src/fs/pages.rs`,
+//! docs/filesystem.md, "`context.json` through the page cache"): a read
+//! right after an outside append is the grown file's context, a reader of
+//! an older rendering cannot leave its bytes in the cache for later
+//! readers, the unchanged beginning is not read through FUSE again, and
+//! the other files kept in the cache stay fresh.
+
+use crate::common::fuse;
+use crate::common::live::{plain_append, write_session};
+use crate::common::{js_json, message_texts};
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fuse::{eventually, fuse_ok, Mount};
+
+const PROJECT: &str = "--work-pages--";
+const STEM: &str = "2026-03-01T10-00-00-000Z_7777888877778888";
+
+/// A linear session of `pairs` user/assistant exchanges with long texts
+/// (a `context.json` of many pages), ending at `a{pairs}`.
+fn big_session(pairs: usize) -> String {
+    let mut t = String::from(
+        r#"{"type":"session","version":3,"id":"7777888877778888","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/work/pages"}"#,
+    );
+    t.push('\n');
+    let mut parent = "null".to_string();
+    for i in 1..=pairs {
+        let text = format!("question {i} ").repeat(20);
+        t.push_str(&format!(
+            r#"{{"type":"message","id":"u{i}","parentId":{parent},"timestamp":"2026-03-01T10:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
+        ));
+        t.push('\n');
+        t.push_str(&format!(
+            r#"{{"type":"message","id":"a{i}","parentId":"u{i}","timestamp":"2026-03-01T10:00:02.000Z","message":{{"role":"assistant","provider":"p","model":"m","content":[{{"type":"text","text":"answer {i}"}}]}}}}"#
+        ));
+        t.push('\n');
+        parent = format!("\"a{i}\"");
+    }
+    t
+}
+
+/// One user message under `parent`.
+fn user_line(id: &str, parent: &str, text: &str) -> String {
+    format!(
+        r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-03-01T10:00:03.000Z","message":{{"role":"user","content":"{text}"}}}}"#
+    ) + "\n"
+}
+
+/// `sessionfs context --no-index` of `file`: what the mount must show.
+fn cli_context(file: &Path) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("context")
+        .arg("--no-index")
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn setup(pairs: usize, args: &[&str]) -> (tempfile::TempDir, PathBuf, Mount, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), PROJECT, STEM, &big_session(pairs));
+    let m = Mount::start(tmp.path(), args);
+    let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+    (tmp, file, m, ctx)
+}
+
+/// Explains a mismatch without printing hundreds of KB.
+fn same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+        let show = |b: &[u8]| {
+            String::from_utf8_lossy(&b[at.min(b.len())..(at + 80).min(b.len())]).into_owned()
+        };
+        panic!(
+            "{what}: {} bytes read, {} expected, first difference at {at}: {:?} instead of {:?}",
+            got.len(),
+            want.len(),
+            show(got),
+            show(want)
+        );
+    }
+}
+
+#[test]
+fn a_read_right_after_an_outside_append_is_the_grown_files_context() {
+    if !fuse_ok("a_read_right_after_an_outside_append_is_the_grown_files_context") {
+        return;
+    }
+    let (_tmp, file, m, ctx) = setup(400, &[]);
+    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "first read");
+    // Until the watch worker made the cache clean, and a read kept it.
+    std::thread::sleep(Duration::from_millis(200));
+    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "second read");
+    let mut parent = "a400".to_string();
+    for i in 0..40 {
+        let id = format!("n{i}");
+        plain_append(&file, &user_line(&id, &parent, &format!("grown {i}")));
+        // At once: most of these opens come before the worker has seen
+        // the append (and some after, while it invalidates).
+        let got = fs::read(&ctx).unwrap();
+        same(
+            &got,
+            &cli_context(&file),
+            &format!("read right after append {i}"),
+        );
+        if i % 4 == 3 {
+            // And a read once the worker had time.
+            std::thread::sleep(Duration::from_millis(100));
+            same(
+                &fs::read(&ctx).unwrap(),
+                &cli_context(&file),
+                &format!("read after append {i}"),
+            );
+        }
+        parent = id;
+    }
+    drop(m);
+}
+
+#[test]
+fn a_reader_of_an_older_rendering_leaves_no_bytes_for_later_readers() {
+    if !fuse_ok("a_reader_of_an_older_rendering_leaves_no_bytes_for_later_readers") {
+        return;
+    }
+    let (_tmp, file, m, ctx) = setup(400, &[]);
+    let before = cli_context(&file);
+    assert!(
+        before.len() > 100_000,
+        "{} bytes: too few pages",
+        before.len()
+    );
+    // A clean cache: the reader below keeps it.
+    same(&fs::read(&ctx).unwrap(), &before, "first read");
+    std::thread::sleep(Duration::from_millis(200));
+    same(&fs::read(&ctx).unwrap(), &before, "second read");
+    let mut parent = "a400".to_string();
+    for round in 0..3 {
+        let want_old = cli_context(&file);
+        // An old reader: open, read the beginning only.
+        let mut old = fs::File::open(&ctx).unwrap();
+        let mut head = vec![0u8; 8192];
+        old.read_exact(&mut head).unwrap();
+        // The session grows; the worker renders and would invalidate.
+        let id = format!("o{round}");
+        plain_append(&file, &user_line(&id, &parent, &format!("older {round}")));
+        parent = id;
+        let want_new = cli_context(&file);
+        std::thread::sleep(Duration::from_millis(300));
+        // While the old reader is open, `stat` shows its size.
+        assert_eq!(
+            fs::metadata(&ctx).unwrap().len(),
+            want_old.len() as u64,
+            "round {round}: size while an older rendering is read"
+        );
+        // Others read the new text meanwhile (not through the cache).
+        same(
+            &fs::read(&ctx).unwrap(),
+            &want_new,
+            &format!("round {round}: a new reader"),
+        );
+        // The old reader reads the rest of its own rendering: through the
+        // cache, pages of the old text.
+        let mut rest = Vec::new();
+        old.read_to_end(&mut rest).unwrap();
+        head.extend_from_slice(&rest);
+        same(&head, &want_old, &format!("round {round}: the old reader"));
+        drop(old);
+        // Every later read is the new text, at once and after the worker.
+        same(
+            &fs::read(&ctx).unwrap(),
+            &want_new,
+            &format!("round {round}: after close"),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        for n in 0..3 {
+            same(
+                &fs::read(&ctx).unwrap(),
+                &want_new,
+                &format!("round {round}: read {n} after the worker"),
+            );
+        }
+        assert_eq!(fs::metadata(&ctx).unwrap().len(), want_new.len() as u64);
+    }
+    drop(m);
+}
+
+/// Bytes the mount served to reads of inode `ino` in the request log
+/// after `from` (`--debug` lines: `read ino I fh F offset O size S`).
+fn read_bytes_logged(log: &str, from: usize, ino: u64) -> u64 {
+    let needle = format!("read ino {ino} ");
+    log[from..]
+        .lines()
+        .filter_map(|l| l.split_once(&needle).map(|(_, rest)| rest))
+        .filter_map(|rest| {
+            rest.rsplit_once("size ")
+                .and_then(|(_, s)| s.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+#[test]
+fn after_an_append_only_the_tail_is_read_through_fuse_again() {
+    if !fuse_ok("after_an_append_only_the_tail_is_read_through_fuse_again") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), PROJECT, STEM, &big_session(400));
+    // The request log, and the watch worker's lines saying when the cache
+    // of `context.json` is clean again.
+    let m = Mount::start_logging(
+        tmp.path(),
+        &["--debug"],
+        "warn,sessionfs::request=debug,sessionfs::fs::watch=debug",
+    );
+    let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+    use std::os::unix::fs::MetadataExt;
+    let ino = fs::metadata(&ctx).unwrap().ino();
+    let whole = cli_context(&file).len() as u64;
+    let cleaned = || m.log_text().matches("context.json pages clean").count();
+    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "first read");
+    assert!(
+        eventually(|| cleaned() >= 1),
+        "never clean:\n{}",
+        m.log_text()
+    );
+    // Read once with the cache clean: kept.
+    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "second read");
+    let mut parent = "a400".to_string();
+    for i in 0..6 {
+        let before = cleaned();
+        let id = format!("t{i}");
+        plain_append(&file, &user_line(&id, &parent, "tail"));
+        parent = id;
+        let want = cli_context(&file);
+        // The worker saw the append, extended the rendering and
+        // invalidated its tail, with nobody reading in between.
+        assert!(eventually(|| cleaned() > before), "round {i}: never clean");
+        let from = m.log_text().len();
+        same(&fs::read(&ctx).unwrap(), &want, "read after the worker");
+        // The first read after it takes the unchanged beginning from the
+        // cache: less than a tenth of the text went through FUSE (the
+        // rewritten tail, and what the kernel reads ahead there).
+        let through = read_bytes_logged(&m.log_text(), from, ino);
+        assert!(
+            through < whole / 10,
+            "round {i}: {through} of {whole} bytes read through FUSE"
+        );
+    }
+    drop(m);
+}
+
+#[test]
+fn entry_files_kept_in_the_cache_change_when_a_late_parent_arrives() {
+    if !fuse_ok("entry_files_kept_in_the_cache_change_when_a_late_parent_arrives") {
+        return;
+    }
+    let (_tmp, file, m, _ctx) = setup(3, &[]);
+    // `late` names a parent that is not there yet: its context is itself.
+    plain_append(&file, &user_line("late", "p0", "late child"));
+    let entry_ctx = m.join(format!("{PROJECT}/{STEM}/entries/late/context.json"));
+    let entry_md = m.join(format!("{PROJECT}/{STEM}/entries/late/entry.md"));
+    assert!(eventually(|| fs::read(&entry_ctx).is_ok()));
+    let before = fs::read(&entry_ctx).unwrap();
+    let md_before = fs::read(&entry_md).unwrap();
+    // Read twice: kept in the page cache.
+    assert_eq!(fs::read(&entry_ctx).unwrap(), before);
+    // The parent arrives: the path of `late` (its context.json, another
+    // size) changed.
+    plain_append(&file, &user_line("p0", "a3", "the late parent"));
+    assert!(
+        eventually(|| {
+            let now = fs::read(&entry_ctx).unwrap();
+            now != before && String::from_utf8_lossy(&now).contains("the late parent")
+        }),
+        "entries/late/context.json stayed as it was"
+    );
+    let now = fs::read(&entry_ctx).unwrap();
+    assert!(serde_json::from_slice::<serde_json::Value>(&now).is_ok());
+    assert!(now.len() > before.len());
+    assert_eq!(
+        fs::read(&entry_md).unwrap(),
+        md_before,
+        "entry.md did not change"
+    );
+    drop(m);
+}
+
+#[test]
+fn overlapping_readers_during_appends_each_read_one_whole_rendering() {
+    if !fuse_ok("overlapping_readers_during_appends_each_read_one_whole_rendering") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (_tmp, file, m, ctx) = setup(300, &[]);
+    let initial = message_texts(&js_json(&String::from_utf8(cli_context(&file)).unwrap()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let appended = Arc::new(AtomicUsize::new(0));
+    // Readers: whole reads at once, and slow ones in small pieces (a
+    // rendering older than the current one is read meanwhile).
+    let readers: Vec<_> = (0..3)
+        .map(|r| {
+            let (ctx, stop, initial) = (ctx.clone(), stop.clone(), initial.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut text = Vec::new();
+                    let mut f = fs::File::open(&ctx).unwrap();
+                    if r == 0 {
+                        f.read_to_end(&mut text).unwrap();
+                    } else {
+                        let mut piece = vec![0u8; 4096 * r];
+                        loop {
+                            let n = f.read(&mut piece).unwrap();
+                            if n == 0 {
+                                break;
+                            }
+                            text.extend_from_slice(&piece[..n]);
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                    let text = String::from_utf8(text).expect("UTF-8");
+                    let texts = message_texts(&js_json(&text));
+                    // The first messages, then `m0`, `m1`, … in order: one
+                    // rendering, not pieces of two.
+                    assert!(texts.len() >= initial.len(), "reader {r}: messages lost");
+                    assert_eq!(texts[..initial.len()], initial[..], "reader {r}");
+                    for (k, t) in texts[initial.len()..].iter().enumerate() {
+                        assert_eq!(*t, format!("m{k}"), "reader {r}: message {k}");
+                    }
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    // Listings with attributes (`readdirplus`) of the session directory,
+    // fetched again after each change of it: they must not change the
+    // size the kernel knows of `context.json` under the readers.
+    let dir = m.join(format!("{PROJECT}/{STEM}"));
+    let lister = {
+        let (dir, stop) = (dir.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut listings = 0;
+            while !stop.load(Ordering::Relaxed) {
+                for e in fs::read_dir(&dir).unwrap() {
+                    let _ = e.unwrap().file_name();
+                }
+                listings += 1;
+            }
+            listings
+        })
+    };
+    let appender = {
+        let (file, stop, appended) = (file.clone(), stop.clone(), appended.clone());
+        std::thread::spawn(move || {
+            let mut parent = "a300".to_string();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let id = format!("m{i}");
+                plain_append(&file, &user_line(&id, &parent, &id));
+                appended.store(i + 1, Ordering::Relaxed);
+                parent = id;
+                i += 1;
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    appender.join().unwrap();
+    assert!(lister.join().unwrap() > 0);
+    for r in readers {
+        assert!(r.join().expect("a reader failed") > 0);
+    }
+    assert!(appended.load(Ordering::Relaxed) > 10);
+    same(
+        &fs::read(&ctx).unwrap(),
+        &cli_context(&file),
+        "the last read",
+    );
+    drop(m);
+}
