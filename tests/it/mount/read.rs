@@ -78,6 +78,23 @@ fn check_nested(dir: &Path, s: &Session, id: &str) {
     }
 }
 
+/// What a file of the mount must hold.
+enum Holds {
+    /// This text, byte for byte.
+    Text(String),
+    /// This JSON value (the file is the pretty form of it).
+    Json(serde_json::Value),
+}
+
+impl Holds {
+    fn check(&self, got: &str, what: &str) {
+        match self {
+            Holds::Text(want) => assert_eq!(got, want, "{what}"),
+            Holds::Json(want) => assert_eq!(&js_json(got), want, "{what}"),
+        }
+    }
+}
+
 #[test]
 fn corpus_layout_contents_and_links() {
     if !fuse_ok("corpus_layout_contents_and_links") {
@@ -140,35 +157,43 @@ fn corpus_layout_contents_and_links() {
         }
         sessions += 1;
         let dir = m.join(format!("{project}/{stem}"));
-        // Through the mount first: opening a legacy file migrates it.
-        let ctx = read(&dir.join("context.json"));
-        let leaf = read(&dir.join("leaf"));
+        // The session's files, read through the mount first: opening a
+        // legacy file migrates it.
+        let shown: BTreeMap<&str, String> = [
+            "context.json",
+            "leaf",
+            "header.json",
+            "labels",
+            "last-error",
+        ]
+        .into_iter()
+        .map(|name| (name, read(&dir.join(name))))
+        .collect();
         let s = engine(tmp.path(), &file);
-        assert_eq!(
-            js_json(&ctx),
-            js_json(s.context().unwrap().as_json()),
-            "{stem}: context.json"
-        );
-        assert_eq!(
-            leaf,
-            format!("{}\n", s.leaf_id().unwrap()),
-            "{stem}: leaf is the last entry"
-        );
         assert_eq!(
             s.leaf_id(),
             s.entries().last().map(|e| e.id()),
-            "{stem}: the engine's leaf is the last entry too"
+            "{stem}: the engine's leaf is the last entry"
         );
-        let mut header = pretty(s.header_json());
-        header.push('\n');
-        assert_eq!(read(&dir.join("header.json")), header, "{stem}: header");
+        // What each must hold.
         let labels: String = s
             .labels()
             .iter()
             .map(|(id, l)| format!("{id}\t{l}\n"))
             .collect();
-        assert_eq!(read(&dir.join("labels")), labels, "{stem}: labels");
-        assert_eq!(read(&dir.join("last-error")), "");
+        let files = [
+            (
+                "context.json",
+                Holds::Json(js_json(s.context().unwrap().as_json())),
+            ),
+            ("leaf", Holds::Text(format!("{}\n", s.leaf_id().unwrap()))),
+            ("header.json", Holds::Text(pretty(s.header_json()) + "\n")),
+            ("labels", Holds::Text(labels)),
+            ("last-error", Holds::Text(String::new())),
+        ];
+        for (name, holds) in &files {
+            holds.check(&shown[name], &format!("{stem}: {name}"));
+        }
 
         // The session directory: the files, entries/ and the roots.
         let mut expected: BTreeSet<String> = [
@@ -212,17 +237,19 @@ fn corpus_layout_contents_and_links() {
                 want.sort();
             }
             assert_eq!(names(&edir), want);
-            let want = s.context_at(LeafSel::Id(e.id())).unwrap();
-            assert_eq!(
-                js_json(&read(&edir.join("context.json"))),
-                js_json(want.as_json()),
-                "{stem}: entries/{}/context.json",
-                e.id()
-            );
-            assert_eq!(
-                read(&edir.join("entry.json")),
-                s.entry_pretty(e.id()).unwrap()
-            );
+            let files = [
+                (
+                    "context.json",
+                    Holds::Json(js_json(
+                        s.context_at(LeafSel::Id(e.id())).unwrap().as_json(),
+                    )),
+                ),
+                ("entry.json", Holds::Text(s.entry_pretty(e.id()).unwrap())),
+            ];
+            for (name, holds) in &files {
+                let what = format!("{stem}: entries/{}/{name}", e.id());
+                holds.check(&read(&edir.join(name)), &what);
+            }
         }
         // Nested view.
         for root in s.children(None).unwrap() {
