@@ -10,6 +10,9 @@
 // Every public item says what it is or does (the curated surface of
 // `docs/engine.md`, "Public surface").
 #![deny(missing_docs)]
+// A public signature names only types a user can name too (no type that is
+// `pub` in a private module and not re-exported).
+#![deny(unnameable_types)]
 // The documentation's links resolve, and public docs link only to public
 // items (rustdoc's lints; `.ci/run` builds the docs with `-D warnings`).
 #![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]

@@ -3,10 +3,8 @@
 //! `demo` feature; without it nothing is embedded and `--demo` fails).
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Component, Path, PathBuf};
-
-use crate::session::random_hex;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path};
 
 include!(concat!(env!("OUT_DIR"), "/demo_files.rs"));
 
@@ -39,35 +37,51 @@ pub(crate) fn write_demo(agent_dir: &Path) -> io::Result<()> {
 pub(crate) const NO_DEMO: &str =
     "this build has no bundled example sessions (built without the `demo` feature)";
 
-/// A private temporary agent directory holding the example sessions;
-/// removed when dropped.
+/// A private temporary agent directory holding the example sessions
+/// (mode 0700, `sessionfs-demo-…` in the temporary directory); removed
+/// when dropped.
 pub(crate) struct DemoDir {
-    path: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl DemoDir {
+    /// Writes the example sessions into a new temporary agent directory
+    /// (`ErrorKind::Unsupported` in a build without the `demo` feature).
     pub(crate) fn create() -> io::Result<Self> {
         if !cfg!(feature = "demo") {
             return Err(io::Error::new(io::ErrorKind::Unsupported, NO_DEMO));
         }
-        let path = std::env::temp_dir().join(format!(
-            "sessionfs-demo-{}-{}",
-            std::process::id(),
-            random_hex(4)
-        ));
-        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let demo = DemoDir { path };
-        write_demo(&demo.path)?;
-        Ok(demo)
+        let dir = tempfile::Builder::new()
+            .prefix("sessionfs-demo-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?;
+        write_demo(dir.path())?;
+        Ok(DemoDir { dir })
     }
 
+    /// The agent directory.
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        self.dir.path()
     }
 }
 
-impl Drop for DemoDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+#[cfg(all(test, feature = "demo"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_dir_is_private_holds_the_sessions_and_goes_on_drop() {
+        let demo = DemoDir::create().unwrap();
+        let path = demo.path().to_path_buf();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(path.join("sessions").is_dir());
+        assert!(path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("sessionfs-demo-"));
+        drop(demo);
+        assert!(!path.exists());
     }
 }

@@ -293,15 +293,23 @@ const MESSAGE: &str = "message";
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Compaction<'a> {
+    /// `summary`: what the compacted entries said, as the model sees it.
     pub summary: &'a str,
+    /// `shortSummary`: a one-line form for listings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub short_summary: Option<&'a str>,
+    /// `firstKeptEntryId`: the first entry the context keeps after the
+    /// summary (on the path to the new entry).
     pub first_kept_entry_id: &'a str,
+    /// `tokensBefore`: the context's size in tokens before compacting.
     pub tokens_before: u64,
+    /// `details`: any JSON the compactor keeps for itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
+    /// `preserveData`: state carried over the compaction.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preserve_data: Option<Value>,
+    /// `fromExtension`: an extension, not the agent, compacted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from_extension: Option<bool>,
 }

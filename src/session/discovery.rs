@@ -26,9 +26,13 @@ pub(crate) const DISPLAY_NAME_CHARS: usize = 40;
 /// A session in the recent-sessions view.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecentSession {
+    /// The session file.
     pub path: PathBuf,
+    /// The file's modification time (the order of the view, newest first).
     #[serde(serialize_with = "ser_time")]
     pub mtime: SystemTime,
+    /// What to show: the title, else the first user message, else the
+    /// session id, shortened to one line of at most 40 characters.
     pub name: String,
 }
 

@@ -87,12 +87,17 @@ impl EntryKind {
 /// The role of a `message` entry's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
+    /// `user`: a prompt.
     User,
+    /// `assistant`: a model's answer.
     Assistant,
+    /// `toolResult`: what a tool call returned.
     ToolResult,
+    /// `custom`: an extension's message.
     Custom,
     /// The v2 name of `custom`, migrated on load.
     HookMessage,
+    /// Any other string, kept as written.
     Other(Box<str>),
     /// No string role.
     Missing,
@@ -110,6 +115,7 @@ impl Role {
         }
     }
 
+    /// The role as written in the file (`""` for [`Role::Missing`]).
     pub fn as_str(&self) -> &str {
         match self {
             Role::User => "user",
@@ -339,26 +345,35 @@ impl From<Id> for Box<str> {
 /// The indexed view of one entry line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScannedEntry {
+    /// The entry's type.
     pub kind: EntryKind,
+    /// `id`.
     pub id: Id,
     /// `parentId` when it is a string (`null`, absent or another type: root).
     pub parent_id: Option<Id>,
     /// `timestamp` as epoch milliseconds, if it parses.
     pub timestamp_ms: Option<i64>,
+    /// What the context and the label map need of the entry's body.
     pub facts: Facts,
 }
 
 /// The header line (`type: "session"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderInfo {
+    /// The session id.
     pub id: String,
     /// `None` for v1 files (or a `version` that is not a number).
     pub version: Option<u64>,
     /// The raw JSON text of `version`, if present.
     pub version_raw: Option<String>,
+    /// When the session was created (ISO-8601 text as stored).
     pub timestamp: Option<String>,
+    /// The working directory the session belongs to.
     pub cwd: Option<String>,
+    /// The title stored in the header.
     pub title: Option<String>,
+    /// `parentSession`: the session file this one was forked or branched
+    /// from.
     pub parent_session: Option<String>,
 }
 

@@ -33,7 +33,7 @@ fn fallback_bytes(buf: &mut [u8]) {
 }
 
 /// `n` random bytes as lowercase hex.
-pub fn random_hex(n_bytes: usize) -> String {
+pub(crate) fn random_hex(n_bytes: usize) -> String {
     let mut buf = vec![0u8; n_bytes];
     random_bytes(&mut buf);
     hex(&buf)

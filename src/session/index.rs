@@ -13,8 +13,11 @@ const NONE: u32 = u32::MAX;
 /// in-memory buffer (entries not yet written, or in-memory sessions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Loc {
+    /// Where the line starts (a byte offset into the file or the buffer).
     pub offset: u64,
+    /// The line's length in bytes, without its newline.
     pub len: u32,
+    /// The line is in the in-memory buffer, not in the file.
     pub in_memory: bool,
 }
 
@@ -232,7 +235,7 @@ impl TreeIndex {
 
     /// An index of loaded entries, in file order. Reuses the entries'
     /// memory (`LoadedEntry` and `EntryMeta` have the same layout).
-    pub fn from_loaded(entries: Vec<LoadedEntry>, in_memory: bool) -> Self {
+    pub(crate) fn from_loaded(entries: Vec<LoadedEntry>, in_memory: bool) -> Self {
         let entries: Vec<EntryMeta> = entries
             .into_iter()
             .map(|e| EntryMeta {
@@ -271,7 +274,7 @@ impl TreeIndex {
     }
 
     /// Appends loaded entries (the new lines of a grown file).
-    pub fn extend_loaded(&mut self, entries: Vec<LoadedEntry>, in_memory: bool) {
+    pub(crate) fn extend_loaded(&mut self, entries: Vec<LoadedEntry>, in_memory: bool) {
         for e in entries {
             self.push(
                 e.entry,
@@ -354,7 +357,7 @@ impl TreeIndex {
     }
 
     /// Adds an entry at the end.
-    pub fn push(&mut self, entry: ScannedEntry, loc: Loc) -> u32 {
+    pub(crate) fn push(&mut self, entry: ScannedEntry, loc: Loc) -> u32 {
         let idx = self.entries.len() as u32;
         self.entries.push(EntryMeta { entry, loc });
         self.link_new(idx);

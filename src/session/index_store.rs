@@ -46,7 +46,7 @@ const TAIL_MAX: u64 = 4 << 10;
 /// index and usable by anyone who needs to tell "grown by appends" from
 /// "rewritten" (identity + size + mtime + the last indexed bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fingerprint {
+pub(crate) struct Fingerprint {
     pub identity: (u64, u64),
     /// Bytes indexed (the file's size when it was scanned).
     pub size: u64,
@@ -63,7 +63,7 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// The fingerprint of the first `size` bytes of a file that `stat`
     /// described, whose header line ends at `header_end`.
-    pub fn compute(
+    pub(crate) fn compute(
         storage: &dyn Storage,
         path: &Path,
         stat: &FileStat,
@@ -85,7 +85,7 @@ impl Fingerprint {
 
     /// True when the file still holds the fingerprinted bytes (its head
     /// and its indexed tail hash the same). `stat` is the file now.
-    pub fn bytes_match(&self, storage: &dyn Storage, path: &Path, stat: &FileStat) -> bool {
+    pub(crate) fn bytes_match(&self, storage: &dyn Storage, path: &Path, stat: &FileStat) -> bool {
         stat.identity == self.identity
             && stat.size >= self.size
             && hash_range(storage, path, 0, self.head_len).ok() == Some(self.head_hash)
@@ -110,7 +110,7 @@ fn hash_range(storage: &dyn Storage, path: &Path, start: u64, end: u64) -> std::
 /// A stored index: the fingerprint it was built against and what the
 /// loader found.
 #[derive(Debug, Clone)]
-pub struct StoredIndex {
+pub(crate) struct StoredIndex {
     pub fingerprint: Fingerprint,
     pub loaded: Loaded,
 }
@@ -175,14 +175,14 @@ impl IndexStore {
 
     /// The index file of a session file (named by a hash of its canonical
     /// path; the path itself is stored inside and compared).
-    pub fn file_for(&self, canonical: &Path) -> PathBuf {
+    pub(crate) fn file_for(&self, canonical: &Path) -> PathBuf {
         let h = xxh3_128(canonical.as_os_str().as_encoded_bytes());
         self.dir.join(format!("{h:032x}.idx"))
     }
 
     /// Reads and decodes the index of `canonical`; `None` when there is
     /// none or it is unusable (damaged, foreign, of another build).
-    pub fn read(&self, canonical: &Path) -> Option<StoredIndex> {
+    pub(crate) fn read(&self, canonical: &Path) -> Option<StoredIndex> {
         let bytes = std::fs::read(self.file_for(canonical)).ok()?;
         let decoded = decode(&bytes, canonical);
         if decoded.is_none() {
@@ -194,14 +194,10 @@ impl IndexStore {
         decoded
     }
 
-    /// Writes the index of `canonical` (temporary file, then rename).
-    /// Failures are logged and otherwise ignored: the index is a cache.
-    pub fn write(&self, canonical: &Path, stored: &StoredIndex) {
-        self.write_parts(canonical, &stored.fingerprint, &stored.loaded);
-    }
-
-    /// [`IndexStore::write`] from borrowed parts (a load result is encoded
-    /// where it lies, not copied into a [`StoredIndex`] first).
+    /// Writes the index of `canonical` (temporary file, then rename) from
+    /// borrowed parts: a load result is encoded where it lies, not copied
+    /// into a [`StoredIndex`] first. Failures are logged and otherwise
+    /// ignored: the index is a cache.
     fn write_parts(&self, canonical: &Path, fingerprint: &Fingerprint, loaded: &Loaded) {
         if !self.writable {
             return;
@@ -250,8 +246,10 @@ impl IndexStore {
     /// Loads a session file like `loader::load_file`, through the stored
     /// index when it verifies against the file, and stores the index of
     /// the result when it is new. `stat` is the file as seen before
-    /// reading it.
-    pub fn load_file(
+    /// reading it. (The engine calls [`IndexStore::load_file_fingerprinted`];
+    /// this form is for tests and the fuzz harness.)
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn load_file(
         &self,
         storage: &dyn Storage,
         path: &Path,
@@ -262,10 +260,10 @@ impl IndexStore {
             .map(|(loaded, used, _)| (loaded, used))
     }
 
-    /// [`IndexStore::load_file`], also giving the fingerprint of the bytes
+    /// `IndexStore::load_file`, also giving the fingerprint of the bytes
     /// the result describes when the index stands for them (`None` when
     /// it does not: a torn tail, a file that needs a migration).
-    pub fn load_file_fingerprinted(
+    pub(crate) fn load_file_fingerprinted(
         &self,
         storage: &dyn Storage,
         path: &Path,
@@ -368,7 +366,7 @@ impl IndexStore {
     }
 
     /// The file of the stored rendering of a session's context.
-    pub fn context_file_for(&self, canonical: &Path) -> PathBuf {
+    pub(crate) fn context_file_for(&self, canonical: &Path) -> PathBuf {
         self.file_for(canonical).with_extension("ctx")
     }
 
@@ -380,7 +378,7 @@ impl IndexStore {
     /// The text is read once, into a buffer of its size (no regrowing, and
     /// huge pages where the kernel offers them: a fresh 4 KiB page costs
     /// microseconds, `docs/benchmarks.md`), and checked there.
-    pub fn stored_context(
+    pub(crate) fn stored_context(
         &self,
         storage: &dyn Storage,
         path: &Path,
@@ -443,7 +441,7 @@ impl IndexStore {
     /// [`IndexStore::stored_context`] written to `out` in pieces (the text
     /// is checked whole first, then copied: it is never held in memory).
     /// `Ok(false)` when there is no usable rendering; errors are `out`'s.
-    pub fn write_stored_context(
+    pub(crate) fn write_stored_context(
         &self,
         storage: &dyn Storage,
         path: &Path,
@@ -490,7 +488,7 @@ impl IndexStore {
     /// `canonical` (at its last entry, in the form `variant` names) as it
     /// is produced; `ContextWriter::finish` puts it in place. `None`
     /// when the store is read-only or the file cannot be created.
-    pub fn context_writer(
+    pub(crate) fn context_writer(
         &self,
         canonical: &Path,
         fingerprint: &Fingerprint,
@@ -575,7 +573,7 @@ fn advise_huge_pages<T>(buf: &mut [T]) {
 const CTX_MAGIC: &[u8; 8] = b"SFSCTX\x00\x01";
 
 /// Stores a context rendering while it is written (see
-/// [`IndexStore::context_writer`]). Its `Write` never fails: a failure
+/// `IndexStore::context_writer`). Its `Write` never fails: a failure
 /// only drops the stored copy.
 pub struct ContextWriter {
     file: std::io::BufWriter<std::fs::File>,

@@ -156,7 +156,7 @@ impl LineSplitter {
 
 /// One entry found by the loader, with its line position.
 #[derive(Debug, Clone)]
-pub struct LoadedEntry {
+pub(crate) struct LoadedEntry {
     pub entry: ScannedEntry,
     pub offset: u64,
     pub len: u32,
@@ -164,7 +164,7 @@ pub struct LoadedEntry {
 
 /// What the loader found in a file (or in the new bytes of a grown file).
 #[derive(Debug, Default, Clone)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub header: Option<HeaderInfo>,
     pub header_offset: u64,
     pub has_title: bool,

@@ -44,27 +44,26 @@ pub(crate) mod time;
 // use is re-exported here. Families of functions whose names need their
 // module (`gc::plan`, `labels::render`, `json::pretty`) stay in a public
 // module of their own.
-pub use append::{parse_new_entry, parse_new_entry_json, NewEntry};
+pub use append::{parse_new_entry, parse_new_entry_json, Compaction, NewEntry};
 pub use blobrefs::contains_ref_prefix;
 pub use blobs::{sha256_hex, BlobStore};
-pub use check::{Checker, Problem, ProblemKind};
-pub use context::{Context, ContextFold, LeafSel};
+pub use check::{Checker, Problem, ProblemKind, Repair};
+pub use context::{Context, ContextFold, Extension as ContextExtension, LeafSel};
 pub use diff::{branch_diff, common_ancestor};
 pub use discovery::{
     is_session_item, link_stays_inside, list_all, list_all_with_progress, list_sessions,
     most_recent_session, project_cwd, project_dirs, recent_sessions, resolve_session,
-    session_files, session_files_in, SessionInfo,
+    session_files, session_files_in, RecentSession, SessionInfo,
 };
 pub use error::{Error, Result};
-pub use format::{EntryKind, Facts, Id};
+pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
 pub use history::{HistoryEntry, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT};
-pub use ids::random_hex;
-pub use index::{EntryMeta, TreeIndex, TreeRow};
-pub use index_store::{pretty_context_variant, IndexStore};
+pub use index::{EntryMeta, Loc, TreeIndex, TreeRow};
+pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse};
 pub use manager::{LoadReport, OpenOptions, Refresh, Session};
 pub use paths::{session_id_from_file_name, AgentDir};
 pub use persistence::{atomic_write, clean_stale_temps, is_our_temp_name};
-pub use pg::{PgStorage, PgUrl};
+pub use pg::{Layout as PgLayout, Listener as PgListener, PgStorage, PgUrl};
 pub use render::{entry_images, entry_text, entry_value, Image, Renderer};
 pub use resume::{continue_recent, current_terminal_id, read_breadcrumb, write_breadcrumb};
 pub use stats::{number as format_number, StatsTable, Totals};

@@ -41,7 +41,7 @@ impl Session {
     }
 
     /// The stored rendering of the pretty context at the last entry (see
-    /// [`IndexStore::stored_context`]), when the session is exactly the
+    /// `IndexStore::stored_context`), when the session is exactly the
     /// state it was rendered for and its leaf is the last entry.
     pub fn stored_context(&self) -> Option<Vec<u8>> {
         let (store, fp) = self.indexed_state()?;
@@ -53,7 +53,7 @@ impl Session {
     }
 
     /// A writer that stores the pretty context at the last entry as it is
-    /// rendered (see [`IndexStore::context_writer`]), when the session is
+    /// rendered (see `IndexStore::context_writer`), when the session is
     /// the state its index stands for and its leaf is the last entry.
     pub fn stored_context_writer(&self) -> Option<ContextWriter> {
         let (store, fp) = self.indexed_state()?;
@@ -68,7 +68,7 @@ impl Session {
     /// The persistent index the session is loaded with and the fingerprint
     /// of the file's bytes its entries stand for — while they are all it
     /// holds (nothing appended or indexed since the load).
-    pub fn indexed_state(&self) -> Option<(&IndexStore, &Fingerprint)> {
+    pub(crate) fn indexed_state(&self) -> Option<(&IndexStore, &Fingerprint)> {
         let fp = self.index_fingerprint.as_ref()?;
         let store = self.index_store.as_ref()?;
         let unchanged = self.journal.disk().is_some_and(|d| d.end == fp.size)
