@@ -15,7 +15,7 @@
 //! * Release removes the file if it still holds our record.
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -93,15 +93,15 @@ impl Drop for Lockfile {
     fn drop(&mut self) {
         // Remove only our own record: a holder that judged us dead (it
         // cannot, while we live) would own the name now.
-        match fs::read_to_string(&self.path) {
-            Ok(content) if content == self.record => {
+        match holds(&self.path, &self.record) {
+            Ok(true) => {
                 if let Err(e) = fs::remove_file(&self.path) {
                     if e.kind() != io::ErrorKind::NotFound {
                         log::warn!("could not remove lockfile {}: {e}", self.path.display());
                     }
                 }
             }
-            Ok(_) => log::warn!(
+            Ok(false) => log::warn!(
                 "lockfile {} no longer holds our record; left alone",
                 self.path.display()
             ),
@@ -137,13 +137,32 @@ fn try_claim(path: &Path) -> io::Result<Option<Lockfile>> {
     drop(file);
     // A concurrent steal may have removed the file between create and
     // write (the write then went to an unlinked inode): hold nothing.
-    match fs::read_to_string(path) {
-        Ok(content) if content == record => Ok(Some(Lockfile {
+    match holds(path, &record) {
+        Ok(true) => Ok(Some(Lockfile {
             path: path.to_path_buf(),
             record,
         })),
         _ => Ok(None),
     }
+}
+
+/// True when the file at `path` holds exactly `record`: one read of up to
+/// one byte more than the record (a read of a regular file comes back
+/// short only at its end; no `stat` for a size hint: this runs twice per
+/// append).
+fn holds(path: &Path, record: &str) -> io::Result<bool> {
+    let mut file = fs::File::open(path)?;
+    let mut buf = [0u8; 64];
+    let Some(buf) = buf.get_mut(..record.len() + 1) else {
+        return Ok(fs::read(path)? == record.as_bytes());
+    };
+    let n = loop {
+        match file.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other?,
+        }
+    };
+    Ok(&buf[..n] == record.as_bytes())
 }
 
 /// The pid of a `<pid>:<ms>` record.

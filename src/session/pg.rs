@@ -962,6 +962,7 @@ impl RandomRead for PgReader {
 
 struct PgAppendWriter {
     storage: PgStorage,
+    path: PathBuf,
     key: String,
     /// Where the row ended after our last append (the next guard).
     next: Option<u64>,
@@ -994,6 +995,12 @@ impl AppendWriter for PgAppendWriter {
     }
     fn size(&mut self) -> io::Result<u64> {
         self.storage.row_size(&self.key)
+    }
+    fn stat(&mut self) -> io::Result<FileStat> {
+        self.storage.stat_session(&self.path, &self.key)
+    }
+    fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.storage.read_row_at(&self.path, &self.key, offset, len)
     }
     fn last_byte(&mut self) -> io::Result<Option<u8>> {
         self.storage.last_byte(&self.key)
@@ -1157,6 +1164,7 @@ impl Storage for PgStorage {
         match self.place(path) {
             Place::Session(key) => Ok(Box::new(PgAppendWriter {
                 storage: self.clone(),
+                path: path.to_path_buf(),
                 key,
                 next: None,
             })),

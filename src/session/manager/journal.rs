@@ -27,9 +27,9 @@ use crate::session::discovery::check_confined;
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::ScannedEntry;
 use crate::session::index::{Loc, TreeIndex};
-use crate::session::loader::{self, Phase};
+use crate::session::loader::{self, Phase, CHUNK_SIZE};
 use crate::session::manager::LoadReport;
-use crate::session::storage::{AppendWriter, FileStat, RandomRead, Storage};
+use crate::session::storage::{AppendWriter, FileStat, LockGuard, RandomRead, Storage};
 
 /// Where a session's entries live (see the module docs).
 #[derive(Debug, Clone, Copy)]
@@ -105,8 +105,9 @@ impl DiskState {
 pub(crate) enum Freshness {
     /// Nothing changed (or only the time, which is taken over).
     Unchanged,
-    /// The file grew after the indexed lines: index the tail.
-    Grew,
+    /// The file grew after the indexed lines: index the new bytes that
+    /// this look (taken before reading them) shows.
+    Grew(FileStat),
     /// The file was replaced, shrank, or changed in place: load it again.
     Changed,
     /// Bytes already indexed differ (rewritten in place): load it again.
@@ -127,6 +128,33 @@ pub(crate) struct Landed {
     pub(crate) last: bool,
     /// Where our line landed.
     pub(crate) at: u64,
+}
+
+/// Where the new bytes of the file are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The file at the session's path (a refresh; no lock held).
+    Path,
+    /// The descriptor appended through, under the write locks: the file
+    /// that was looked at, and that our line goes to.
+    Writer,
+}
+
+/// The write locks, held for one append, and the one look at the file
+/// taken under them (see [`Journal::begin_append`]).
+pub(crate) struct AppendLock {
+    _guard: LockGuard,
+    stat: FileStat,
+}
+
+/// What [`Journal::begin_append`] found under the write locks.
+pub(crate) enum Looked {
+    /// The file is as the session knows it, after indexing `indexed`
+    /// entries other writers appended: append under `lock`.
+    Ready { lock: AppendLock, indexed: usize },
+    /// The file was replaced, shrank or changed in place: the locks are
+    /// released, and the caller loads the file again and starts over.
+    Changed(Freshness),
 }
 
 /// A session's file (if any), the entries not in it, and the write state.
@@ -396,22 +424,37 @@ impl Journal {
     /// line end) are unchanged. A file rewritten in place (same inode,
     /// truncated and written again, or rewritten at the same size) fails
     /// this (see `docs/engine.md`, "Freshness").
-    fn indexed_bytes_unchanged(&self) -> Result<bool> {
-        let header = self.header_line.as_bytes();
-        let got = self.read_disk(self.header_offset, header.len() + 1)?;
-        if got.len() != header.len() + 1
-            || &got[..header.len()] != header
-            || !matches!(got[header.len()], b'\n' | b'\r')
+    fn indexed_bytes_unchanged(&mut self, source: Source) -> Result<bool> {
+        let header_len = self.header_line.len();
+        let got = self.read_via(source, self.header_offset, header_len + 1)?;
+        if got.len() != header_len + 1
+            || &got[..header_len] != self.header_line.as_bytes()
+            || !matches!(got[header_len], b'\n' | b'\r')
         {
             return Ok(false);
         }
         let Some(last) = self.disk().and_then(|d| d.last) else {
             return Ok(true);
         };
-        let got = self.read_disk(last.offset, last.len as usize + 1)?;
+        let got = self.read_via(source, last.offset, last.len as usize + 1)?;
         Ok(got.len() > last.len as usize
             && hash_bytes(&got[..last.len as usize]) == last.hash
             && matches!(got[last.len as usize], b'\n' | b'\r'))
+    }
+
+    /// Reads bytes of the file from `source`.
+    fn read_via(&mut self, source: Source, offset: u64, len: usize) -> Result<Vec<u8>> {
+        match source {
+            Source::Path => self.read_disk(offset, len),
+            Source::Writer => {
+                let path = self.require_path()?.to_path_buf();
+                self.writer
+                    .as_mut()
+                    .ok_or_else(|| Error::Internal("no writer".into()))?
+                    .read_at(offset, len)
+                    .at(&path)
+            }
+        }
     }
 
     /// What other writers did to the file since the session last saw it.
@@ -425,24 +468,7 @@ impl Journal {
             Backing::Memory => Ok(Freshness::Unchanged),
             Backing::OnDisk(disk) => {
                 let stat = self.storage.stat(&path).at(&path)?;
-                let same_file = stat.identity == disk.identity;
-                if same_file && stat.size == disk.size && stat.mtime == disk.mtime {
-                    return Ok(Freshness::Unchanged);
-                }
-                if same_file && stat.size >= disk.size && !self.indexed_bytes_unchanged()? {
-                    return Ok(Freshness::ChangedInPlace);
-                }
-                if same_file && stat.size > disk.size && !disk.tail_indexed {
-                    return Ok(Freshness::Grew);
-                }
-                if same_file && stat.size == disk.size {
-                    // Only the time changed: nothing new.
-                    if let Backing::OnDisk(d) = &mut self.backing {
-                        d.mtime = stat.mtime;
-                    }
-                    return Ok(Freshness::Unchanged);
-                }
-                Ok(Freshness::Changed)
+                self.on_disk_freshness(disk, stat, Source::Path)
             }
             Backing::Deferred => match self.storage.stat(&path) {
                 Ok(st) if st.size > 0 => Ok(Freshness::Created),
@@ -464,10 +490,55 @@ impl Journal {
         }
     }
 
-    /// Indexes lines that appeared at the end of the file; returns how
-    /// many entries were added.
+    /// What `stat` says about the file the session holds as `disk`; bytes
+    /// already indexed are read from `source` when the file was touched.
+    fn on_disk_freshness(
+        &mut self,
+        disk: DiskState,
+        stat: FileStat,
+        source: Source,
+    ) -> Result<Freshness> {
+        let same_file = stat.identity == disk.identity;
+        if same_file && stat.size == disk.size && stat.mtime == disk.mtime {
+            return Ok(Freshness::Unchanged);
+        }
+        if same_file && stat.size >= disk.size && !self.indexed_bytes_unchanged(source)? {
+            return Ok(Freshness::ChangedInPlace);
+        }
+        if same_file && stat.size > disk.size && !disk.tail_indexed {
+            return Ok(Freshness::Grew(stat));
+        }
+        if same_file && stat.size == disk.size {
+            // Only the time changed: nothing new.
+            if let Backing::OnDisk(d) = &mut self.backing {
+                d.mtime = stat.mtime;
+            }
+            return Ok(Freshness::Unchanged);
+        }
+        Ok(Freshness::Changed)
+    }
+
+    /// Indexes lines that appeared at the end of the file, up to the size
+    /// `stat` (taken before reading: see [`Freshness::Grew`]) shows; returns
+    /// how many entries were added.
     pub(crate) fn index_tail(
         &mut self,
+        stat: FileStat,
+        index: &mut TreeIndex,
+        report: &mut LoadReport,
+        max_line: usize,
+    ) -> Result<usize> {
+        self.index_new(stat, Source::Path, index, report, max_line)
+    }
+
+    /// Indexes the complete lines from the last indexed one up to the size
+    /// `stat` shows, read from `source`; lines appended after `stat` was
+    /// taken are left for the next look (the state remembers how far it
+    /// read, so they show as growth). Returns how many entries were added.
+    fn index_new(
+        &mut self,
+        stat: FileStat,
+        source: Source,
         index: &mut TreeIndex,
         report: &mut LoadReport,
         max_line: usize,
@@ -476,15 +547,54 @@ impl Journal {
             return Ok(0);
         };
         let path = self.require_path()?.to_path_buf();
-        // Identity and time before reading (see `DiskState::observed`).
-        let stat = self.storage.stat(&path).at(&path)?;
-        let loaded = loader::scan_file(
-            &*self.storage,
-            &path,
-            disk.end,
-            Phase::AfterHeader,
-            max_line,
-        )?;
+        let (start, end) = (disk.end, stat.size.max(disk.end));
+        // The last piece read, kept to fingerprint the last line without
+        // reading it again.
+        let mut kept: (u64, Vec<u8>) = (start, Vec::new());
+        let loaded = {
+            let storage = &*self.storage;
+            let writer = &mut self.writer;
+            let kept = &mut kept;
+            loader::scan_stream(&path, start, Phase::AfterHeader, max_line, &mut |sink| {
+                match source {
+                    Source::Writer => {
+                        let w = writer
+                            .as_mut()
+                            .ok_or_else(|| Error::Internal("no writer".into()))?;
+                        let mut off = start;
+                        while off < end {
+                            let want = usize::try_from(end - off)
+                                .map_or(CHUNK_SIZE, |n| n.min(CHUNK_SIZE));
+                            let bytes = w.read_at(off, want).at(&path)?;
+                            if bytes.is_empty() {
+                                break;
+                            }
+                            sink(off, &bytes);
+                            let n = bytes.len() as u64;
+                            *kept = (off, bytes);
+                            off += n;
+                        }
+                    }
+                    Source::Path if end > start => {
+                        let chunk =
+                            usize::try_from(end - start).map_or(CHUNK_SIZE, |n| n.min(CHUNK_SIZE));
+                        storage
+                            .scan(&path, start, chunk, &mut |off, bytes| {
+                                let take = usize::try_from(end - off)
+                                    .map_or(bytes.len(), |n| n.min(bytes.len()));
+                                sink(off, &bytes[..take]);
+                                kept.0 = off;
+                                kept.1.clear();
+                                kept.1.extend_from_slice(&bytes[..take]);
+                                off + (take as u64) < end
+                            })
+                            .at(&path)?;
+                    }
+                    Source::Path => {}
+                }
+                Ok(())
+            })?
+        };
         // An unfinished line indexed before (a complete object that lacked
         // its newline) is not indexed twice.
         let indexed_to = index
@@ -506,7 +616,25 @@ impl Journal {
         state.last = disk.last;
         self.backing = Backing::OnDisk(state);
         if n > 0 {
-            self.note_last_line(index)?;
+            if let Some(loc) = index.entries().last().map(|m| m.loc) {
+                let (at, bytes) = &kept;
+                let from = loc
+                    .offset
+                    .checked_sub(*at)
+                    .and_then(|o| usize::try_from(o).ok());
+                let line = from.and_then(|o| bytes.get(o..o + loc.len as usize));
+                let hash = match line {
+                    Some(line) => hash_bytes(line),
+                    None => hash_bytes(&self.read_via(source, loc.offset, loc.len as usize)?),
+                };
+                if let Backing::OnDisk(d) = &mut self.backing {
+                    d.last = Some(LineFingerprint {
+                        offset: loc.offset,
+                        len: loc.len,
+                        hash,
+                    });
+                }
+            }
         }
         Ok(n)
     }
@@ -590,7 +718,7 @@ impl Journal {
             });
         }
         writer.flush().at(&path)?;
-        let stat = self.storage.stat(&path).at(&path)?;
+        let stat = writer.stat().at(&path)?;
         let size = data.len() as u64;
         self.backing = Backing::OnDisk(DiskState::observed(stat, size, size));
         self.header_offset = 0;
@@ -599,57 +727,114 @@ impl Journal {
         Ok(())
     }
 
+    /// Takes the write locks for an append and looks at the file once
+    /// under them: the one freshness check of an append (`docs/engine.md`,
+    /// "Appends"). Lines other writers appended are indexed here, read
+    /// through the descriptor appended to. A file that was replaced, shrank
+    /// or changed in place is [`Looked::Changed`]: the locks are released
+    /// (a load of a big file must not keep other writers waiting) and the
+    /// caller loads it again and starts over.
+    pub(crate) fn begin_append(
+        &mut self,
+        index: &mut TreeIndex,
+        report: &mut LoadReport,
+        max_line: usize,
+    ) -> Result<Looked> {
+        let path = self.require_path()?.to_path_buf();
+        let Some(disk) = self.disk() else {
+            return Err(Error::Internal("no disk state".into()));
+        };
+        if self.writer.is_none() {
+            // Never create a file that is gone: that is not an append.
+            self.writer = Some(self.storage.open_append_existing(&path).at(&path)?);
+        }
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(Error::Internal("no writer".into()));
+        };
+        let guard = writer.lock().at(&path)?;
+        let stat = match self.storage.stat(&path) {
+            Ok(stat) => stat,
+            Err(e) => {
+                self.writer = None;
+                return Err(Error::io(&path, e));
+            }
+        };
+        match self.on_disk_freshness(disk, stat, Source::Writer)? {
+            Freshness::Unchanged => Ok(Looked::Ready {
+                lock: AppendLock {
+                    _guard: guard,
+                    stat,
+                },
+                indexed: 0,
+            }),
+            Freshness::Grew(stat) => {
+                let indexed = self.index_new(stat, Source::Writer, index, report, max_line)?;
+                Ok(Looked::Ready {
+                    lock: AppendLock {
+                        _guard: guard,
+                        stat,
+                    },
+                    indexed,
+                })
+            }
+            changed => {
+                drop(guard);
+                // Our descriptor may be on the replaced file.
+                self.writer = None;
+                Ok(Looked::Changed(changed))
+            }
+        }
+    }
+
     /// How long an append waits for another writer to finish a line it is
     /// in the middle of writing before taking the line for torn.
     const PARTIAL_LINE_WAIT: Duration = Duration::from_millis(200);
 
-    /// Appends one line of entry `id` under the write locks, then indexes
-    /// everything from the last indexed line to the end of the file —
-    /// other writers' lines before ours, ours at the offset where it
-    /// landed, and any after it — so the index is what a fresh load gives.
-    pub(crate) fn append_line(
+    /// Appends `line`, the line of entry `entry`, under the locks `lock`
+    /// holds (see [`Journal::begin_append`]), then indexes what is new:
+    /// only our line when it landed right after the last indexed line and
+    /// ends the file (no read); else everything from the last indexed
+    /// line on — other writers' lines before ours, ours at the offset
+    /// where it landed, any after it — so the index is what a fresh load
+    /// gives.
+    pub(crate) fn append_locked(
         &mut self,
+        lock: AppendLock,
         line: &[u8],
-        id: &str,
+        entry: ScannedEntry,
         index: &mut TreeIndex,
         report: &mut LoadReport,
         max_line: usize,
     ) -> Result<Landed> {
         let path = self.require_path()?.to_path_buf();
-        if self.writer.is_none() {
-            self.writer = Some(self.storage.open_append(&path).at(&path)?);
-        }
-        let Some(writer) = self.writer.as_mut() else {
-            return Err(Error::Internal("no writer".into()));
-        };
-        let _lock = writer.lock().at(&path)?;
-        let stat = self.storage.stat(&path).at(&path)?;
         let Some(disk) = self.disk() else {
             return Err(Error::Internal("no disk state".into()));
         };
-        if stat.identity != disk.identity || stat.size < disk.size {
-            // Our descriptor may be on the replaced file: open it again.
-            self.writer = None;
-            return Err(Error::Conflict {
-                path,
-                reason: "the file was replaced while appending; nothing was written, \
-                         the file is loaded again on the next access"
-                    .into(),
-            });
-        }
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(Error::Internal("no writer".into()));
+        };
         // Never extend a line another writer is in the middle of, and never
         // add a blank line: wait a moment for a partial last line to be
-        // finished; only a line that stays unfinished is ended first.
+        // finished; only a line that stays unfinished is ended first. The
+        // first probe reads the end the look under the locks saw.
         let deadline = Instant::now() + Self::PARTIAL_LINE_WAIT;
+        let mut seen = Some(lock.stat.size);
         let ends_line = loop {
-            let Some(writer) = self.writer.as_mut() else {
-                return Err(Error::Internal("no writer".into()));
+            let probe = match seen.take() {
+                Some(size) => writer.ends_line_at(size).at(&path)?,
+                None => None,
             };
-            match writer.last_byte().at(&path)? {
-                None | Some(b'\n') => break true,
-                Some(_) if Instant::now() >= deadline => break false,
-                Some(_) => std::thread::sleep(Duration::from_millis(1)),
+            let ends = match probe {
+                Some(ends) => ends,
+                None => matches!(writer.last_byte().at(&path)?, None | Some(b'\n')),
+            };
+            if ends {
+                break true;
             }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         };
         let mut buf = Vec::with_capacity(line.len() + 2);
         if !ends_line {
@@ -661,16 +846,49 @@ impl Journal {
         }
         buf.extend_from_slice(line);
         buf.push(b'\n');
-        let Some(writer) = self.writer.as_mut() else {
-            return Err(Error::Internal("no writer".into()));
-        };
         let at = writer.write_line(&buf).at(&path)? + u64::from(!ends_line);
         writer.flush().at(&path)?;
-        let indexed = self.index_tail(index, report, max_line)?;
-        let position = index
-            .position(id)
-            .filter(|&i| index.get(i).is_some_and(|m| m.loc.offset == at));
-        let last = at + line.len() as u64 + 1 == self.disk().map_or(0, |d| d.end);
+        // The file as our write left it, taken before reading any of it
+        // (see `DiskState::observed`).
+        let after = writer.stat().at(&path)?;
+        if after.identity != lock.stat.identity {
+            // The descriptor was not on the file at the path.
+            self.writer = None;
+            return Err(Error::Conflict {
+                path,
+                reason: "the file was replaced while appending; the line went to the file \
+                         it replaced and is not in the session, which is loaded again on \
+                         the next access"
+                    .into(),
+            });
+        }
+        let end = at + line.len() as u64 + 1;
+        let alone = ends_line && at == disk.end && after.size == end && line.len() <= max_line;
+        let (indexed, position) = if alone {
+            let loc = Loc {
+                offset: at,
+                len: line.len() as u32,
+                in_memory: false,
+            };
+            let position = index.push(entry, loc);
+            let mut state = DiskState::observed(after, end, end);
+            state.last = Some(LineFingerprint {
+                offset: at,
+                len: loc.len,
+                hash: hash_bytes(line),
+            });
+            self.backing = Backing::OnDisk(state);
+            (1, Some(position))
+        } else {
+            let id = entry.id;
+            let indexed = self.index_new(after, Source::Writer, index, report, max_line)?;
+            let position = index
+                .position(&id)
+                .filter(|&i| index.get(i).is_some_and(|m| m.loc.offset == at));
+            (indexed, position)
+        };
+        drop(lock);
+        let last = end == self.disk().map_or(0, |d| d.end);
         Ok(Landed {
             indexed,
             position,
@@ -683,7 +901,7 @@ impl Journal {
     pub(crate) fn fsync(&mut self) -> Result<()> {
         let path = self.require_path()?.to_path_buf();
         if self.writer.is_none() {
-            self.writer = Some(self.storage.open_append(&path).at(&path)?);
+            self.writer = Some(self.storage.open_append_existing(&path).at(&path)?);
         }
         match self.writer.as_mut() {
             Some(w) => w.fsync().at(&path),
@@ -806,8 +1024,14 @@ mod tests {
             .unwrap();
         std::io::Write::write_all(&mut f, LINE).unwrap();
         std::io::Write::write_all(&mut f, b"\n").unwrap();
-        assert_eq!(j.freshness().unwrap(), Freshness::Grew);
-        assert_eq!(j.index_tail(&mut index, &mut report, 1 << 20).unwrap(), 1);
+        let Freshness::Grew(stat) = j.freshness().unwrap() else {
+            panic!("grew");
+        };
+        assert_eq!(
+            j.index_tail(stat, &mut index, &mut report, 1 << 20)
+                .unwrap(),
+            1
+        );
         assert_eq!(j.freshness().unwrap(), Freshness::Unchanged);
         // The same size, other bytes: changed in place.
         let text = std::fs::read_to_string(&path).unwrap().replace("hi", "ho");

@@ -277,12 +277,12 @@ impl Session {
         self.index.len().checked_sub(1).map(|i| i as u32)
     }
 
-    /// Indexes lines that appeared at the end of the file; the leaf moves
-    /// to the last entry when there are any.
-    fn index_tail(&mut self) -> Result<usize> {
+    /// Indexes lines that appeared at the end of the file, as far as
+    /// `stat` shows; the leaf moves to the last entry when there are any.
+    fn index_tail(&mut self, stat: FileStat) -> Result<usize> {
         let n = self
             .journal
-            .index_tail(&mut self.index, &mut self.report, self.max_line)?;
+            .index_tail(stat, &mut self.index, &mut self.report, self.max_line)?;
         if n > 0 {
             self.leaf = self.last_position();
         }
@@ -304,7 +304,7 @@ impl Session {
     pub fn refresh(&mut self) -> Result<Refresh> {
         match self.journal.freshness()? {
             Freshness::Unchanged => Ok(Refresh::Unchanged),
-            Freshness::Grew => Ok(Refresh::Grew(self.index_tail()?)),
+            Freshness::Grew(stat) => Ok(Refresh::Grew(self.index_tail(stat)?)),
             Freshness::ChangedInPlace => {
                 if let Some(path) = self.journal.path() {
                     log::info!("{}: changed in place; loading it again", path.display());

@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+use super::journal::{Freshness, Landed, Looked};
 use super::Session;
 use crate::session::append::{assemble, NewEntry};
 use crate::session::error::{Error, Result};
@@ -13,6 +14,16 @@ use crate::session::format::{scan_line, EntryKind, Facts, LineKind, Role};
 use crate::session::ids::new_entry_id;
 use crate::session::sizecontrol::apply_size_controls;
 use crate::session::time::now_iso;
+
+/// Where a new entry hangs: decided after other writers' lines are picked
+/// up.
+#[derive(Debug, Clone, Copy)]
+enum Parent<'a> {
+    /// The leaf (wherever those lines moved it).
+    Leaf,
+    /// This entry (`None`: a new root).
+    Entry(Option<&'a str>),
+}
 
 impl Session {
     /// The last failed write, if the writes since have not succeeded. It
@@ -82,30 +93,163 @@ impl Session {
     /// Returns the new entry's id. On error nothing changes (a failed write
     /// leaves no partial line behind; see `docs/reliability.md`).
     pub fn append(&mut self, entry: NewEntry) -> Result<String> {
-        self.prepare_append()?;
-        self.append_at_leaf(entry)
+        self.append_to(entry, Parent::Leaf)
     }
 
     /// Appends an entry as a child of `parent` (`None`: a new root) and
     /// makes it the leaf. The parent is set after other writers' lines are
     /// picked up, so it is exactly `parent` whatever they appended (see
-    /// `batch::append_batch_under`). On error nothing is written.
+    /// `batch::append_batch_under`). On error nothing is written and the
+    /// leaf stays where it was.
     pub fn append_under(&mut self, parent: Option<&str>, entry: NewEntry) -> Result<String> {
-        self.prepare_append()?;
-        self.leaf = match parent {
-            Some(id) => Some(self.position(id)?),
-            None => None,
-        };
-        self.append_at_leaf(entry)
+        self.append_to(entry, Parent::Entry(parent))
     }
 
-    /// What every append does first: refuse when read-only, pick up what
-    /// other writers appended (or created), so the parent is decided on
-    /// the file as it is now, and write a migration held in memory.
-    pub(super) fn prepare_append(&mut self) -> Result<()> {
+    /// The one append: refuse when read-only, pick up what other writers
+    /// did — so the parent is decided on the file as it is now — then
+    /// write (`docs/engine.md`, "Appends"). A session whose file holds it
+    /// looks at the file once, under the write locks, right before its
+    /// write; the others (in memory, before the first write, migrated in
+    /// memory) refresh first and write a migration held in memory.
+    fn append_to(&mut self, mut entry: NewEntry, parent: Parent<'_>) -> Result<String> {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
+        if !self.journal.is_on_disk() {
+            self.prepare_append()?;
+        }
+        if !self.journal.is_on_disk() {
+            let before = self.leaf;
+            self.place(parent)?;
+            let result = self.append_at_leaf(entry);
+            if result.is_err() {
+                self.leaf = before;
+            }
+            return result;
+        }
+        // Checked against the session as last seen before anything is
+        // stored (a bad entry stores no blob), and for good under the locks
+        // below. A miss may be about lines not picked up yet: only after a
+        // look at the file is it final.
+        if self.precheck(&entry, parent).is_err() {
+            self.refresh()?;
+            if !self.journal.is_on_disk() {
+                return self.append_to(entry, parent);
+            }
+            self.precheck(&entry, parent)?;
+        }
+        // Images to the blob store and long strings cut, outside the locks:
+        // neither depends on where the entry hangs.
+        self.store_content(&mut entry)?;
+        let mut attempts = 0;
+        let lock = loop {
+            let looked =
+                self.journal
+                    .begin_append(&mut self.index, &mut self.report, self.max_line);
+            match looked {
+                Ok(Looked::Ready { lock, indexed }) => {
+                    if indexed > 0 {
+                        self.leaf = self.last_position();
+                    }
+                    break lock;
+                }
+                Ok(Looked::Changed(how)) => {
+                    attempts += 1;
+                    if attempts > Self::MAX_LOADS_PER_APPEND {
+                        let path = self.journal.require_path()?.to_path_buf();
+                        return Err(self.journal.failed(Error::Conflict {
+                            path,
+                            reason: "the file kept changing while appending; nothing was written"
+                                .into(),
+                        }));
+                    }
+                    if let Some(path) = self.journal.path() {
+                        let what = match how {
+                            Freshness::ChangedInPlace => "changed in place",
+                            _ => "replaced or shrunk",
+                        };
+                        log::info!(
+                            "{}: {what} before an append; loading it again",
+                            path.display()
+                        );
+                    }
+                    self.reload()?;
+                    if !self.journal.is_on_disk() {
+                        // Now an old version or an empty file: the path of
+                        // sessions that are not on disk.
+                        return self.append_to(entry, parent);
+                    }
+                }
+                Err(e) => return Err(self.journal.failed(e)),
+            }
+        };
+        let before = self.leaf;
+        let placed = self
+            .place(parent)
+            .and_then(|()| self.check_against_session(&mut entry));
+        if let Err(e) = placed {
+            self.leaf = before;
+            return Err(e);
+        }
+        let id = self.fresh_entry_id();
+        let line = assemble(entry, &id, self.leaf_id(), &now_iso()).to_string();
+        let LineKind::Entry(scanned) = scan_line(line.as_bytes()) else {
+            self.leaf = before;
+            return Err(Error::Internal("assembled entry does not scan".into()));
+        };
+        let landed = self.journal.append_locked(
+            lock,
+            line.as_bytes(),
+            scanned,
+            &mut self.index,
+            &mut self.report,
+            self.max_line,
+        );
+        match landed {
+            Ok(landed) => match self.landed(landed) {
+                Ok(()) => {
+                    self.journal.succeeded();
+                    Ok(id)
+                }
+                Err(e) => Err(self.journal.failed(e)),
+            },
+            Err(e) => {
+                self.leaf = before;
+                Err(self.journal.failed(e))
+            }
+        }
+    }
+
+    /// How often an append loads a file that changed under it before it
+    /// gives up (another writer replacing it again and again).
+    const MAX_LOADS_PER_APPEND: usize = 3;
+
+    /// Checks `entry` against the session as it is, hanging under
+    /// `parent`; the leaf does not move.
+    fn precheck(&mut self, entry: &NewEntry, parent: Parent<'_>) -> Result<()> {
+        let before = self.leaf;
+        let checked = self
+            .place(parent)
+            .and_then(|()| self.validate_new_entry(entry, self.leaf_id()));
+        self.leaf = before;
+        checked
+    }
+
+    /// Moves the leaf to where a new entry hangs.
+    fn place(&mut self, parent: Parent<'_>) -> Result<()> {
+        if let Parent::Entry(parent) = parent {
+            self.leaf = match parent {
+                Some(id) => Some(self.position(id)?),
+                None => None,
+            };
+        }
+        Ok(())
+    }
+
+    /// What every append to a session whose file does not hold it does
+    /// first: pick up what other writers created (or changed, for a file
+    /// migrated in memory), and write a migration held in memory.
+    fn prepare_append(&mut self) -> Result<()> {
         if self.journal.is_persistent() {
             self.refresh()?;
             if self.journal.is_migrated_in_memory() {
@@ -117,20 +261,35 @@ impl Session {
         Ok(())
     }
 
-    /// The rest of [`Session::append`], after [`Session::prepare_append`]:
-    /// the entry hangs under the leaf as it is now.
-    pub(super) fn append_at_leaf(&mut self, mut entry: NewEntry) -> Result<String> {
-        self.check_against_session(&mut entry)?;
-        let id = self.fresh_entry_id();
-        let mut value = assemble(entry, &id, self.leaf_id(), &now_iso());
-        let persistent = self.journal.is_persistent();
-        if persistent {
-            if let Some(blobs) = &self.blobs {
-                blobs.externalize_images(&mut value)?;
-            }
-            apply_size_controls(&mut value);
+    /// The entry's content as it is stored in a file: images moved to the
+    /// blob store, over-long strings cut (`docs/format.md`, "Size limits on
+    /// write"). In-memory sessions keep it as it is.
+    fn store_content(&self, entry: &mut NewEntry) -> Result<()> {
+        if !self.journal.is_persistent() {
+            return Ok(());
         }
-        let line = value.to_string();
+        let mut fields = Value::Object(std::mem::take(&mut entry.fields));
+        let stored = match &self.blobs {
+            Some(blobs) => blobs.externalize_images(&mut fields).map(drop),
+            None => Ok(()),
+        };
+        if stored.is_ok() {
+            apply_size_controls(&mut fields);
+        }
+        if let Value::Object(map) = fields {
+            entry.fields = map;
+        }
+        stored
+    }
+
+    /// An append to a session whose file does not hold it (see
+    /// [`Session::append_to`]): the entry hangs under the leaf as it is now
+    /// and is kept in memory, or written with the header by the first write.
+    fn append_at_leaf(&mut self, mut entry: NewEntry) -> Result<String> {
+        self.check_against_session(&mut entry)?;
+        self.store_content(&mut entry)?;
+        let id = self.fresh_entry_id();
+        let line = assemble(entry, &id, self.leaf_id(), &now_iso()).to_string();
         let LineKind::Entry(scanned) = scan_line(line.as_bytes()) else {
             return Err(Error::Internal("assembled entry does not scan".into()));
         };
@@ -141,12 +300,8 @@ impl Session {
                 ..
             }
         );
-        let on_disk = self.journal.is_on_disk();
-        if !persistent
-            || (!on_disk
-                && !self.journal.write_through()
-                && !is_assistant
-                && !self.index.has_assistant())
+        if !self.journal.is_persistent()
+            || (!self.journal.write_through() && !is_assistant && !self.index.has_assistant())
         {
             // In memory: in-memory sessions, and persistent ones before their
             // first assistant message (unless written through).
@@ -154,37 +309,25 @@ impl Session {
             self.leaf = Some(self.index.push(scanned, loc));
             return Ok(id);
         }
-        if !on_disk {
-            // The first write: the header, the entries held so far, this one.
-            let written = self
-                .journal
-                .write_first(&mut self.index, Some((line.as_bytes(), scanned)));
-            match written {
-                Ok(position) => self.leaf = position,
-                Err(e) => return Err(self.journal.failed(e)),
-            }
-            if let Err(e) = self.journal.note_last_line(&self.index) {
-                return Err(self.journal.failed(e));
-            }
-            self.journal.succeeded();
-            return Ok(id);
+        // The first write: the header, the entries held so far, this one.
+        let written = self
+            .journal
+            .write_first(&mut self.index, Some((line.as_bytes(), scanned)));
+        match written {
+            Ok(position) => self.leaf = position,
+            Err(e) => return Err(self.journal.failed(e)),
         }
-        match self.append_line(line.as_bytes(), &id) {
-            Ok(()) => {
-                self.journal.succeeded();
-                Ok(id)
-            }
-            Err(e) => Err(self.journal.failed(e)),
+        if let Err(e) = self.journal.note_last_line(&self.index) {
+            return Err(self.journal.failed(e));
         }
+        self.journal.succeeded();
+        Ok(id)
     }
 
-    /// Appends the line of entry `id` to the file (see
-    /// [`super::journal::Journal::append_line`]) and moves the leaf: to the
-    /// last entry when lines were indexed, to ours when it is the last line.
-    fn append_line(&mut self, line: &[u8], id: &str) -> Result<()> {
-        let landed =
-            self.journal
-                .append_line(line, id, &mut self.index, &mut self.report, self.max_line)?;
+    /// Moves the leaf after an append (see
+    /// [`super::journal::Journal::append_locked`]): to the last entry when
+    /// other writers' lines were indexed, to ours when it is the last line.
+    fn landed(&mut self, landed: Landed) -> Result<()> {
         if landed.indexed > 0 {
             self.leaf = self.last_position();
         }
@@ -312,15 +455,17 @@ impl Session {
     pub fn append_mode_change(&mut self, mode: &str, data: Option<Value>) -> Result<String> {
         self.append(NewEntry::mode_change(mode, data))
     }
-    /// Validates the target, appends a `label` entry as a child of the
-    /// leaf, and sets (or, with `None` or an empty label, clears) the label.
+    /// Appends a `label` entry as a child of the leaf, and sets (or, with
+    /// `None` or an empty label, clears) the label; the target must exist
+    /// (checked with the append's other checks, so it may be a line
+    /// another writer appended since the last look).
     pub fn append_label_change(&mut self, target_id: &str, label: Option<&str>) -> Result<String> {
-        self.position(target_id)?;
         self.append(NewEntry::label(target_id, label))
     }
     /// Moves the leaf to `id` (validated; `None` resets it) and appends a
-    /// `branch_summary` whose `fromId` is `id` or `"root"`. On error the
-    /// leaf does not move.
+    /// `branch_summary` whose `fromId` is `id` or `"root"`. Other writers'
+    /// lines are read first; the summary then hangs under `id` even if they
+    /// moved the leaf. On error the leaf does not move.
     pub fn branch_with_summary(
         &mut self,
         id: Option<&str>,
@@ -328,24 +473,9 @@ impl Session {
         details: Option<Value>,
         from_extension: Option<bool>,
     ) -> Result<String> {
-        // Other writers' lines are read first; the summary then hangs under
-        // `id` even if they moved the leaf.
-        self.prepare_append()?;
-        let target = match id {
-            Some(id) => Some(self.position(id)?),
-            None => None,
-        };
-        let before = self.leaf;
-        self.leaf = target;
-        let result = self.append_at_leaf(NewEntry::branch_summary(
-            id.unwrap_or("root"),
-            summary,
-            details,
-            from_extension,
-        ));
-        if result.is_err() {
-            self.leaf = before;
-        }
-        result
+        self.append_to(
+            NewEntry::branch_summary(id.unwrap_or("root"), summary, details, from_extension),
+            Parent::Entry(id),
+        )
     }
 }

@@ -5,6 +5,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::*;
@@ -22,7 +23,7 @@ impl FileStorage {
 
 /// Takes the lockfile of `path`, then `flock` on `file` (the file at
 /// `path`); released in reverse order.
-fn lock_file(path: &Path, file: File) -> io::Result<LockGuard> {
+fn lock_file(path: &Path, file: Arc<File>) -> io::Result<LockGuard> {
     let lockfile = crate::session::lockfile::Lockfile::acquire(path)?;
     // `File::lock` is `flock(LOCK_EX)` on Linux; a signal may interrupt it.
     loop {
@@ -55,7 +56,8 @@ fn file_stat(md: &fs::Metadata) -> FileStat {
 
 struct FileAppendWriter {
     path: PathBuf,
-    file: File,
+    /// Shared with the lock guard, which `flock`s it (no `dup` per lock).
+    file: Arc<File>,
 }
 
 impl AppendWriter for FileAppendWriter {
@@ -66,9 +68,10 @@ impl AppendWriter for FileAppendWriter {
         let mut start: Option<u64> = None;
         let mut done = 0usize;
         while done < line.len() {
-            let result = match self.file.write(&line[done..]) {
+            let mut file = &*self.file;
+            let result = match file.write(&line[done..]) {
                 Ok(0) => Err(io::Error::new(io::ErrorKind::WriteZero, "short write")),
-                Ok(n) => self.file.stream_position().map(|end| (n, end)),
+                Ok(n) => file.stream_position().map(|end| (n, end)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => Err(e),
             };
@@ -98,6 +101,30 @@ impl AppendWriter for FileAppendWriter {
     fn size(&mut self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
+    fn stat(&mut self) -> io::Result<FileStat> {
+        Ok(file_stat(&self.file.metadata()?))
+    }
+    fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        read_at_most(&self.file, offset, len)
+    }
+    fn ends_line_at(&mut self, size: u64) -> io::Result<Option<bool>> {
+        // One `pread` of the byte before `size` and the one after it: a
+        // read of a regular file comes back short only at its end.
+        let mut b = [0u8; 2];
+        let start = size.saturating_sub(1);
+        let n = loop {
+            match self.file.read_at(&mut b, start) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        Ok(match (size, n) {
+            (0, 0) => Some(true),
+            (0, _) => None,
+            (_, 1) => Some(b[0] == b'\n'),
+            _ => None,
+        })
+    }
     fn last_byte(&mut self) -> io::Result<Option<u8>> {
         let size = self.size()?;
         if size == 0 {
@@ -114,15 +141,31 @@ impl AppendWriter for FileAppendWriter {
         self.file.set_len(size)
     }
     fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
+        (&*self.file).flush()
     }
     fn fsync(&mut self) -> io::Result<()> {
-        self.file.flush()?;
+        (&*self.file).flush()?;
         self.file.sync_data()
     }
     fn lock(&mut self) -> io::Result<LockGuard> {
-        lock_file(&self.path, self.file.try_clone()?)
+        lock_file(&self.path, self.file.clone())
     }
+}
+
+/// An `O_APPEND` writer on `path`, created (mode 0600) when `create`.
+fn open_append_file(path: &Path, create: bool) -> io::Result<Box<dyn AppendWriter>> {
+    // Readable too: an append looks at the last byte first, and reads what
+    // it indexes through the same descriptor.
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(create)
+        .mode(0o600)
+        .open(path)?;
+    Ok(Box::new(FileAppendWriter {
+        path: path.to_path_buf(),
+        file: Arc::new(file),
+    }))
 }
 
 impl FileAppendWriter {
@@ -248,20 +291,13 @@ impl Storage for FileStorage {
         File::open(dir)?.sync_all()
     }
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
-        // Readable too: an append looks at the last byte first.
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)?;
-        Ok(Box::new(FileAppendWriter {
-            path: path.to_path_buf(),
-            file,
-        }))
+        open_append_file(path, true)
+    }
+    fn open_append_existing(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        open_append_file(path, false)
     }
     fn lock(&self, path: &Path) -> io::Result<LockGuard> {
-        lock_file(path, OpenOptions::new().read(true).open(path)?)
+        lock_file(path, Arc::new(OpenOptions::new().read(true).open(path)?))
     }
     fn is_persistent(&self) -> bool {
         true

@@ -154,6 +154,12 @@ impl AppendWriter for MemAppendWriter {
     fn size(&mut self) -> io::Result<u64> {
         self.storage.file_data(&self.path, |f| f.data.len() as u64)
     }
+    fn stat(&mut self) -> io::Result<FileStat> {
+        self.storage.stat(&self.path)
+    }
+    fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.storage.read_at(&self.path, offset, len)
+    }
     fn last_byte(&mut self) -> io::Result<Option<u8>> {
         self.storage
             .file_data(&self.path, |f| f.data.last().copied())

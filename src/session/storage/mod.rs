@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// What `stat` reports about a file.
@@ -67,8 +68,28 @@ pub trait AppendWriter: Send {
     fn write_line(&mut self, line: &[u8]) -> io::Result<u64>;
     /// The file's current size, as seen through this writer.
     fn size(&mut self) -> io::Result<u64>;
+    /// What `stat` reports about the file this writer appends to (`fstat`
+    /// of its descriptor on the real filesystem: the file our lines go to,
+    /// even when another writer renamed a new file over the path).
+    fn stat(&mut self) -> io::Result<FileStat>;
+    /// Reads up to `len` bytes at `offset` of the file this writer appends
+    /// to (short only at its end).
+    fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>>;
     /// The last byte of the file (`None` when empty).
     fn last_byte(&mut self) -> io::Result<Option<u8>>;
+    /// Whether the file ends a line at `size` (it is empty there, or the
+    /// byte before is `\n`); `None` when the file is no longer `size` bytes
+    /// long. The first probe of an append, at the size its look under the
+    /// locks saw (`docs/engine.md`, "Appends").
+    fn ends_line_at(&mut self, size: u64) -> io::Result<Option<bool>> {
+        let Some(before) = size.checked_sub(1) else {
+            return Ok(self.read_at(0, 1)?.is_empty().then_some(true));
+        };
+        Ok(match self.read_at(before, 2)?[..] {
+            [last] => Some(last == b'\n'),
+            _ => None,
+        })
+    }
     /// Truncates the file to `size` (used only under the lock to remove a
     /// partial line of our own).
     fn truncate(&mut self, size: u64) -> io::Result<()>;
@@ -88,7 +109,7 @@ pub trait AppendWriter: Send {
 /// [`LockGuard::none`].
 #[derive(Debug)]
 pub struct LockGuard {
-    held: Option<(File, crate::session::lockfile::Lockfile)>,
+    held: Option<(Arc<File>, crate::session::lockfile::Lockfile)>,
 }
 
 impl LockGuard {
@@ -118,19 +139,24 @@ struct FileReader(File);
 
 impl RandomRead for FileReader {
     fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        let mut done = 0;
-        while done < len {
-            match self.0.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        buf.truncate(done);
-        Ok(buf)
+        read_at_most(&self.0, offset, len)
     }
+}
+
+/// Up to `len` bytes at `offset` of `file` (short only at its end).
+fn read_at_most(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(done);
+    Ok(buf)
 }
 
 /// Every filesystem operation the engine performs.
@@ -165,6 +191,18 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Opens (creating with mode 0600 if needed) an append-only writer.
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>>;
+    /// Opens an append-only writer on a file that exists (`NotFound`
+    /// otherwise): appends to a session whose file is gone must not
+    /// create it again.
+    fn open_append_existing(&self, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
+        if !self.exists(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} does not exist", path.display()),
+            ));
+        }
+        self.open_append(path)
+    }
     /// Takes the write locks of an existing file: for the real filesystem
     /// the reference's lockfile `.<name>.lock` (see
     /// `crate::session::lockfile`) and then an exclusive `flock` on the

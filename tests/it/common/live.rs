@@ -112,6 +112,11 @@ pub trait Intercept: Send + Sync + fmt::Debug {
     fn after_scan(&self, _inner: &dyn Storage, _path: &Path) -> io::Result<()> {
         Ok(())
     }
+    /// Runs when a `stat` of `path` has answered (the engine's look at the
+    /// file), before the engine goes on.
+    fn after_stat(&self, _inner: &dyn Storage, _path: &Path) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Another storage, except where `hooks` step in (the race windows of
@@ -152,7 +157,9 @@ impl<H: Intercept> Storage for Intercepted<H> {
         self.inner.list(dir)
     }
     fn stat(&self, p: &Path) -> io::Result<FileStat> {
-        self.inner.stat(p)
+        let stat = self.inner.stat(p)?;
+        self.hooks.after_stat(&*self.inner, p)?;
+        Ok(stat)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.inner.sync_dir(dir)
@@ -206,8 +213,17 @@ impl<F: FnMut() -> io::Result<()> + Send> AppendWriter for BeforeEachWrite<F> {
     fn size(&mut self) -> io::Result<u64> {
         self.inner.size()
     }
+    fn stat(&mut self) -> io::Result<FileStat> {
+        self.inner.stat()
+    }
+    fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_at(offset, len)
+    }
     fn last_byte(&mut self) -> io::Result<Option<u8>> {
         self.inner.last_byte()
+    }
+    fn ends_line_at(&mut self, size: u64) -> io::Result<Option<bool>> {
+        self.inner.ends_line_at(size)
     }
     fn truncate(&mut self, size: u64) -> io::Result<()> {
         self.inner.truncate(size)
@@ -219,6 +235,59 @@ impl<F: FnMut() -> io::Result<()> + Send> AppendWriter for BeforeEachWrite<F> {
         self.inner.fsync()
     }
     fn lock(&mut self) -> io::Result<LockGuard> {
+        self.inner.lock()
+    }
+}
+
+/// A step another writer takes (once armed) at one of an append's moments.
+pub type Step = Box<dyn FnMut() -> io::Result<()> + Send>;
+
+/// An append writer that lets another writer step in right before the
+/// engine takes the write locks (after its last look at the file without
+/// them) and right after its line was written (before it looks at what is
+/// new): docs/reliability.md, "Other writers".
+pub struct SteppedOn {
+    pub inner: Box<dyn AppendWriter>,
+    pub before_lock: Option<Step>,
+    pub after_write: Option<Step>,
+}
+
+impl AppendWriter for SteppedOn {
+    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
+        let at = self.inner.write_line(line)?;
+        if let Some(step) = &mut self.after_write {
+            step()?;
+        }
+        Ok(at)
+    }
+    fn size(&mut self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn stat(&mut self) -> io::Result<FileStat> {
+        self.inner.stat()
+    }
+    fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_at(offset, len)
+    }
+    fn last_byte(&mut self) -> io::Result<Option<u8>> {
+        self.inner.last_byte()
+    }
+    fn ends_line_at(&mut self, size: u64) -> io::Result<Option<bool>> {
+        self.inner.ends_line_at(size)
+    }
+    fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.inner.truncate(size)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn fsync(&mut self) -> io::Result<()> {
+        self.inner.fsync()
+    }
+    fn lock(&mut self) -> io::Result<LockGuard> {
+        if let Some(step) = &mut self.before_lock {
+            step()?;
+        }
         self.inner.lock()
     }
 }
