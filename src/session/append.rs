@@ -306,7 +306,8 @@ pub struct Compaction<'a> {
     /// `details`: any JSON the compactor keeps for itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
-    /// `preserveData`: state carried over the compaction.
+    /// `preserveData`: state kept across the compaction (such as a
+    /// provider's handle for a compaction it made itself).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preserve_data: Option<Value>,
     /// `fromExtension`: an extension, not the agent, compacted.
