@@ -3,13 +3,18 @@
 use clap::Args;
 use serde_json::{json, Value};
 
+use std::path::Path;
+
 use crate::cli::common::{
-    open_arg, open_existing, print_json, print_out, resolve_file, storage, write_out, AgentArgs,
-    LeafArg,
+    open_arg, open_existing, print_json, print_out, resolve_file, storage, uses_database,
+    write_out, AgentArgs, LeafArg,
 };
 use crate::session::json::RawObject;
 use crate::session::pretty_context_variant;
 use crate::session::EntryMeta;
+use crate::session::{
+    write_last_context, AgentDir, BlobStore, Error, IndexStore, KeepRendering, Storage,
+};
 use crate::session::{EntryKind, Facts};
 use crate::session::{Result, Session};
 
@@ -50,6 +55,19 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
             }
         }
     }
+    // The context at the last entry without an index to load from: the
+    // lean first-time path (docs/engine.md), which keeps the rendering.
+    if args.leaf.is_none() && files.supports_persistent_index() && !uses_database() {
+        let store = args.agent.index();
+        let indexed = store.as_ref().is_some_and(|s| {
+            files
+                .canonicalize(&file)
+                .is_ok_and(|c| s.file_for(&c).exists())
+        });
+        if !indexed && lean_context(args, &agent, &*files, &file, store.as_ref(), &variant)? {
+            return Ok(0);
+        }
+    }
     let mut session = open_existing(&args.agent, &file, false)?;
     // An unknown id fails, as for `tree --leaf`.
     if let Some(leaf) = &args.leaf {
@@ -84,6 +102,82 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
         out.write_all(b"\n")
     })?;
     Ok(0)
+}
+
+/// `sessionfs context` through [`write_last_context`]: false when it did
+/// not apply (nothing printed: the caller loads the session). A closed
+/// stdout (`| head`) ends it quietly, as [`write_out`] does.
+fn lean_context(
+    args: &ContextArgs,
+    agent: &AgentDir,
+    files: &dyn Storage,
+    file: &Path,
+    store: Option<&IndexStore>,
+    variant: &str,
+) -> Result<bool> {
+    let blobs = BlobStore::new(storage(agent)?, agent.blobs_dir());
+    let keep = store.map(|store| KeepRendering { store, variant });
+    fixed_mmap_threshold();
+    let stdout = std::io::stdout();
+    let mut out = Counted {
+        inner: std::io::BufWriter::with_capacity(128 << 10, stdout.lock()),
+        written: 0,
+        broken: false,
+    };
+    let res = write_last_context(files, file, Some(&blobs), !args.compact, keep, &mut out);
+    let flushed = std::io::Write::flush(&mut out.inner);
+    match res {
+        _ if out.broken => Ok(true),
+        Ok(done) => match flushed {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::io("<stdout>", e)),
+            _ => Ok(done),
+        },
+        // Nothing printed yet: the full path reports or recovers.
+        Err(e) if out.written == 0 => {
+            log::debug!("{}: lean context failed: {e}", file.display());
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Big blocks straight from `mmap`, always: glibc otherwise raises its
+/// threshold after the first big block is freed, and the growing record
+/// vectors of the lean scan are then copied on every doubling inside the
+/// heap, whose freed pages it keeps (issue 18's peak RSS:
+/// `docs/benchmarks.md`, "fifth session").
+fn fixed_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; it is called
+    // before the threads of the scan start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+    }
+}
+
+/// Counts what reaches stdout and notices a closed pipe.
+struct Counted<W> {
+    inner: W,
+    written: usize,
+    broken: bool,
+}
+
+impl<W: std::io::Write> std::io::Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.inner.write(buf) {
+            Ok(n) => {
+                self.written += n;
+                Ok(n)
+            }
+            Err(e) => {
+                self.broken |= e.kind() == std::io::ErrorKind::BrokenPipe;
+                Err(e)
+            }
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Writes to two writers; the second's errors are its own business (see

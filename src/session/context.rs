@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use crate::session::error::{Error, Result};
 use crate::session::format::{EntryKind, Facts, Role};
-use crate::session::index::TreeIndex;
+use crate::session::index::{Loc, TreeIndex};
 use crate::session::json::{
     json_string, pretty, scan_object, write_pretty, Member, Members, ObjectScan, RawObject,
 };
@@ -55,27 +55,22 @@ pub(crate) trait LineSource {
 }
 
 /// Lines further apart than this are not read together.
-const MAX_GAP: u64 = 64 * 1024;
+pub(crate) const MAX_GAP: u64 = 64 * 1024;
 /// Upper bound of one coalesced read (a longer line is read alone).
-const MAX_RUN: u64 = 1 << 20;
+pub(crate) const MAX_RUN: u64 = 1 << 20;
 
 /// [`LineSource::for_each_line`] for file-backed sources: runs of on-disk
 /// lines that follow each other closely in the file are fetched with one
 /// `read_at(offset, len)`; in-memory lines come from `line`. A read that
 /// comes back short means the file changed under the index: an error.
 pub(crate) fn for_each_line_coalesced<'s>(
-    index: &TreeIndex,
+    locs: &dyn Fn(u32) -> Option<Loc>,
     idxs: &[u32],
     read_at: &dyn Fn(u64, usize) -> Result<Vec<u8>>,
     line: &dyn Fn(u32) -> Result<Cow<'s, [u8]>>,
     f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    let loc = |i: u32| {
-        index
-            .get(i)
-            .map(|m| m.loc)
-            .ok_or_else(|| Error::EntryNotFound(format!("#{i}")))
-    };
+    let loc = |i: u32| locs(i).ok_or_else(|| Error::EntryNotFound(format!("#{i}")));
     let mut k = 0;
     while k < idxs.len() {
         let first = loc(idxs[k])?;
@@ -373,25 +368,37 @@ pub struct Extension {
     pub fold: ContextFold,
 }
 
+/// An entry whose line context building reads: its position for the
+/// [`LineSource`], its kind and the length of its line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Read {
+    pub(crate) idx: u32,
+    pub(crate) kind: EntryKind,
+    pub(crate) len: u32,
+}
+
 /// Emits the messages of the entries `reads` (in order) into `json`, each
 /// preceded by `,` unless it is the first message; `compaction` is the
-/// entry whose summary opens the context.
+/// entry whose summary opens the context. After each message, `flush` is
+/// given the text so far (it may write it out and clear it).
 fn emit_messages(
-    index: &TreeIndex,
-    reads: &[u32],
+    reads: &[Read],
     compaction: Option<u32>,
     src: &dyn LineSource,
     json: &mut String,
     message_count: &mut usize,
+    flush: &mut dyn FnMut(&mut String) -> Result<()>,
 ) -> Result<()> {
     let mut parser = LineParser::default();
-    src.for_each_line(reads, &mut |i, bytes| {
+    let idxs: Vec<u32> = reads.iter().map(|r| r.idx).collect();
+    let mut next = reads.iter();
+    src.for_each_line(&idxs, &mut |i, bytes| {
+        let kind = next.next().map_or(EntryKind::Unknown, |r| r.kind);
         let line = parser.parse(bytes, i)?;
         let start = json.len();
         if *message_count > 0 {
             json.push(',');
         }
-        let kind = index.entries()[i as usize].entry.kind;
         let emitted = if Some(i) == compaction {
             json.push_str("{\"role\":\"compactionSummary\"");
             push_member(json, "summary", line.get("summary"));
@@ -408,10 +415,11 @@ fn emit_messages(
         };
         if emitted {
             *message_count += 1;
+            flush(json)
         } else {
             json.truncate(start);
+            Ok(())
         }
-        Ok(())
     })
 }
 
@@ -419,6 +427,123 @@ fn emit_messages(
 fn is_reset(facts: &Facts) -> bool {
     matches!(facts, Facts::Unknown(name) if &**name == RESET_BOUNDARY)
 }
+
+/// The path from a root to a leaf as context building reads it, root
+/// first: the loaded index gives it directly ([`TreeIndex::path_to`]);
+/// the lean first-time path (`session::lean`) from compact records,
+/// reading the lines of the few entries whose facts it did not keep.
+pub(crate) trait PathView {
+    /// Entries on the path.
+    fn len(&self) -> usize;
+    /// The kind of the entry at path position `pos`.
+    fn kind(&self, pos: usize) -> EntryKind;
+    /// Its facts, as far as the fold reads them (see `FoldState::apply`,
+    /// the compaction's `first_kept` and reset boundaries): a view may
+    /// give `Facts::None` for the facts the fold ignores.
+    fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>>;
+    /// True when the entry at `pos` has the id `id`.
+    fn has_id(&self, pos: usize, id: &str) -> Result<bool>;
+    /// What the [`LineSource`] reads for the entry at `pos`.
+    fn read(&self, pos: usize) -> Read;
+}
+
+/// [`PathView`] of a loaded index.
+struct IndexPath<'a> {
+    index: &'a TreeIndex,
+    path: Vec<u32>,
+}
+
+impl PathView for IndexPath<'_> {
+    fn len(&self) -> usize {
+        self.path.len()
+    }
+    fn kind(&self, pos: usize) -> EntryKind {
+        self.index.entries()[self.path[pos] as usize].entry.kind
+    }
+    fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>> {
+        Ok(Cow::Borrowed(
+            &self.index.entries()[self.path[pos] as usize].entry.facts,
+        ))
+    }
+    fn has_id(&self, pos: usize, id: &str) -> Result<bool> {
+        Ok(self.index.entries()[self.path[pos] as usize].id() == id)
+    }
+    fn read(&self, pos: usize) -> Read {
+        let i = self.path[pos];
+        let meta = &self.index.entries()[i as usize];
+        Read {
+            idx: i,
+            kind: meta.entry.kind,
+            len: meta.loc.len,
+        }
+    }
+}
+
+/// What a context at a leaf consists of: the fold over the whole path and
+/// the entries whose messages it shows.
+struct Plan {
+    state: FoldState,
+    reads: Vec<Read>,
+    /// The entry whose summary opens the context (`reads[0]`).
+    compaction: Option<u32>,
+}
+
+/// Folds the path and picks the entries whose messages the context shows,
+/// in output order: the latest compaction's summary, the kept entries
+/// before it, then everything after it.
+fn plan(path: &dyn PathView) -> Result<Plan> {
+    let mut state = FoldState::new();
+    let mut compaction_at: Option<usize> = None;
+    let mut reset_at: Option<usize> = None;
+    let mut first_kept: Option<Box<str>> = None;
+    for pos in 0..path.len() {
+        let facts = path.facts(pos)?;
+        state.apply(&facts);
+        if path.kind(pos) == EntryKind::Compaction {
+            compaction_at = Some(pos);
+            first_kept = match &*facts {
+                Facts::Compaction { first_kept } => first_kept.clone(),
+                _ => None,
+            };
+        }
+        if is_reset(&facts) {
+            reset_at = Some(pos);
+        }
+    }
+    let mut reads: Vec<Read> = Vec::new();
+    let wanted = |pos: &usize| emits_message(path.kind(*pos));
+    // A reset boundary after the latest compaction (or without one) starts
+    // the context after it; a later compaction wins over an earlier boundary.
+    if let Some(r) = reset_at.filter(|&r| compaction_at.is_none_or(|c| r > c)) {
+        compaction_at = None;
+        reads.extend((r + 1..path.len()).filter(wanted).map(|p| path.read(p)));
+    } else if let Some(c) = compaction_at {
+        reads.push(path.read(c));
+        if let Some(first_kept) = first_kept {
+            let mut start = None;
+            for pos in 0..c {
+                if path.has_id(pos, &first_kept)? {
+                    start = Some(pos);
+                    break;
+                }
+            }
+            if let Some(start) = start {
+                reads.extend((start..c).filter(wanted).map(|p| path.read(p)));
+            }
+        }
+        reads.extend((c + 1..path.len()).filter(wanted).map(|p| path.read(p)));
+    } else {
+        reads.extend((0..path.len()).filter(wanted).map(|p| path.read(p)));
+    }
+    let compaction = compaction_at.map(|_| reads[0].idx);
+    Ok(Plan {
+        state,
+        reads,
+        compaction,
+    })
+}
+
+const OPEN: &str = "{\"messages\":[";
 
 /// Builds the context at `leaf`.
 pub(crate) fn build_session_context(
@@ -436,7 +561,6 @@ pub(crate) fn build_context_fold(
     leaf: LeafSel<'_>,
     src: &dyn LineSource,
 ) -> Result<(Context, Option<ContextFold>)> {
-    const OPEN: &str = "{\"messages\":[";
     let Some(leaf_idx) = resolve_leaf(index, leaf) else {
         return Ok((
             Context {
@@ -448,70 +572,30 @@ pub(crate) fn build_context_fold(
             None,
         ));
     };
-    let path = index.path_to(leaf_idx);
-
-    // State over the whole path.
-    let mut state = FoldState::new();
-    let mut compaction_at: Option<usize> = None;
-    let mut reset_at: Option<usize> = None;
-    for (pos, &i) in path.iter().enumerate() {
-        let meta = &index.entries()[i as usize];
-        state.apply(&meta.entry.facts);
-        if meta.entry.kind == EntryKind::Compaction {
-            compaction_at = Some(pos);
-        }
-        if is_reset(&meta.entry.facts) {
-            reset_at = Some(pos);
-        }
-    }
-
-    // Messages, in output order: the latest compaction's summary, the kept
-    // entries before it, then everything after it.
-    let mut reads: Vec<u32> = Vec::new();
-    let wanted = |i: &u32| emits_message(index.entries()[*i as usize].entry.kind);
-    // A reset boundary after the latest compaction (or without one) starts
-    // the context after it; a later compaction wins over an earlier boundary.
-    if let Some(r) = reset_at.filter(|&r| compaction_at.is_none_or(|c| r > c)) {
-        compaction_at = None;
-        reads.extend(path[r + 1..].iter().filter(|i| wanted(i)));
-    } else if let Some(c) = compaction_at {
-        let ci = path[c];
-        let first_kept = match &index.entries()[ci as usize].entry.facts {
-            Facts::Compaction { first_kept } => first_kept.as_deref(),
-            _ => None,
-        };
-        reads.push(ci);
-        if let Some(first_kept) = first_kept {
-            if let Some(start) = path[..c]
-                .iter()
-                .position(|&i| index.entries()[i as usize].id() == first_kept)
-            {
-                reads.extend(path[start..c].iter().filter(|i| wanted(i)));
-            }
-        }
-        reads.extend(path[c + 1..].iter().filter(|i| wanted(i)));
-    } else {
-        reads.extend(path.iter().filter(|i| wanted(i)));
-    }
+    let path = IndexPath {
+        index,
+        path: index.path_to(leaf_idx),
+    };
+    let Plan {
+        state,
+        reads,
+        compaction,
+    } = plan(&path)?;
     drop(path);
 
     // Messages are parts of their lines: their total length bounds the
     // text, so it is never reallocated (and copied) while it grows.
-    let bound: usize = reads
-        .iter()
-        .map(|&i| index.entries()[i as usize].loc.len as usize + 96)
-        .sum();
+    let bound: usize = reads.iter().map(|r| r.len as usize + 96).sum();
     let mut json = String::with_capacity(bound + 512);
     json.push_str(OPEN);
     let mut message_count = 0;
-    let compaction = compaction_at.map(|_| reads[0]);
     emit_messages(
-        index,
         &reads,
         compaction,
         src,
         &mut json,
         &mut message_count,
+        &mut |_| Ok(()),
     )?;
     let messages_end = json.len();
     json.push(']');
@@ -531,6 +615,47 @@ pub(crate) fn build_context_fold(
         },
         Some(fold),
     ))
+}
+
+/// The compact context of the path `path` (`None`: the empty context)
+/// given to `out` in pieces of about 64 KiB, each ending after a message
+/// or at the end, never holding the whole text: the lean first-time path
+/// (`session::lean`) prints contexts this way. The concatenated pieces
+/// are the text [`build_session_context`] builds for the same path.
+pub(crate) fn write_context_pieces(
+    path: Option<&dyn PathView>,
+    src: &dyn LineSource,
+    out: &mut dyn FnMut(&str) -> Result<()>,
+) -> Result<()> {
+    const PIECE: usize = 64 << 10;
+    let Some(path) = path else {
+        return out(&format!("{OPEN}],{EMPTY_STATE}}}"));
+    };
+    let Plan {
+        state,
+        reads,
+        compaction,
+    } = plan(path)?;
+    let mut json = String::with_capacity(PIECE + (1 << 12));
+    json.push_str(OPEN);
+    let mut message_count = 0;
+    emit_messages(
+        &reads,
+        compaction,
+        src,
+        &mut json,
+        &mut message_count,
+        &mut |json| {
+            if json.len() >= PIECE {
+                out(json)?;
+                json.clear();
+            }
+            Ok(())
+        },
+    )?;
+    json.push(']');
+    state.write_tail(&mut json);
+    out(&json)
 }
 
 /// Extends the context of `fold`'s leaf to `new_leaf`, an entry below it,
@@ -566,13 +691,25 @@ pub(crate) fn extend_context(
     for &i in &between {
         state.apply(&entries[i as usize].entry.facts);
     }
-    let reads: Vec<u32> = between
+    let reads: Vec<Read> = between
         .into_iter()
         .filter(|&i| emits_message(entries[i as usize].entry.kind))
+        .map(|i| Read {
+            idx: i,
+            kind: entries[i as usize].entry.kind,
+            len: entries[i as usize].loc.len,
+        })
         .collect();
     let mut messages = String::new();
     let mut message_count = fold.message_count;
-    emit_messages(index, &reads, None, src, &mut messages, &mut message_count)?;
+    emit_messages(
+        &reads,
+        None,
+        src,
+        &mut messages,
+        &mut message_count,
+        &mut |_| Ok(()),
+    )?;
     let mut tail = String::from("]");
     state.write_tail(&mut tail);
     Ok(Some(Extension {
@@ -724,7 +861,7 @@ mod tests {
         };
         let mut seen = Vec::new();
         for_each_line_coalesced(
-            &t,
+            &|i| t.get(i).map(|m| m.loc),
             &[0, 1, 2, 3, 4],
             &read_at,
             &|_| Ok(Cow::Borrowed(&b"mm"[..])),
@@ -747,10 +884,16 @@ mod tests {
         // Out of file order: separate reads, same bytes.
         reads.set(0);
         let mut seen = Vec::new();
-        for_each_line_coalesced(&t, &[2, 0], &read_at, &|_| unreachable!(), &mut |i, b| {
-            seen.push((i, b.to_vec()));
-            Ok(())
-        })
+        for_each_line_coalesced(
+            &|i| t.get(i).map(|m| m.loc),
+            &[2, 0],
+            &read_at,
+            &|_| unreachable!(),
+            &mut |i, b| {
+                seen.push((i, b.to_vec()));
+                Ok(())
+            },
+        )
         .unwrap();
         assert_eq!(seen, vec![(2, b"dddd".to_vec()), (0, b"aaaa".to_vec())]);
         assert_eq!(reads.get(), 2);
@@ -760,11 +903,14 @@ mod tests {
     fn coalesced_reads_detect_a_shrunken_file() {
         let t = index_of(&[(0, 4, false), (5, 4, false)]);
         let read_at = |_: u64, _: usize| Ok(b"aaaa\nbb".to_vec());
-        let err =
-            for_each_line_coalesced(&t, &[0, 1], &read_at, &|_| unreachable!(), &mut |_, _| {
-                Ok(())
-            })
-            .unwrap_err();
+        let err = for_each_line_coalesced(
+            &|i| t.get(i).map(|m| m.loc),
+            &[0, 1],
+            &read_at,
+            &|_| unreachable!(),
+            &mut |_, _| Ok(()),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("changed on disk"), "{err}");
     }
 }

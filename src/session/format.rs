@@ -491,12 +491,9 @@ pub(crate) struct ModelNames {
 }
 
 impl ModelNames {
-    /// `"<provider>/<model>"` as a shared string.
-    fn get(&mut self, provider: &str, model: &str) -> Arc<str> {
-        self.scratch.clear();
-        self.scratch.push_str(provider);
-        self.scratch.push('/');
-        self.scratch.push_str(model);
+    /// The name [`message_role`] wrote into the scratch string, as a
+    /// shared string.
+    fn scratch_name(&mut self) -> Arc<str> {
         if let Some(pos) = self.recent.iter().position(|m| **m == *self.scratch) {
             let name = self.recent[pos].clone();
             // Keep the most recent first.
@@ -664,6 +661,16 @@ fn facts_of(
 /// members of a message object (the last of duplicate keys wins, as in
 /// `JSON.parse`).
 fn message_facts(text: &[u8], members: &[Member], models: &mut ModelNames) -> Facts {
+    let role = message_role(text, members, &mut models.scratch);
+    let model = (role == Role::Assistant).then(|| models.scratch_name());
+    Facts::Message { role, model }
+}
+
+/// The `role` of a message object from its members (the last of
+/// duplicate keys wins, as in `JSON.parse`); for an assistant message,
+/// `"<provider>/<model>"` is written into `name` (the model the context
+/// fold reads: `Facts::Message`).
+pub(crate) fn message_role(text: &[u8], members: &[Member], name: &mut String) -> Role {
     // One pass; later members win.
     let (mut role, mut provider, mut model) = (None, None, None);
     for m in members {
@@ -691,7 +698,7 @@ fn message_facts(text: &[u8], members: &[Member], models: &mut ModelNames) -> Fa
         .and_then(|m| m.str_value(text))
         .map(|r| Role::from_str(&r))
         .unwrap_or(Role::Missing);
-    let model = (role == Role::Assistant).then(|| {
+    if role == Role::Assistant {
         // A string decoded, anything else as its JSON text; absent as
         // JavaScript prints `undefined`.
         fn part(raw: Option<&str>) -> Cow<'_, str> {
@@ -700,9 +707,12 @@ fn message_facts(text: &[u8], members: &[Member], models: &mut ModelNames) -> Fa
                 Some(text) => decode_json_string(text).unwrap_or(Cow::Borrowed(text)),
             }
         }
-        models.get(&part(raw(provider)), &part(raw(model)))
-    });
-    Facts::Message { role, model }
+        name.clear();
+        name.push_str(&part(raw(provider)));
+        name.push('/');
+        name.push_str(&part(raw(model)));
+    }
+    role
 }
 
 #[cfg(test)]

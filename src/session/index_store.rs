@@ -345,17 +345,7 @@ impl IndexStore {
         stat: &FileStat,
         loaded: &Loaded,
     ) -> Option<Fingerprint> {
-        let header = loaded.header.as_ref()?;
-        if header.needs_migration()
-            || loaded.id_less_objects > 0
-            || !loaded.ends_with_newline
-            || loaded.torn_tail
-            || loaded.end != loaded.scanned
-        {
-            return None;
-        }
-        let header_end = header_line_end(storage, path, loaded.header_offset)?;
-        let fingerprint = Fingerprint::compute(storage, path, stat, loaded.end, header_end).ok()?;
+        let fingerprint = fingerprint_of(storage, path, stat, loaded)?;
         // The file may have been replaced since `stat`: its head and tail
         // were hashed from what is there now, but the identity is the one
         // seen before the scan; a replaced file fails the check next time.
@@ -535,6 +525,29 @@ impl IndexStore {
             finished: false,
         })
     }
+}
+
+/// The fingerprint of the bytes a scan result describes (`stat`: the file
+/// before it was scanned), when an index or a stored rendering may stand
+/// for them: the file ends with a complete line (a torn or unterminated
+/// tail is scanned again next time) and needs no migration.
+pub(crate) fn fingerprint_of<E>(
+    storage: &dyn Storage,
+    path: &Path,
+    stat: &FileStat,
+    loaded: &loader::Scanned<E>,
+) -> Option<Fingerprint> {
+    let header = loaded.header.as_ref()?;
+    if header.needs_migration()
+        || loaded.id_less_objects > 0
+        || !loaded.ends_with_newline
+        || loaded.torn_tail
+        || loaded.end != loaded.scanned
+    {
+        return None;
+    }
+    let header_end = header_line_end(storage, path, loaded.header_offset)?;
+    Fingerprint::compute(storage, path, stat, loaded.end, header_end).ok()
 }
 
 /// The name of the stored rendering of the pretty context at the last

@@ -162,13 +162,14 @@ pub(crate) struct LoadedEntry {
     pub len: u32,
 }
 
-/// What the loader found in a file (or in the new bytes of a grown file).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Loaded {
+/// What the loader found in a file (or in the new bytes of a grown file),
+/// with the entries the [`LineRules`] made of the lines.
+#[derive(Debug, Clone)]
+pub(crate) struct Scanned<E> {
     pub header: Option<HeaderInfo>,
     pub header_offset: u64,
     pub has_title: bool,
-    pub entries: Vec<LoadedEntry>,
+    pub entries: Vec<E>,
     /// Objects that need a migration to become entries (v1 entries without
     /// ids): their presence forces the migration path.
     pub id_less_objects: usize,
@@ -187,6 +188,29 @@ pub(crate) struct Loaded {
     pub scanned: u64,
 }
 
+impl<E> Default for Scanned<E> {
+    fn default() -> Self {
+        Scanned {
+            header: None,
+            header_offset: 0,
+            has_title: false,
+            entries: Vec::new(),
+            id_less_objects: 0,
+            skipped: 0,
+            blank: 0,
+            oversized: 0,
+            torn_tail: false,
+            end: 0,
+            ends_with_newline: false,
+            scanned: 0,
+        }
+    }
+}
+
+/// What the loader found, every entry with its facts (the rules of
+/// [`LineScanner`]).
+pub(crate) type Loaded = Scanned<LoadedEntry>;
+
 /// Scanning rules: before the header (a whole file) or after it (the new
 /// bytes of a grown file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,15 +219,57 @@ pub(crate) enum Phase {
     AfterHeader,
 }
 
+/// What one line is, with the entry the rules made of it.
+#[derive(Debug)]
+pub(crate) enum Class<E> {
+    Header(HeaderInfo),
+    BadHeader,
+    Title,
+    Entry(E),
+    /// A JSON object that is not an entry.
+    Object {
+        has_type: bool,
+    },
+    Invalid,
+}
+
+/// How lines become entries. Every implementation classifies a line
+/// exactly as [`LineScanner::scan`] does (which lines are headers, entries,
+/// skipped); they differ in what they keep of an entry: all its facts
+/// ([`LoadedEntry`]) or a compact record (`session::lean`).
+pub(crate) trait LineRules: Send {
+    type Entry: Send;
+    /// Classifies the line (without its `\n`) at `offset`.
+    fn classify(&mut self, offset: u64, line: &[u8]) -> Class<Self::Entry>;
+}
+
+impl LineRules for LineScanner {
+    type Entry = LoadedEntry;
+    fn classify(&mut self, offset: u64, line: &[u8]) -> Class<LoadedEntry> {
+        match self.scan(line) {
+            LineKind::Header(h) => Class::Header(h),
+            LineKind::BadHeader => Class::BadHeader,
+            LineKind::Title => Class::Title,
+            LineKind::Entry(entry) => Class::Entry(LoadedEntry {
+                entry,
+                offset,
+                len: line.len() as u32,
+            }),
+            LineKind::Object { has_type } => Class::Object { has_type },
+            LineKind::Invalid => Class::Invalid,
+        }
+    }
+}
+
 /// Classifies lines as they come.
-struct Classifier<'a> {
-    scanner: LineScanner,
+struct Classifier<'a, R: LineRules> {
+    rules: R,
     phase: Phase,
-    out: &'a mut Loaded,
+    out: &'a mut Scanned<R::Entry>,
     error: Option<String>,
 }
 
-impl Classifier<'_> {
+impl<R: LineRules> Classifier<'_, R> {
     fn line(&mut self, offset: u64, bytes: &[u8]) {
         if self.error.is_some() {
             return;
@@ -212,29 +278,23 @@ impl Classifier<'_> {
             self.out.blank += 1;
             return;
         }
-        let kind = self.scanner.scan(bytes);
+        let kind = self.rules.classify(offset, bytes);
         match (self.phase, kind) {
-            (_, LineKind::Invalid) => self.out.skipped += 1,
-            (Phase::BeforeHeader, LineKind::Title) => self.out.has_title = true,
-            (Phase::BeforeHeader, LineKind::Header(h)) => {
+            (_, Class::Invalid) => self.out.skipped += 1,
+            (Phase::BeforeHeader, Class::Title) => self.out.has_title = true,
+            (Phase::BeforeHeader, Class::Header(h)) => {
                 self.out.header = Some(h);
                 self.out.header_offset = offset;
                 self.phase = Phase::AfterHeader;
             }
-            (Phase::BeforeHeader, LineKind::BadHeader) => {
+            (Phase::BeforeHeader, Class::BadHeader) => {
                 self.error = Some("the session header has no string id".into());
             }
             (Phase::BeforeHeader, _) => {
                 self.error = Some("the first JSON object is not a session header".into());
             }
-            (Phase::AfterHeader, LineKind::Entry(entry)) => {
-                self.out.entries.push(LoadedEntry {
-                    entry,
-                    offset,
-                    len: bytes.len() as u32,
-                });
-            }
-            (Phase::AfterHeader, LineKind::Object { has_type: true }) => {
+            (Phase::AfterHeader, Class::Entry(entry)) => self.out.entries.push(entry),
+            (Phase::AfterHeader, Class::Object { has_type: true }) => {
                 self.out.id_less_objects += 1;
                 self.out.skipped += 1;
             }
@@ -258,14 +318,26 @@ pub(crate) fn scan_stream(
     max_line: usize,
     feed: &mut dyn FnMut(&mut ChunkSink<'_>) -> Result<()>,
 ) -> Result<Loaded> {
-    let mut loaded = Loaded {
+    scan_stream_with(path, start, phase, max_line, LineScanner::new(), feed)
+}
+
+/// [`scan_stream`] with other [`LineRules`].
+pub(crate) fn scan_stream_with<R: LineRules>(
+    path: &Path,
+    start: u64,
+    phase: Phase,
+    max_line: usize,
+    rules: R,
+    feed: &mut dyn FnMut(&mut ChunkSink<'_>) -> Result<()>,
+) -> Result<Scanned<R::Entry>> {
+    let mut loaded = Scanned {
         end: start,
         ends_with_newline: true,
-        ..Loaded::default()
+        ..Scanned::default()
     };
     let mut splitter = LineSplitter::new(start, max_line);
     let mut classifier = Classifier {
-        scanner: LineScanner::new(),
+        rules,
         phase,
         out: &mut loaded,
         error: None,
@@ -334,14 +406,29 @@ pub(crate) fn load_file(
     path: &Path,
     max_line: usize,
 ) -> Result<Option<Loaded>> {
+    load_file_with(storage, path, max_line, parts(), PARALLEL_MIN)
+}
+
+/// How many parts a big file is scanned in: one per core, at most
+/// [`MAX_PARTS`].
+pub(crate) fn parts() -> usize {
     // Asking costs a few system calls (cgroup limits): once per process.
     static PARTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let parts = *PARTS.get_or_init(|| {
+    *PARTS.get_or_init(|| {
         std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(MAX_PARTS)
-    });
-    load_file_with(storage, path, max_line, parts, PARALLEL_MIN)
+    })
+}
+
+/// Where a file of `size` bytes is split for `parts` threads (the first
+/// line start at or after each hint); none below `min_parallel` bytes.
+pub(crate) fn split_hints(size: u64, parts: usize, min_parallel: u64) -> Vec<u64> {
+    if parts > 1 && size >= min_parallel {
+        (1..parts as u64).map(|k| size * k / parts as u64).collect()
+    } else {
+        Vec::new()
+    }
 }
 
 /// [`load_file`] with `parts` threads for files of at least `min_parallel`
@@ -367,13 +454,7 @@ pub(crate) fn load_file_with(
     if stat.size == 0 {
         return Ok(None);
     }
-    let hints: Vec<u64> = if parts > 1 && stat.size >= min_parallel {
-        (1..parts as u64)
-            .map(|k| stat.size * k / parts as u64)
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let hints = split_hints(stat.size, parts, min_parallel);
     let l = load_file_split(storage, path, max_line, &hints)?;
     if l.header.is_none() {
         return Err(Error::Unreadable {
@@ -442,6 +523,24 @@ pub(crate) fn load_file_split(
     max_line: usize,
     hints: &[u64],
 ) -> Result<Loaded> {
+    split_scan(storage, path, hints, &|start, end, phase| {
+        scan_range(storage, path, start, end, phase, max_line)
+    })
+}
+
+/// Scans `[start, end)` of a file (`end`: `None` for the end of file) in
+/// the given phase.
+pub(crate) type RangeScan<'a, E> =
+    dyn Fn(u64, Option<u64>, Phase) -> Result<Scanned<E>> + Sync + 'a;
+
+/// [`load_file_split`] with the scans of the parts done by `scan` (other
+/// rules, other reads).
+pub(crate) fn split_scan<E: Send>(
+    storage: &dyn Storage,
+    path: &Path,
+    hints: &[u64],
+    scan: &RangeScan<'_, E>,
+) -> Result<Scanned<E>> {
     let mut bounds = vec![0u64];
     for &near in hints {
         if let Some(start) = line_start_after(storage, path, near.max(1))? {
@@ -450,7 +549,7 @@ pub(crate) fn load_file_split(
             }
         }
     }
-    let sequential = || scan_range(storage, path, 0, None, Phase::BeforeHeader, max_line);
+    let sequential = || scan(0, None, Phase::BeforeHeader);
     if bounds.len() < 2 {
         return sequential();
     }
@@ -459,24 +558,13 @@ pub(crate) fn load_file_split(
         .enumerate()
         .map(|(k, &start)| (start, bounds.get(k + 1).copied()))
         .collect();
-    let results: Vec<Result<Loaded>> = std::thread::scope(|scope| {
+    let results: Vec<Result<Scanned<E>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = ranges[1..]
             .iter()
-            .map(|&(start, end)| {
-                scope.spawn(move || {
-                    scan_range(storage, path, start, end, Phase::AfterHeader, max_line)
-                })
-            })
+            .map(|&(start, end)| scope.spawn(move || scan(start, end, Phase::AfterHeader)))
             .collect();
         let (start, end) = ranges[0];
-        let mut results = vec![scan_range(
-            storage,
-            path,
-            start,
-            end,
-            Phase::BeforeHeader,
-            max_line,
-        )];
+        let mut results = vec![scan(start, end, Phase::BeforeHeader)];
         for h in handles {
             results.push(
                 h.join()
@@ -501,14 +589,14 @@ pub(crate) fn load_file_split(
         Some(Err(e)) => return Err(e),
         None => return sequential(),
     };
-    let clean = |l: &Loaded, end: Option<u64>| {
+    let clean = |l: &Scanned<E>, end: Option<u64>| {
         end.is_none_or(|end| l.end == end && l.ends_with_newline && !l.torn_tail)
     };
     if first.header.is_none() || !clean(&first, ranges[0].1) {
         return sequential();
     }
     // Parts after the header never fail (only header rules do).
-    let Ok(rest) = parts.collect::<Result<Vec<Loaded>>>() else {
+    let Ok(rest) = parts.collect::<Result<Vec<Scanned<E>>>>() else {
         return sequential();
     };
     if rest

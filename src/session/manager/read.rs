@@ -185,21 +185,7 @@ impl Session {
     /// `json` (the value of member `key`, or an entry) with its blob refs
     /// resolved from this session's blob store; `None` when nothing changed.
     fn resolve_blobs_in(&self, key: Option<&str>, json: &str) -> Option<String> {
-        let blobs = self.blobs.as_ref()?;
-        crate::session::blobrefs::resolve_refs(json, key, &|hex| match blobs.get(hex) {
-            Ok(Some(bytes)) => Some(bytes),
-            Ok(None) => {
-                log::warn!(
-                    "blob {hex} is missing from {}; keeping the reference",
-                    blobs.dir().display()
-                );
-                None
-            }
-            Err(e) => {
-                log::warn!("cannot read blob {hex}: {e}; keeping the reference");
-                None
-            }
-        })
+        crate::session::blobrefs::resolve_from_store(self.blobs.as_ref()?, key, json)
     }
 
     /// An entry as compact JSON with image blob refs resolved.
@@ -287,7 +273,7 @@ impl LineSource for Session {
         };
         let read_at = |offset: u64, len: usize| self.journal.read_at(path, offset, len);
         crate::session::context::for_each_line_coalesced(
-            &self.index,
+            &|i| self.index.get(i).map(|m| m.loc),
             idxs,
             &read_at,
             &|i| self.raw_line(i),

@@ -133,6 +133,16 @@ impl Drop for LockGuard {
 pub trait RandomRead: Send + Sync {
     /// Reads up to `len` bytes at `offset` (short only at end of file).
     fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Reads up to `buf.len()` bytes at `offset` into `buf` (short only at
+    /// end of file); returns how many. Files read straight into `buf` (no
+    /// allocation per read: the lean first-time scan reads a whole file in
+    /// reused, page-aligned buffers, `docs/engine.md`).
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let data = self.read_at(offset, buf.len())?;
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        Ok(n)
+    }
 }
 
 struct FileReader(File);
@@ -141,13 +151,24 @@ impl RandomRead for FileReader {
     fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         read_at_most(&self.0, offset, len)
     }
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        read_into_at(&self.0, offset, buf)
+    }
 }
 
 /// Up to `len` bytes at `offset` of `file` (short only at its end).
 fn read_at_most(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
+    let done = read_into_at(file, offset, &mut buf)?;
+    buf.truncate(done);
+    Ok(buf)
+}
+
+/// Reads up to `buf.len()` bytes at `offset` into `buf` (short only at end
+/// of file); returns how many.
+fn read_into_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut done = 0;
-    while done < len {
+    while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64) {
             Ok(0) => break,
             Ok(n) => done += n,
@@ -155,8 +176,7 @@ fn read_at_most(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
             Err(e) => return Err(e),
         }
     }
-    buf.truncate(done);
-    Ok(buf)
+    Ok(done)
 }
 
 /// Every filesystem operation the engine performs.

@@ -414,9 +414,17 @@ fn context_keeps_a_persistent_index() {
     let plain = stdout(&run(root, &["context", f, "--no-index"], None));
     assert!(index_files(root).is_empty());
 
-    // The first run writes the index and the rendered context; the next
-    // ones use them (no rewrite).
+    // The first run prints through the lean path (no index to load from)
+    // and keeps the rendered context; a command that loads the session
+    // writes the index. The next ones use them (no rewrite).
     assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    let first = index_files(root);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(
+        first[0].extension().is_some_and(|e| e == "ctx"),
+        "{first:?}"
+    );
+    assert!(!stdout(&run(root, &["leaf", f], None)).is_empty());
     let all = index_files(root);
     let files: Vec<PathBuf> = all
         .iter()

@@ -1,0 +1,488 @@
+//! Differential tests of the lean first-time path: for every input, the
+//! text [`write_last_context`] prints equals the context a loaded session
+//! builds (the oracle), or the lean path declines and writes nothing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::*;
+use crate::session::manager::{OpenOptions, Session};
+use crate::session::storage::{FileStorage, Storage};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The oracle: the session loaded the full way, its context at the leaf
+/// after opening (pretty with the CLI's final newline, or compact).
+fn oracle(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path, pretty: bool) -> Option<Vec<u8>> {
+    let store = BlobStore::new(storage.clone(), blobs);
+    let session =
+        Session::open(storage.clone(), Some(store), path, &OpenOptions::default()).ok()?;
+    let ctx = session.context().ok()?;
+    let mut text = if pretty {
+        ctx.to_pretty()
+    } else {
+        ctx.as_json().to_string()
+    };
+    text.push('\n');
+    Some(text.into_bytes())
+}
+
+/// The lean text, `None` when the lean path declined (checking that it
+/// wrote nothing then), with the file split for `parts` threads.
+fn lean(
+    storage: &Arc<dyn Storage>,
+    path: &Path,
+    blobs: &Path,
+    pretty: bool,
+    parts: usize,
+) -> Option<Vec<u8>> {
+    let store = BlobStore::new(storage.clone(), blobs);
+    let mut out = Vec::new();
+    let done = write_with(
+        &**storage,
+        path,
+        Some(&store),
+        pretty,
+        None,
+        &mut out,
+        (parts, 0),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if !done {
+        assert!(out.is_empty(), "{}: declined after writing", path.display());
+        return None;
+    }
+    Some(out)
+}
+
+#[test]
+fn a_record_is_32_bytes() {
+    assert_eq!(std::mem::size_of::<Record>(), 32);
+}
+
+/// Counts of a differential run.
+#[derive(Debug, Default)]
+struct Tally {
+    lean: usize,
+    declined: usize,
+}
+
+/// Compares the lean path with the oracle on one file, pretty and
+/// compact, sequential and split in 2 and 3 parts.
+fn check(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path, tally: &mut Tally) {
+    let text = storage.read(path).unwrap_or_default();
+    for pretty in [true, false] {
+        let want = oracle(storage, path, blobs, pretty);
+        for parts in [1, 2, 3] {
+            match lean(storage, path, blobs, pretty, parts) {
+                Some(got) => {
+                    let Some(want) = &want else {
+                        panic!(
+                            "{}: the full path fails, the lean path printed\n{}",
+                            path.display(),
+                            String::from_utf8_lossy(&text)
+                        );
+                    };
+                    if &got != want {
+                        panic!(
+                            "{} (pretty {pretty}, {parts} parts): lean\n{}\n!= full\n{}\nfile:\n{}",
+                            path.display(),
+                            String::from_utf8_lossy(&got),
+                            String::from_utf8_lossy(want),
+                            String::from_utf8_lossy(&text)
+                        );
+                    }
+                    tally.lean += 1;
+                }
+                None => {
+                    // Declining is for files the records cannot decide:
+                    // no header, a migration (v1/v2).
+                    let v3 = crate::session::loader::load_bytes(
+                        path,
+                        &text,
+                        crate::session::loader::DEFAULT_MAX_LINE,
+                    )
+                    .ok()
+                    .and_then(|l| l.header)
+                    .is_some_and(|h| !h.needs_migration());
+                    assert!(
+                        !v3,
+                        "{}: the lean path declined a v3 file:\n{}",
+                        path.display(),
+                        String::from_utf8_lossy(&text)
+                    );
+                    tally.declined += 1;
+                }
+            }
+        }
+    }
+}
+
+fn temp_storage() -> (tempfile::TempDir, Arc<dyn Storage>) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+    (dir, storage)
+}
+
+/// The 520 random trees of `fixtures/differential` (v1, v2 and v3 files,
+/// branches, blob refs, compactions, reset boundaries, labels, orphans,
+/// garbage lines).
+#[test]
+fn differential_corpus_matches_the_full_path() {
+    let (dir, storage) = temp_storage();
+    let text = std::fs::read_to_string(root().join("fixtures/differential/sessions.txt")).unwrap();
+    let blobs = root().join("fixtures/differential/blobs");
+    let mut lines = text.lines();
+    let mut tally = Tally::default();
+    let mut n = 0;
+    while let Some(head) = lines.next() {
+        let head: serde_json::Value = serde_json::from_str(head).unwrap();
+        let k = head["lines"].as_u64().unwrap() as usize;
+        let mut file = String::new();
+        for _ in 0..k {
+            file.push_str(lines.next().unwrap());
+            file.push('\n');
+        }
+        let path = dir.path().join(format!("case{n}.jsonl"));
+        std::fs::write(&path, &file).unwrap();
+        check(&storage, &path, &blobs, &mut tally);
+        n += 1;
+    }
+    assert_eq!(n, 520);
+    assert!(tally.lean > 1500, "{tally:?}");
+}
+
+/// The session files of the golden corpus.
+#[test]
+fn golden_sessions_match_the_full_path() {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+    let blobs = root().join("fixtures/blobs");
+    let mut tally = Tally::default();
+    let mut files = Vec::new();
+    for dir in ["fixtures/sessions", "fixtures/check-store/sessions"] {
+        for project in std::fs::read_dir(root().join(dir)).unwrap() {
+            for f in std::fs::read_dir(project.unwrap().path()).unwrap() {
+                files.push(f.unwrap().path());
+            }
+        }
+    }
+    assert!(files.len() >= 14, "{files:?}");
+    for f in files {
+        check(&storage, &f, &blobs, &mut tally);
+    }
+    assert!(tally.lean >= 30, "{tally:?}");
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// A random v3 session: every entry type with its variants, ids from a
+/// small pool (repeated ids), parents earlier, later, missing, self and
+/// absent, escaped keys and ids, garbage and blank lines, and the leaf
+/// moved around by branches.
+fn random_session(rng: &mut Rng) -> String {
+    let mut out = String::new();
+    if rng.chance(20) {
+        out.push_str("{\"type\":\"title\",\"v\":1,\"title\":\"t\"}\n");
+    }
+    if rng.chance(10) {
+        out.push_str("garbage before the header\n");
+    }
+    out.push_str(
+        "{\"type\":\"session\",\"version\":3,\"id\":\"s\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n",
+    );
+    let n = 1 + rng.below(60);
+    let pool = 4 + rng.below(80);
+    let id = |k: usize| format!("e{k}");
+    let mut ids: Vec<String> = Vec::new();
+    for i in 0..n {
+        let own = if rng.chance(10) {
+            id(rng.below(pool))
+        } else {
+            id(1000 + i)
+        };
+        let parent = match rng.below(20) {
+            0 => "null".to_string(),
+            1 => "\"missing\"".to_string(),
+            2 => format!("\"{own}\""),
+            3 => format!("\"{}\"", id(1000 + i + 1 + rng.below(3))),
+            4 => "7".to_string(),
+            5 if !ids.is_empty() => format!("\"{}\"", ids[rng.below(ids.len())]),
+            6 if !ids.is_empty() => {
+                // An escaped spelling of an earlier id.
+                let p = &ids[rng.below(ids.len())];
+                format!("\"\\u0065{}\"", &p[1..])
+            }
+            _ => ids
+                .last()
+                .map_or("null".to_string(), |p| format!("\"{p}\"")),
+        };
+        let ts = if rng.chance(5) {
+            "\"not a time\"".to_string()
+        } else {
+            format!("\"2026-01-01T00:{:02}:{:02}.000Z\"", i / 60 % 60, i % 60)
+        };
+        let id_key = if rng.chance(3) { "\\u0069d" } else { "id" };
+        let head = |t: &str| {
+            format!("{{\"type\":\"{t}\",\"{id_key}\":\"{own}\",\"parentId\":{parent},\"timestamp\":{ts}")
+        };
+        let line = match rng.below(22) {
+            0..=5 => {
+                let role = [
+                    "user",
+                    "assistant",
+                    "assistant",
+                    "toolResult",
+                    "custom",
+                    "other",
+                ][rng.below(6)];
+                let model = match rng.below(5) {
+                    0 => String::new(),
+                    1 => ",\"provider\":\"p\\u0031\",\"model\":7".to_string(),
+                    2 => format!(",\"provider\":\"p\",\"model\":\"m{}\"", rng.below(3)),
+                    3 => ",\"model\":\"m0\",\"provider\":\"q\",\"model\":\"m9\"".to_string(),
+                    _ => format!(",\"provider\":\"p\",\"model\":\"m{}\"", rng.below(2)),
+                };
+                let role_key = if rng.chance(5) { "r\\u006fle" } else { "role" };
+                let message = if rng.chance(3) {
+                    "\"not an object\"".to_string()
+                } else {
+                    format!(
+                        "{{\"{role_key}\":\"{role}\"{model},\"content\":[{{\"type\":\"text\",\"text\":\"m{i} \\ud83d caf\u{e9}\"}}]}}"
+                    )
+                };
+                format!("{},\"message\":{message}}}", head("message"))
+            }
+            6 => {
+                let level = ["\"high\"", "null", "\"low\"", "3"][rng.below(4)];
+                if rng.chance(20) {
+                    format!("{}}}", head("thinking_level_change"))
+                } else {
+                    format!(
+                        "{},\"thinkingLevel\":{level}}}",
+                        head("thinking_level_change")
+                    )
+                }
+            }
+            7 => {
+                let model = [
+                    "\"p/x\"",
+                    "\"\"",
+                    "null",
+                    "{\"provider\":\"a\",\"modelId\":\"b\"}",
+                    "\"p/y\"",
+                ][rng.below(5)];
+                let role = [
+                    "",
+                    ",\"role\":\"smol\"",
+                    ",\"role\":null",
+                    ",\"role\":\"default\"",
+                ][rng.below(4)];
+                format!("{},\"model\":{model}{role}}}", head("model_change"))
+            }
+            8 => {
+                let kept = if ids.is_empty() || rng.chance(20) {
+                    "\"nowhere\"".to_string()
+                } else {
+                    format!("\"{}\"", ids[rng.below(ids.len())])
+                };
+                format!(
+                    "{},\"summary\":\"sum {i}\",\"firstKeptEntryId\":{kept},\"tokensBefore\":10{}}}",
+                    head("compaction"),
+                    if rng.chance(50) { ",\"tokensAfter\":3,\"method\":\"m\"" } else { "" }
+                )
+            }
+            9 => format!(
+                "{},\"fromId\":\"x\",\"summary\":{}}}",
+                head("branch_summary"),
+                ["\"bs\"", "\"\"", "0", "true"][rng.below(4)]
+            ),
+            10 => format!("{},\"customType\":\"c\",\"data\":{{}}}}", head("custom")),
+            11 => format!(
+                "{},\"customType\":{},\"content\":{},\"display\":{}{}}}",
+                head("custom_message"),
+                ["\"x\"", "\"\"", "3", "\"prewalk-plan\""][rng.below(4)],
+                ["\"text\"", "[]", "7", "null"][rng.below(4)],
+                ["true", "\"yes\""][rng.below(2)],
+                ["", ",\"attribution\":\"user\"", ",\"attribution\":1"][rng.below(3)]
+            ),
+            12 => {
+                let target = ids
+                    .last()
+                    .map_or("\"none\"".to_string(), |t| format!("\"{t}\""));
+                format!(
+                    "{},\"targetId\":{target},\"label\":\"l{i}\"}}",
+                    head("label")
+                )
+            }
+            13 => format!(
+                "{},\"injectedRules\":[\"r{}\",\"\\u0072{}\"]}}",
+                head("ttsr_injection"),
+                rng.below(3),
+                rng.below(3)
+            ),
+            14 => format!(
+                "{},\"mode\":\"plan\",\"data\":{{\"k\":{i}}}}}",
+                head("mode_change")
+            ),
+            15 => format!("{}}}", head("reset_boundary")),
+            16 => format!("{},\"x\":[1,2,{{\"y\":null}}]}}", head("future_thing")),
+            17 => "not json {".to_string(),
+            18 => String::new(),
+            19 => format!("{{\"type\":\"message\",\"parentId\":null,\"n\":{i}}}"),
+            20 => format!(
+                "{},\"message\":{{\"role\":\"user\",\"content\":\"x\"}}",
+                head("message")
+            ),
+            _ => format!("{{\"type\":\"session\",\"id\":\"again{i}\"}}"),
+        };
+        out.push_str(&line);
+        out.push('\n');
+        if line.starts_with('{') {
+            ids.push(own);
+        }
+    }
+    match rng.below(4) {
+        0 => out.push_str("{\"type\":\"custom\",\"id\":\"torn\",\"par"),
+        1 => {
+            out.pop();
+        }
+        _ => {}
+    }
+    out
+}
+
+#[test]
+fn random_sessions_match_the_full_path() {
+    let (dir, storage) = temp_storage();
+    let blobs = dir.path().join("blobs");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut tally = Tally::default();
+    for case in 0..400 {
+        let path = dir.path().join(format!("r{case}.jsonl"));
+        std::fs::write(&path, random_session(&mut rng)).unwrap();
+        check(&storage, &path, &blobs, &mut tally);
+    }
+    assert!(tally.lean > 2000, "{tally:?}");
+}
+
+/// Lines of the corpus mutated: dropped, repeated, cut, moved to the end,
+/// bytes flipped.
+#[test]
+fn mutated_sessions_match_the_full_path() {
+    let (dir, storage) = temp_storage();
+    let blobs = root().join("fixtures/differential/blobs");
+    let text = std::fs::read_to_string(root().join("fixtures/differential/sessions.txt")).unwrap();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut tally = Tally::default();
+    let mut lines = text.lines();
+    let mut case = 0;
+    while let Some(head) = lines.next() {
+        let head: serde_json::Value = serde_json::from_str(head).unwrap();
+        let k = head["lines"].as_u64().unwrap() as usize;
+        let mut file: Vec<String> = (0..k).map(|_| lines.next().unwrap().to_string()).collect();
+        case += 1;
+        if head["version"] != 3 || case % 3 != 0 {
+            continue;
+        }
+        for _ in 0..1 + rng.below(4) {
+            if file.len() < 3 {
+                break;
+            }
+            let at = 2 + rng.below(file.len() - 2);
+            match rng.below(5) {
+                0 => {
+                    file.remove(at);
+                }
+                1 => {
+                    let l = file[at].clone();
+                    file.push(l);
+                }
+                2 => {
+                    let cut = rng.below(file[at].len().max(1));
+                    let l: String = file[at].chars().take(cut).collect();
+                    file[at] = l;
+                }
+                3 => {
+                    let l = file.remove(at);
+                    file.push(l);
+                }
+                _ => {
+                    let mut b = file[at].clone().into_bytes();
+                    if !b.is_empty() {
+                        let p = rng.below(b.len());
+                        b[p] = b"{}[]\",:x \\"[rng.below(10)];
+                    }
+                    file[at] = String::from_utf8_lossy(&b).into_owned();
+                }
+            }
+        }
+        let path = dir.path().join(format!("m{case}.jsonl"));
+        std::fs::write(&path, file.join("\n") + "\n").unwrap();
+        check(&storage, &path, &blobs, &mut tally);
+    }
+    assert!(tally.lean > 300, "{tally:?}");
+}
+
+/// The stored rendering the lean path keeps is what the CLI's stored
+/// path serves: the same text, only for a file it stands for.
+#[test]
+fn kept_rendering_is_the_printed_text() {
+    let (dir, storage) = temp_storage();
+    let store = IndexStore::new(dir.path().join("index"));
+    let mut rng = Rng(77);
+    let blobs = dir.path().join("blobs");
+    let mut kept = 0;
+    for case in 0..40 {
+        let path = dir.path().join(format!("k{case}.jsonl"));
+        let mut text = random_session(&mut rng);
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        std::fs::write(&path, &text).unwrap();
+        let variant = crate::session::index_store::pretty_context_variant(Some(&blobs));
+        let bstore = BlobStore::new(storage.clone(), &blobs);
+        let mut out = Vec::new();
+        let keep = KeepRendering {
+            store: &store,
+            variant: &variant,
+        };
+        if !write_last_context(&*storage, &path, Some(&bstore), true, Some(keep), &mut out).unwrap()
+        {
+            continue;
+        }
+        let stored = store.stored_context(&*storage, &path, &variant, None);
+        // Kept only for a file an index could stand for (no torn tail, no
+        // objects that need a migration).
+        let loaded = crate::session::loader::load_bytes(
+            &path,
+            text.as_bytes(),
+            crate::session::loader::DEFAULT_MAX_LINE,
+        )
+        .unwrap();
+        if loaded.torn_tail || loaded.id_less_objects > 0 {
+            assert_eq!(stored, None);
+        } else {
+            assert_eq!(stored.as_deref(), Some(&out[..]), "{text}");
+            kept += 1;
+        }
+    }
+    assert!(kept >= 5, "{kept}");
+}
