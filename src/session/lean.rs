@@ -638,6 +638,7 @@ impl LineSource for LeanLines<'_> {
 /// stored rendering, `docs/engine.md`, "Persistent index").
 #[derive(Debug, Clone, Copy)]
 pub struct KeepRendering<'a> {
+    /// The store the rendering goes to.
     pub store: &'a IndexStore,
     /// [`crate::session::pretty_context_variant`] of the blob directory.
     pub variant: &'a str,
