@@ -265,6 +265,30 @@ impl BlobStore {
     }
 }
 
+/// Resolves the blob refs of `json` (the value of the entry member `key`,
+/// or a whole entry for `None`) from `blobs`; a missing or unreadable blob
+/// keeps its ref (logged). `None` when nothing changed.
+pub(crate) fn resolve_from_store(
+    blobs: &BlobStore,
+    key: Option<&str>,
+    json: &str,
+) -> Option<String> {
+    crate::session::blobrefs::resolve_refs(json, key, &|hex| match blobs.get(hex) {
+        Ok(Some(bytes)) => Some(bytes),
+        Ok(None) => {
+            log::warn!(
+                "blob {hex} is missing from {}; keeping the reference",
+                blobs.dir().display()
+            );
+            None
+        }
+        Err(e) => {
+            log::warn!("cannot read blob {hex}: {e}; keeping the reference");
+            None
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::session::blobrefs::{contains_ref_prefix, resolve_from_store};
-use crate::session::blobs::BlobStore;
+use crate::session::blobrefs::contains_ref_prefix;
+use crate::session::blobs::{resolve_from_store, BlobStore};
 use crate::session::context::{
     write_context_pieces, LineSource, PathView, Read, MAX_GAP, RESET_BOUNDARY,
 };

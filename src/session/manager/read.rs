@@ -185,7 +185,7 @@ impl Session {
     /// `json` (the value of member `key`, or an entry) with its blob refs
     /// resolved from this session's blob store; `None` when nothing changed.
     fn resolve_blobs_in(&self, key: Option<&str>, json: &str) -> Option<String> {
-        crate::session::blobrefs::resolve_from_store(self.blobs.as_ref()?, key, json)
+        crate::session::blobs::resolve_from_store(self.blobs.as_ref()?, key, json)
     }
 
     /// An entry as compact JSON with image blob refs resolved.
