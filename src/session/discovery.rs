@@ -115,21 +115,41 @@ pub fn link_stays_inside(storage: &dyn Storage, path: &Path, root: &Path) -> boo
 }
 
 /// Session files (`*.jsonl`, not hidden) of one project directory, below
-/// the agent directory `root`. Symlinks are listed only when they resolve
-/// inside `root`. Stale temp files of crashed rewrites are cleaned up.
+/// the agent directory `root`, by [`session_names`]; a missing directory
+/// has none. Stale temp files of crashed rewrites are cleaned up.
 pub fn session_files_in(storage: &dyn Storage, dir: &Path, root: &Path) -> Result<Vec<PathBuf>> {
-    let items = match storage.list(dir) {
-        Ok(items) => items,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    if items.iter().any(|i| is_our_temp_name(&i.name)) {
+    match session_names(storage, dir, root, true) {
+        Ok(names) => Ok(names.into_iter().map(|n| dir.join(n)).collect()),
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The names of the session files in the project directory `dir` below
+/// the agent directory `root`, sorted: the one listing rule of the commands
+/// and the mount. A name counts when [`is_session_item`] says so and its
+/// directory entry is a regular file or a symlink (the type from the
+/// directory entry, no `stat`), so a FIFO, socket or device named
+/// `*.jsonl` is never opened. Stale temp files of crashed rewrites are
+/// cleaned up when `clean_temps` (not by a read-only mount). A missing
+/// directory is an error ([`Error::is_not_found`]).
+pub fn session_names(
+    storage: &dyn Storage,
+    dir: &Path,
+    root: &Path,
+    clean_temps: bool,
+) -> Result<Vec<String>> {
+    let items = storage.list(dir).at(dir)?;
+    if clean_temps && items.iter().any(|i| is_our_temp_name(&i.name)) {
         clean_stale_temps(storage, dir);
     }
     Ok(items
         .into_iter()
-        .filter(|i| is_session_item(storage, dir, &i.name, i.is_dir, i.is_symlink, root))
-        .map(|i| dir.join(i.name))
+        .filter(|i| {
+            (i.is_file || i.is_symlink)
+                && is_session_item(storage, dir, &i.name, i.is_dir, i.is_symlink, root)
+        })
+        .map(|i| i.name)
         .collect())
 }
 
@@ -549,6 +569,7 @@ pub fn resolve_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::storage::FileStorage;
 
     #[test]
     fn display_names_are_one_cut_line() {
@@ -558,5 +579,74 @@ mod tests {
         let name = display_name(&long, 40);
         assert_eq!(name.chars().count(), 40);
         assert!(name.ends_with('…'));
+    }
+
+    /// A project directory as both listings meet it: sessions, a hidden
+    /// file, our stale temp file, a directory, a FIFO and a symlink out of
+    /// the agent directory, all named like sessions.
+    fn odd_project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("agent");
+        let dir = root.join("sessions").join("--p--");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("b.jsonl"), b"{}\n").unwrap();
+        std::fs::write(dir.join("a-b.jsonl"), b"{}\n").unwrap();
+        std::fs::write(dir.join(".hidden.jsonl"), b"{}\n").unwrap();
+        std::fs::create_dir(dir.join("dir.jsonl")).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("fifo.jsonl"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::fs::write(tmp.path().join("outside.jsonl"), b"{}\n").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("outside.jsonl"), dir.join("out.jsonl"))
+            .unwrap();
+        std::os::unix::fs::symlink(dir.join("b.jsonl"), dir.join("in.jsonl")).unwrap();
+        let temp = dir.join(".b.jsonl.0123456789ab.tmp");
+        std::fs::write(&temp, b"partial").unwrap();
+        let old = SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&temp)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        (tmp, root, dir)
+    }
+
+    /// One rule for the engine and the mount: `*.jsonl` regular files and
+    /// symlinks inside the agent directory; never a FIFO, socket or device
+    /// (opening a FIFO to read its header would block the command).
+    #[test]
+    fn session_names_are_regular_files_and_inside_links_only() {
+        let (_tmp, root, dir) = odd_project();
+        let storage = FileStorage::new();
+        let names = session_names(&storage, &dir, &root, false).unwrap();
+        assert_eq!(names, ["a-b.jsonl", "b.jsonl", "in.jsonl"]);
+        let files = session_files_in(&storage, &dir, &root).unwrap();
+        assert_eq!(
+            files,
+            ["a-b.jsonl", "b.jsonl", "in.jsonl"].map(|n| dir.join(n))
+        );
+    }
+
+    #[test]
+    fn stale_temps_are_cleaned_only_when_asked_and_a_missing_project_is_an_error() {
+        let (_tmp, root, dir) = odd_project();
+        let storage = FileStorage::new();
+        let temp = dir.join(".b.jsonl.0123456789ab.tmp");
+        session_names(&storage, &dir, &root, false).unwrap();
+        assert!(
+            temp.exists(),
+            "left alone when not asked (a read-only mount)"
+        );
+        session_names(&storage, &dir, &root, true).unwrap();
+        assert!(!temp.exists(), "cleaned up when asked");
+        let gone = root.join("sessions").join("--gone--");
+        assert!(session_names(&storage, &gone, &root, true)
+            .unwrap_err()
+            .is_not_found());
+        // The commands list a missing project as empty.
+        assert!(session_files_in(&storage, &gone, &root).unwrap().is_empty());
     }
 }

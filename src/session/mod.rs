@@ -54,7 +54,7 @@ pub use diff::{branch_diff, common_ancestor};
 pub use discovery::{
     is_session_item, link_stays_inside, list_all, list_all_with_progress, list_sessions,
     most_recent_session, project_cwd, project_dirs, recent_sessions, resolve_session,
-    session_files, session_files_in, RecentSession, SessionInfo,
+    session_files, session_files_in, session_names, RecentSession, SessionInfo,
 };
 pub use error::{Error, Result};
 pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};

@@ -44,34 +44,17 @@ impl Tree {
     }
 
     /// Session names (file names without `.jsonl`) of a project, sorted, by
-    /// the engine's rule (`discovery::is_session_item`: `*.jsonl`, not
-    /// hidden, symlinks only when they resolve inside the agent directory),
-    /// and of regular files and symlinks only (the type from the directory
-    /// entry). Unlike `discovery::session_files_in`, a missing project is
-    /// an error and stale temp files of crashed rewrites are cleaned up only
-    /// when the mount is not read-only.
+    /// the engine's listing rule (`discovery::session_names`: `*.jsonl`
+    /// regular files and symlinks that stay inside the agent directory,
+    /// not hidden). A missing project is an error; stale temp files of
+    /// crashed rewrites are cleaned up unless the mount is read-only.
     pub(crate) fn sessions(&self, project: &str) -> Result<Vec<String>> {
         let dir = self.sessions_dir.join(project);
-        let items = self.storage.list(&dir).map_err(|e| Error::io(&dir, e))?;
-        let mut out = Vec::new();
-        let mut temps = false;
-        for item in items {
-            let name = item.name;
-            temps |= is_our_temp_name(&name);
-            // The type from the directory entry (no stat): regular files,
-            // and symlinks that stay inside the agent directory.
-            if !(item.is_file || item.is_symlink)
-                || !self.is_session_item(&dir, &name, false, item.is_symlink)
-            {
-                continue;
-            }
-            if let Some(stem) = name.strip_suffix(".jsonl") {
-                out.push(stem.to_string());
-            }
-        }
-        if temps && !self.read_only {
-            clean_stale_temps(&*self.storage, &dir);
-        }
+        let names = session_names(&*self.storage, &dir, self.agent_root(), !self.read_only)?;
+        let mut out: Vec<String> = names
+            .into_iter()
+            .filter_map(|n| n.strip_suffix(".jsonl").map(str::to_string))
+            .collect();
         out.sort();
         Ok(out)
     }

@@ -454,3 +454,48 @@ fn appends_that_change_older_paths_mark_entry_files_stale() {
     assert_eq!(attr.size, data.len() as u64);
     assert_eq!(stale_flags(), vec![true]);
 }
+
+/// The mount lists sessions by the engine's rule (`discovery::session_names`)
+/// and keeps its own two choices: a missing project is an error, and a
+/// read-only mount leaves stale temp files alone.
+#[test]
+fn sessions_are_listed_by_the_engine_rule() {
+    for read_only in [true, false] {
+        let (tmp, _) = setup(64 << 20);
+        let dir = tmp.path().join("sessions/--p--");
+        nix::unistd::mkfifo(
+            &dir.join("fifo.jsonl"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        fs::create_dir(dir.join("dir.jsonl")).unwrap();
+        fs::write(dir.join(".hidden.jsonl"), "").unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        fs::write(elsewhere.path().join("outside.jsonl"), "").unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("outside.jsonl"),
+            dir.join("out.jsonl"),
+        )
+        .unwrap();
+        let temp = dir.join(".2026_aaaa-a.jsonl.0123456789ab.tmp");
+        fs::write(&temp, "partial").unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&temp)
+            .unwrap()
+            .set_modified(SystemTime::now() - Duration::from_secs(3600))
+            .unwrap();
+        let tree = Tree::new(TreeConfig {
+            agent: AgentDir::new(tmp.path()),
+            read_only,
+            index: None,
+            cache_bytes: 64 << 20,
+        });
+        assert_eq!(
+            tree.sessions("--p--").unwrap(),
+            ["2026_aaaa-a", "2026_bbbb-b", "2026_cccc-c"]
+        );
+        assert_eq!(temp.exists(), read_only, "read-only: {read_only}");
+        assert!(tree.sessions("--gone--").unwrap_err().is_not_found());
+    }
+}
