@@ -68,6 +68,11 @@ impl OpenMode {
 pub(crate) enum PageCache {
     /// Not at all: every read comes here (control files, dynamic files).
     Direct,
+    /// Not used by this open (direct I/O), but what others cached stays
+    /// (without `FOPEN_KEEP_CACHE` an open drops the file's cached pages):
+    /// `context.json` while its cache is stale (`fs::pages`), so that the
+    /// unchanged beginning is still cached once the tail is invalidated.
+    Bypass,
     /// Kept across opens (files whose content does not change, and
     /// `context.json` while its cached pages are its current rendering's,
     /// see `fs::pages`).
@@ -178,7 +183,7 @@ impl Handles {
                     if opened.keep {
                         PageCache::Keep
                     } else {
-                        PageCache::Direct
+                        PageCache::Bypass
                     },
                 ));
             }
@@ -471,7 +476,7 @@ mod tests {
                 file(&key, SessionFile::Context),
                 OpenMode::READ,
                 0,
-                Some(PageCache::Direct),
+                Some(PageCache::Bypass),
             ),
             (
                 entry(EntryFile::Entry),

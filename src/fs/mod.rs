@@ -428,6 +428,7 @@ impl Filesystem for SessionFs {
                 match cache {
                     PageCache::Direct => FopenFlags::FOPEN_DIRECT_IO,
                     PageCache::Keep => FopenFlags::FOPEN_KEEP_CACHE,
+                    PageCache::Bypass => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
                 },
             ),
             Err(e) => reply.error(err_of(&e)),

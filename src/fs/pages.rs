@@ -16,9 +16,10 @@
 //! 2. Every open handle may put bytes of its own rendering into the cache
 //!    (a read through the cache, or an `mmap`), until the kernel releases
 //!    it. Handles are counted by epoch.
-//! 3. An open keeps the cache (`FOPEN_KEEP_CACHE`) only when nothing is
-//!    stale; every other open is served with direct I/O, which neither
-//!    reads nor fills the cache.
+//! 3. An open reads through the cache only when nothing is stale; every
+//!    other open is served with direct I/O, which neither reads nor fills
+//!    the cache (and is opened with `FOPEN_KEEP_CACHE` too, so that it
+//!    does not drop the pages that are still good).
 //! 4. The stale tail is invalidated by the watch worker (request handlers
 //!    must not wait for the kernel), only while no handle of an older
 //!    epoch is open (it could put old bytes back), and the state becomes

@@ -256,6 +256,33 @@ fn after_an_append_only_the_tail_is_read_through_fuse_again() {
             "round {i}: {through} of {whole} bytes read through FUSE"
         );
     }
+    // Reads with direct I/O (a descriptor of an older rendering is open
+    // meanwhile) leave the good pages cached: once the old descriptor is
+    // closed and the worker cleaned, the tail alone goes through FUSE.
+    let held = fs::File::open(&ctx).unwrap();
+    for i in 0..3 {
+        let id = format!("h{i}");
+        plain_append(&file, &user_line(&id, &parent, "held"));
+        parent = id;
+        same(&fs::read(&ctx).unwrap(), &cli_context(&file), "direct read");
+    }
+    let before = cleaned();
+    drop(held);
+    assert!(
+        eventually(|| cleaned() > before),
+        "never clean after the close"
+    );
+    let from = m.log_text().len();
+    same(
+        &fs::read(&ctx).unwrap(),
+        &cli_context(&file),
+        "read after the close",
+    );
+    let through = read_bytes_logged(&m.log_text(), from, ino);
+    assert!(
+        through < whole / 10,
+        "after direct reads: {through} of {whole} bytes read through FUSE"
+    );
     drop(m);
 }
 
