@@ -213,8 +213,9 @@ impl Handles {
             n if n.is_dir() => return Err(Error::IsADirectory(n.describe())),
             n => return Err(Error::Invalid(format!("{}: not a file", n.describe()))),
         };
-        // The node must still exist.
-        self.tree.attr(node)?;
+        // The node must still exist (nothing is rendered for it here: the
+        // first read does that).
+        self.tree.check_file(node)?;
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
         Ok((fh, cache))
@@ -513,6 +514,44 @@ mod tests {
             assert_eq!(errno(h.open(&node, mode)), want, "{node:?} {mode:?}");
             assert_eq!(got.ok().map(|(_, c)| c), cache, "{node:?} {mode:?}");
         }
+    }
+
+    #[test]
+    fn open_checks_that_the_file_exists_without_rendering_it() {
+        let (_tmp, tree, key) = setup(false);
+        let h = Handles::new(tree.clone());
+        let rendered = || {
+            tree.cache()
+                .with_loaded(&key, |st| (st.views.len(), st.entry_sizes.len()))
+                .unwrap()
+        };
+        let md = file(&key, SessionFile::ContextMd);
+        let entry = Node::EntryFile(key.clone(), "e1".into(), View::Flat, EntryFile::Entry);
+        let (v, e) = (
+            h.open(&md, OpenMode::READ).unwrap().0,
+            h.open(&entry, OpenMode::READ).unwrap().0,
+        );
+        assert_eq!(rendered(), (0, 0), "rendered at open");
+        assert!(!read_all(&h, v).is_empty());
+        assert!(read_all(&h, e).contains("\"e1\""));
+        assert_eq!(rendered(), (1, 1), "rendered by the first read");
+        // What does not exist is still refused at open.
+        let gone = [
+            Node::EntryFile(key.clone(), "nope".into(), View::Flat, EntryFile::Entry),
+            Node::Diff(key.clone(), "e0".into(), "nope".into()),
+            Node::File(SessionKey::new(KEY.0, "2026_gone"), SessionFile::Problems),
+            Node::File(SessionKey::new(KEY.0, "2026_gone"), SessionFile::ContextMd),
+        ];
+        for node in gone {
+            assert_eq!(
+                errno(h.open(&node, OpenMode::READ)),
+                libc::ENOENT,
+                "{node:?}"
+            );
+        }
+        let diff = Node::Diff(key.clone(), "e0".into(), "e2".into());
+        let (d, _) = h.open(&diff, OpenMode::READ).unwrap();
+        assert!(!read_all(&h, d).is_empty());
     }
 
     #[test]

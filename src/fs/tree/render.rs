@@ -7,6 +7,36 @@ use super::*;
 use crate::fs::pages::common_prefix;
 
 impl Tree {
+    /// `Ok` when the file `node` still exists (as [`Tree::attr`] would
+    /// find it), without rendering its content for a size: what `open`
+    /// checks. A view or an entry file is rendered by its first read, not
+    /// twice.
+    pub(crate) fn check_file(&self, node: &Node) -> Result<()> {
+        match node {
+            Node::File(key, SessionFile::Problems) => self
+                .session_file_meta(key)
+                .map(|_| ())
+                .ok_or_else(|| not_found(&key.session)),
+            Node::File(key, f) => self.with_session(key, |_, s| match (s, f) {
+                (None, SessionFile::LastError) | (Some(_), _) => Ok(()),
+                (None, _) => Err(not_found(f.name())),
+            }),
+            Node::EntryFile(key, id, view, _) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(id))?;
+                check_entry(s, id, *view).map(|_| ())
+            }),
+            Node::Diff(key, a, b) => self.with_session(key, |_, s| {
+                let s = s.ok_or_else(|| not_found(a))?;
+                s.index().position(a).ok_or_else(|| not_found(a))?;
+                s.index().position(b).ok_or_else(|| not_found(b))?;
+                Ok(())
+            }),
+            // An image is found by decoding its entry's images (the same
+            // work as reading it).
+            other => self.attr(other).map(|_| ()),
+        }
+    }
+
     /// The attributes of a node; `Err` (not found) when it no longer exists.
     pub(crate) fn attr(&self, node: &Node) -> Result<Attr> {
         let perm = node.perm(self.read_only);
