@@ -14,7 +14,7 @@ use crate::session::index::{Loc, TreeIndex};
 use crate::session::json::{
     json_string, pretty, scan_object, write_pretty, Member, Members, ObjectScan, RawObject,
 };
-use crate::session::time::parse_iso_ms;
+use crate::session::time::js_date_ms;
 
 /// Which leaf to build the context at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +205,7 @@ impl LineParser {
 
 fn push_timestamp(out: &mut String, line: &Members<'_, '_>) {
     out.push_str(",\"timestamp\":");
-    match line.get_str("timestamp").and_then(|t| parse_iso_ms(&t)) {
+    match line.get("timestamp").and_then(js_date_ms) {
         Some(ms) => {
             use std::fmt::Write;
             let _ = write!(out, "{ms}");

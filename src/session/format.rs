@@ -14,7 +14,7 @@ use crate::session::json::{
     as_text, decode_json_string, object_members, scan_object, Member, Members, ObjectScan,
     RawObject,
 };
-use crate::session::time::parse_iso_ms;
+use crate::session::time::js_date_ms;
 
 /// The session format version this engine writes.
 pub(crate) const CURRENT_VERSION: u64 = 3;
@@ -351,7 +351,9 @@ pub struct ScannedEntry {
     pub id: Id,
     /// `parentId` when it is a string (`null`, absent or another type: root).
     pub parent_id: Option<Id>,
-    /// `timestamp` as epoch milliseconds, if it parses.
+    /// `timestamp` as epoch milliseconds, read as JavaScript's `new Date`
+    /// reads it (strings, numbers, …; docs/engine.md, "Timestamps"), if it
+    /// gives a time.
     pub timestamp_ms: Option<i64>,
     /// What the context and the label map need of the entry's body.
     pub facts: Facts,
@@ -581,7 +583,7 @@ fn classify_fields(obj: &Fields<'_, '_>, models: &mut ModelNames) -> LineKind {
     };
     let kind = EntryKind::from_type(&type_name);
     let parent_id = obj.get_str("parentId").map(|s| s.into());
-    let timestamp_ms = obj.get_str("timestamp").and_then(|t| parse_iso_ms(&t));
+    let timestamp_ms = obj.raw("timestamp").and_then(js_date_ms);
     let facts = facts_of(kind, &type_name, obj, models);
     LineKind::Entry(ScannedEntry {
         kind,

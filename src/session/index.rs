@@ -487,8 +487,8 @@ impl TreeIndex {
     }
 
     /// Children of an entry in the browsing tree, by timestamp (entries
-    /// with the same or no parseable timestamp in file order, those without
-    /// one last): the one order of the tree view, the mount and the API
+    /// with the same time or without one in file order, those without one
+    /// last): the one order of the tree view, the mount and the API
     /// (docs/engine.md, "Child order").
     pub fn children(&self, idx: u32) -> Vec<u32> {
         let mut out = Vec::new();

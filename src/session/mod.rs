@@ -74,4 +74,4 @@ pub use storage::{
     RandomRead, Storage,
 };
 pub use svg::render_tree;
-pub use time::{format_iso_ms, now_iso, parse_iso_ms};
+pub use time::{format_iso_ms, js_date_ms, now_iso, parse_iso_ms};

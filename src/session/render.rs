@@ -335,7 +335,17 @@ impl<'a> Renderer<'a> {
     fn push_entry(&self, out: &mut String, idx: u32, shown: Shown) -> Result<()> {
         let entry = entry_value(self.session, idx)?;
         let id = str_of(&entry, "id").unwrap_or("").to_string();
-        let time = str_of(&entry, "timestamp").unwrap_or("").to_string();
+        // The text as written; a timestamp of another JSON type (a number…)
+        // as the time it stands for (docs/engine.md, "Timestamps").
+        let time = match str_of(&entry, "timestamp") {
+            Some(t) => t.to_string(),
+            None => time_of(
+                self.session
+                    .index()
+                    .get(idx)
+                    .and_then(|m| m.entry.timestamp_ms),
+            ),
+        };
         let kind = str_of(&entry, "type").unwrap_or("");
         match kind {
             "message" => {

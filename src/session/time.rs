@@ -2,7 +2,8 @@
 //! formatting epoch milliseconds as `toISOString` does
 //! (`2026-02-16T10:20:30.000Z`) and parsing a timestamp to epoch
 //! milliseconds as `Date.parse` (or `new Date(ts).getTime()`) does for the
-//! ISO family of strings. docs/engine.md ("Timestamps") says what we match
+//! ISO family of strings, and reading an entry's `timestamp` member of any
+//! JSON type as `new Date(value)` does. docs/engine.md ("Timestamps") says what we match
 //! and where we deliberately do not; `fixtures/date-parse/` pins both
 //! against Node.
 
@@ -190,6 +191,63 @@ pub fn parse_iso_ms(s: &str) -> Option<i64> {
     (-JS_MAX_MS..=JS_MAX_MS).contains(&ms).then_some(ms)
 }
 
+/// The time JavaScript's `new Date(value).getTime()` gives for an entry's
+/// `timestamp` member, from the member's raw JSON text (docs/engine.md,
+/// "Timestamps"); `None` where it gives `NaN`.
+///
+/// - a string: [`parse_iso_ms`];
+/// - a number: epoch milliseconds, truncated towards zero, `None` beyond
+///   8.64e15 ms (JavaScript's `TimeClip`);
+/// - `null` and `false`: 0; `true`: 1;
+/// - an array: its text as `String(array)` writes it (elements joined by
+///   commas), parsed as a string;
+/// - an object: `None` (its text is `[object Object]`).
+pub fn js_date_ms(raw: &str) -> Option<i64> {
+    let raw = raw.trim();
+    match raw.as_bytes().first()? {
+        b'"' => parse_iso_ms(&crate::session::json::decode_json_string(raw)?),
+        b'[' => parse_iso_ms(&js_array_text(raw)?),
+        b'{' => None,
+        _ => match raw {
+            "null" | "false" => Some(0),
+            "true" => Some(1),
+            number => {
+                let v: f64 = number.parse().ok()?;
+                // `as` saturates, but the range check comes first.
+                (v.is_finite() && v.abs() <= JS_MAX_MS as f64).then(|| v.trunc() as i64)
+            }
+        },
+    }
+}
+
+/// `String(array)` for a JSON array's raw text, as far as it can be a
+/// timestamp of the ISO family: `None` for an array of more than one
+/// element (its text has a comma, which no ISO timestamp has), for objects
+/// (`[object Object]`, or a `TypeError` when a member named `toString`
+/// shadows the method) and for numbers that are not integers below 1e21
+/// (JavaScript writes those with a `.` or an exponent).
+fn js_array_text(raw: &str) -> Option<String> {
+    let items: Vec<&serde_json::value::RawValue> = serde_json::from_str(raw).ok()?;
+    let [item] = items.as_slice() else {
+        // `[]` is the empty string, not a time either.
+        return None;
+    };
+    let text = item.get().trim();
+    match text.as_bytes().first()? {
+        b'"' => crate::session::json::decode_json_string(text).map(|s| s.into_owned()),
+        b'[' => js_array_text(text),
+        b'{' => None,
+        _ => match text {
+            "null" => Some(String::new()),
+            "true" | "false" => Some(text.to_string()),
+            number => {
+                let v: f64 = number.parse().ok()?;
+                (v.fract() == 0.0 && v.abs() < 1e21).then(|| format!("{}", v as i128))
+            }
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +278,50 @@ mod tests {
     fn fixture(name: &str) -> String {
         let path = format!("{}/fixtures/date-parse/{name}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// One row of `fixtures/timestamps/values.jsonl` (made by
+    /// `scripts/reference/timestamps.ts`): what `new Date(value).getTime()`
+    /// gives in the agent's runtime for a `timestamp` member's JSON text
+    /// (`null`: the member is absent).
+    #[derive(serde::Deserialize)]
+    struct DateRow {
+        json: Option<String>,
+        followed: bool,
+        ms: Option<i64>,
+        throws: bool,
+    }
+
+    /// `js_date_ms` gives the reference's time for every followed row, and
+    /// no time for the rows it deliberately does not follow (legacy strings,
+    /// also as an array's text, and an object whose `toString` member makes
+    /// JavaScript throw): docs/engine.md, "Timestamps".
+    #[test]
+    fn reads_timestamp_members_as_the_reference_does() {
+        let path = format!(
+            "{}/fixtures/timestamps/values.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let rows: Vec<DateRow> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(
+            rows.len() > 40 && rows.iter().any(|r| !r.followed) && rows.iter().any(|r| r.throws)
+        );
+        let mut wrong = Vec::new();
+        for row in &rows {
+            let got = row.json.as_deref().and_then(js_date_ms);
+            let want = if row.followed { row.ms } else { None };
+            if got != want {
+                wrong.push(format!("{:?}: {got:?}, want {want:?}", row.json));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // Whitespace around the raw text (as a serde raw value may keep it).
+        assert_eq!(js_date_ms(" 12.5 "), Some(12));
+        assert_eq!(js_date_ms("[ \"2026\" ]"), Some(1_767_225_600_000));
     }
 
     /// Every row of the Node baseline: `parse_iso_ms` gives what

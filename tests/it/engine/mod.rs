@@ -16,4 +16,5 @@ mod reference_ports;
 mod reliability;
 mod spec_rules;
 mod team;
+mod timestamps;
 mod views;
