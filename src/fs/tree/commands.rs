@@ -126,6 +126,7 @@ impl Tree {
             };
             let before = s.entries().len();
             let had_leaf = s.leaf().is_some();
+            let reloads = s.reloads();
             let result = run(s);
             // The command may have indexed lines that others appended
             // (`Session::append` picks them up first).
@@ -137,9 +138,18 @@ impl Tree {
                 // worker's invalidation below arrives asynchronously).
                 self.bump_session_stamp(key);
             }
-            let stale = st.note_topology(s.topology_changes()) || head_changed;
-            if s.entries().len() != before || stale {
-                self.report_new(key, new_entries(s, before), stale);
+            if s.reloads() != reloads {
+                // The command loaded the file again (an append that found
+                // it replaced right before its write): as a refresh that
+                // reloads, everything derived from the entries goes.
+                s.prepare_reads();
+                st.forget_derived(s.topology_changes());
+                self.report_reloaded(key);
+            } else {
+                let stale = st.note_topology(s.topology_changes()) || head_changed;
+                if s.entries().len() != before || stale {
+                    self.report_new(key, new_entries(s, before), stale);
+                }
             }
             match &result {
                 Err(e) => record_error(st, key, what, pid, &e.to_string()),

@@ -499,3 +499,46 @@ fn sessions_are_listed_by_the_engine_rule() {
         assert!(tree.sessions("--gone--").unwrap_err().is_not_found());
     }
 }
+
+/// A command that loads the file again (the first write to an old-version
+/// session writes its migration and loads the result; an append that finds
+/// its file replaced right before its write does the same) tells the
+/// watcher as a refresh that reloads does: everything derived goes.
+#[test]
+fn a_command_that_loads_the_file_again_reports_a_reload() {
+    let (tmp, tree) = setup(64 << 20);
+    let v1 = tmp.path().join("sessions/--p--/2026_dddd-d.jsonl");
+    fs::write(
+        &v1,
+        concat!(
+            r#"{"type":"session","id":"dddd","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":"q"}}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let d = SessionKey::new("--p--", "2026_dddd-d");
+    let before = leaf(&tree, &d);
+    let (tx, rx) = std::sync::mpsc::channel();
+    tree.set_change_sender(tx);
+    tree.write_control(
+        &d,
+        SessionFile::Append,
+        &mut AppendStream::new(),
+        b"{\"type\":\"custom\",\"customType\":\"x\"}\n",
+        1,
+    )
+    .unwrap();
+    assert_ne!(leaf(&tree, &d), before);
+    let reloaded: Vec<bool> = rx
+        .try_iter()
+        .filter_map(|c| match c {
+            Change::Session { key, reloaded, .. } if key == d => Some(reloaded),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reloaded, vec![true], "{reloaded:?}");
+    let text = fs::read_to_string(&v1).unwrap();
+    assert!(text.contains(r#""version":3"#) && text.contains(r#""customType":"x""#));
+}

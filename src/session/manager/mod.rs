@@ -124,6 +124,8 @@ pub struct Session {
     index: TreeIndex,
     leaf: Option<u32>,
     report: LoadReport,
+    /// How often the file was loaded again (see [`Session::reloads`]).
+    reloads: u64,
 }
 
 impl std::fmt::Debug for Session {

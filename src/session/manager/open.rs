@@ -33,6 +33,7 @@ impl Session {
             index: TreeIndex::new(),
             leaf: None,
             report: LoadReport::default(),
+            reloads: 0,
         }
     }
 
@@ -346,9 +347,20 @@ impl Session {
         let storage = self.journal.storage().clone();
         let fresh = Session::open(storage, self.blobs.clone(), &path, &options)?;
         let last_failure = self.journal.take_last_failure();
+        let reloads = self.reloads + 1;
         *self = fresh;
         self.journal.restore_last_failure(last_failure);
+        self.reloads = reloads;
         Ok(())
+    }
+
+    /// How often the file was loaded again since the session was opened:
+    /// by [`Session::refresh`] (which says so), or by a write that found it
+    /// replaced, shrunk or changed in place (an append, `docs/engine.md`,
+    /// "Appends"; a written migration). Whatever was derived from the
+    /// entries before is stale when this changed.
+    pub fn reloads(&self) -> u64 {
+        self.reloads
     }
 
     /// Opens a reader kept for the following reads (context building of a

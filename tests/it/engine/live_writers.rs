@@ -425,8 +425,10 @@ fn a_file_replaced_right_before_an_append_gets_the_entry() {
     arm(&storage.hooks.before_lock, move |p| {
         replace_by_rename(p, &replacement)
     });
+    assert_eq!(s.reloads(), 0);
     let ours = s.append_custom("ours", None).unwrap();
     assert_eq!(s.entry(&ours).unwrap().parent_id(), Some("b1"));
+    assert_eq!(s.reloads(), 1, "the session says it loaded the file again");
     assert!(
         s.entry("a1").is_none(),
         "the replaced file's entries are gone"
