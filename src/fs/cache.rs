@@ -167,6 +167,12 @@ pub(crate) struct SlotState {
     /// while the session is not loaded, for the file as fingerprinted
     /// (see `Tree::unloaded_context`). Counts as loaded in the budget.
     pub stored_context: Option<(Fingerprint, Arc<Vec<u8>>)>,
+    /// The text of `context.json` served while the session was not loaded
+    /// (`stored_context`), kept across the load that replaced it until the
+    /// loaded session renders `context.json`: that rendering is compared
+    /// with it, so the kernel's pages stay valid up to the first byte that
+    /// differs (`fs::pages`).
+    pub(crate) served_context: Option<Arc<Vec<u8>>>,
     /// What the kernel's page cache may hold of `context.json` and its
     /// open handles (`fs::pages`). Kept while the slot lives: the
     /// kernel's pages outlive a dropped rendering.
@@ -206,10 +212,12 @@ impl SlotState {
     /// compared with this one: the kernel's pages of it are all stale.
     fn drop_derived(&mut self) {
         self.entry_sizes = HashMap::new();
-        if self.context.is_some() || self.stored_context.is_some() {
+        if self.context.is_some() || self.stored_context.is_some() || self.served_context.is_some()
+        {
             self.context_pages.forget();
         }
         self.context = None;
+        self.served_context = None;
         self.context_fold = None;
         self.views = HashMap::new();
         self.stats = None;
@@ -223,7 +231,8 @@ impl SlotState {
         let context = self.context.as_ref().map_or(0, |(_, c)| c.len());
         let views: usize = self.views.values().map(|(_, v)| v.len()).sum();
         let stats = self.stats.as_ref().map_or(0, |(_, t)| t.estimated_bytes());
-        let stored = self.stored_context.as_ref().map_or(0, |(_, c)| c.len());
+        let stored = self.stored_context.as_ref().map_or(0, |(_, c)| c.len())
+            + self.served_context.as_ref().map_or(0, |c| c.len());
         512 + session + context + views + stats + stored + self.entry_sizes.len() * 48
     }
 

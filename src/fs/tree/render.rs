@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::fs::pages::common_prefix;
+use crate::session::{write_last_context, KeepRendering};
 
 impl Tree {
     /// `Ok` when the file `node` still exists (as [`Tree::attr`] would
@@ -369,9 +370,14 @@ impl Tree {
     /// stored rendering of its persistent index when the file is unchanged
     /// since it was rendered (docs/filesystem.md, "Persistent index"): the
     /// first `cat` after mounting checks the file and copies the text
-    /// instead of loading the session. Kept in the slot for the requests of
-    /// that `cat` (and counted in the cache budget) while the file's
-    /// identity, size and mtime stay; a load takes over from it.
+    /// instead of loading the session. Without a stored rendering, the
+    /// first text of the slot is built by the lean first-time path
+    /// (`session::write_last_context`, which also stores it when the index
+    /// is on), again without loading the session. Kept in the slot for the
+    /// requests of that `cat` (and counted in the cache budget) while the
+    /// file's identity, size and mtime stay; a load takes over from it
+    /// after a change (the loaded session extends its context as entries
+    /// are appended).
     pub(super) fn unloaded_context(&self, key: &SessionKey) -> Option<Arc<Vec<u8>>> {
         self.unloaded_context_then(key, |_, data| data)
     }
@@ -383,9 +389,14 @@ impl Tree {
         key: &SessionKey,
         then: impl FnOnce(&mut SlotState, Arc<Vec<u8>>) -> R,
     ) -> Option<R> {
-        let store = self.index.as_ref()?;
+        let store = self.index.as_ref();
         // A loaded session renders it (cheap check first: no system call).
         if self.cache.with_loaded(key, |_| ()).is_some() {
+            return None;
+        }
+        // Other storages (a database) have neither stored renderings nor
+        // files to scan.
+        if !self.storage.supports_persistent_index() {
             return None;
         }
         let path = self.session_path(key);
@@ -398,21 +409,58 @@ impl Tree {
             if !matches!(st.session, SessionState::Unloaded) || st.saved_leaf.is_some() {
                 return None;
             }
+            let mut first = true;
             if let Some((seen, data)) = &st.stored_context {
                 if *seen == fp {
                     let data = data.clone();
                     return Some(then(st, data));
                 }
+                first = false;
             }
             st.stored_context = None;
             let variant = pretty_context_variant(Some(self.blobs.dir()));
-            let text = store.stored_context(&*self.storage, &path, &variant, None)?;
+            let text = match store
+                .and_then(|store| store.stored_context(&*self.storage, &path, &variant, None))
+            {
+                Some(text) => text,
+                None if first => self.lean_context(&path, store, &variant)?,
+                None => return None,
+            };
             let data = Arc::new(text);
             // A new rendering, compared with nothing (`fs::pages`).
             st.context_pages.changed(0);
             st.stored_context = Some((fp, data.clone()));
             Some(then(st, data))
         })
+    }
+
+    /// The context at the last entry of the session file `path`, pretty,
+    /// built by the lean first-time path (and kept as its stored rendering
+    /// in `store`); `None` when that path declines or fails (the caller
+    /// loads the session, which reports any error).
+    fn lean_context(
+        &self,
+        path: &Path,
+        store: Option<&IndexStore>,
+        variant: &str,
+    ) -> Option<Vec<u8>> {
+        let keep = store.map(|store| KeepRendering { store, variant });
+        let mut text = Vec::new();
+        match write_last_context(
+            &*self.storage,
+            path,
+            Some(&self.blobs),
+            true,
+            keep,
+            &mut text,
+        ) {
+            Ok(true) => Some(text),
+            Ok(false) => None,
+            Err(e) => {
+                log::debug!("{}: lean context failed: {e}", path.display());
+                None
+            }
+        }
     }
 
     /// The content of a file node.
@@ -505,9 +553,14 @@ pub(super) fn render_session_file(
             // persistent index (docs/engine.md, "Persistent index").
             if st.context.is_none() {
                 if let Some(text) = s.stored_context() {
+                    // Compared with a text served before the load, if any;
+                    // else every cached page is stale.
+                    match st.served_context.take() {
+                        Some(old) if *old == text => {}
+                        Some(old) => st.context_pages.changed(common_prefix(&old, &text)),
+                        None => st.context_pages.changed(0),
+                    }
                     let data = Arc::new(text);
-                    // Nothing to compare it with: every cached page is stale.
-                    st.context_pages.changed(0);
                     st.context = Some((key, data.clone()));
                     st.context_fold = None;
                     return Ok(data);
@@ -548,9 +601,10 @@ pub(super) fn render_session_file(
             }
             // The kernel's cached pages stay valid up to the first byte that
             // differs from the rendering before (all stale without one).
-            match &st.context {
-                Some((_, old)) if **old == buf => {}
-                Some((_, old)) => st.context_pages.changed(common_prefix(old, &buf)),
+            let served = st.served_context.take();
+            match st.context.as_ref().map(|(_, old)| old).or(served.as_ref()) {
+                Some(old) if **old == buf => {}
+                Some(old) => st.context_pages.changed(common_prefix(old, &buf)),
                 None => st.context_pages.changed(0),
             }
             let data = Arc::new(buf);

@@ -117,7 +117,11 @@ impl Tree {
                 // The watcher does not refresh sessions that are not
                 // loaded, so this load is where the change is noticed.
                 let loaded_before = st.generation > 0;
+                // The text served without loading (what the kernel may
+                // cache) is what the first rendering is compared with.
+                let served = st.stored_context.take().map(|(_, text)| text);
                 st.forget_derived(s.topology_changes());
+                st.served_context = served;
                 st.session = SessionState::Loaded(s);
                 if loaded_before && !unchanged {
                     self.report_reloaded(key);
@@ -189,6 +193,30 @@ impl Tree {
     /// Picks up changes of a session file if the session is loaded (the
     /// watcher calls this when the file changed).
     pub(crate) fn refresh_loaded(&self, key: &SessionKey) {
+        // A session whose `context.json` was served without loading it
+        // (the stored rendering, the lean first-time path): the kernel may
+        // cache that text. It is loaded now and renders `context.json`, so
+        // that only the changed tail of the cached pages is invalidated
+        // (docs/filesystem.md, "Persistent index").
+        let served = self
+            .cache
+            .with_existing(key, |st| {
+                matches!(st.session, SessionState::Unloaded) && st.stored_context.is_some()
+            })
+            .unwrap_or(false);
+        if served {
+            let rendered = self.with_session(key, |st, s| match s {
+                Some(s) => {
+                    super::render::render_session_file(st, s, SessionFile::Context).map(|_| ())
+                }
+                None => Ok(()),
+            });
+            if let Err(e) = rendered {
+                log::debug!("{}/{}: context.json: {e}", key.project, key.session);
+            }
+            self.report(Change::ContextPages { key: key.clone() });
+            return;
+        }
         let _ = self.cache.with_loaded(key, |st| {
             if let Err(e) = self.ensure(key, st) {
                 if e.is_not_found() {

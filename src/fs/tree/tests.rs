@@ -210,10 +210,14 @@ fn stored_context_is_served_without_loading_the_session() {
     leaf(&tree, &a);
     assert!(loaded(&tree));
     assert_eq!(tree.read(&ctx).unwrap(), first);
-    // Without an index the session is loaded.
+    // Without an index the first text is built by the lean first-time
+    // path, without loading the session either.
     let plain = mount(None);
     assert_eq!(plain.read(&ctx).unwrap(), first);
+    assert!(!loaded(&plain));
+    leaf(&plain, &a);
     assert!(loaded(&plain));
+    assert_eq!(plain.read(&ctx).unwrap(), first);
     // A changed file is not served from the store.
     let tree = mount(Some(store.clone()));
     assert_eq!(tree.read(&ctx).unwrap(), first);
