@@ -74,6 +74,8 @@ const ASSISTANT: u8 = 2;
 const RESET: u8 = 4;
 /// A line past [`MAX_OFFSET`].
 const FAR: u8 = 8;
+/// A later entry has the same id hash (set by [`IdTable::build`]).
+const SHADOWED: u8 = 16;
 
 /// The seeded hash of ids and model names: the seed is random per
 /// process, so no file can be made to collide on purpose.
@@ -412,7 +414,7 @@ impl IdTable {
     const EMPTY: u32 = u32::MAX;
 
     fn build(
-        records: &[Record],
+        records: &mut [Record],
         reader: &dyn RandomRead,
         path: &Path,
         hasher: Hasher,
@@ -422,22 +424,22 @@ impl IdTable {
             slots: vec![Self::EMPTY; cap],
             mask: cap - 1,
         };
-        for (i, r) in records.iter().enumerate() {
-            let mut s = t.slot(r.id);
+        for i in 0..records.len() {
+            let mut s = t.slot(records[i].id);
             loop {
                 let v = t.slots[s];
                 if v == Self::EMPTY {
                     t.slots[s] = i as u32;
                     break;
                 }
-                let old = &records[v as usize];
-                if old.id == r.id {
+                if records[v as usize].id == records[i].id {
                     // A repeated id, or two ids with one hash.
-                    let a = record_entry(reader, path, old, hasher)?;
-                    let b = record_entry(reader, path, r, hasher)?;
+                    let a = record_entry(reader, path, &records[v as usize], hasher)?;
+                    let b = record_entry(reader, path, &records[i], hasher)?;
                     if a.id != b.id {
                         return Ok(None);
                     }
+                    records[v as usize].flags |= SHADOWED;
                     t.slots[s] = i as u32;
                     break;
                 }
@@ -472,6 +474,7 @@ impl IdTable {
 /// parent is the last entry with its `parentId`; the walk stops at a
 /// missing parent or the first entry it meets again.
 fn walk(records: &[Record], table: &IdTable) -> Vec<u32> {
+    const NEAR: u32 = 4;
     let n = records.len();
     let mut seen = vec![0u64; n.div_ceil(64)];
     let mut path = Vec::new();
@@ -485,7 +488,17 @@ fn walk(records: &[Record], table: &IdTable) -> Vec<u32> {
         path.push(i);
         let r = &records[i as usize];
         cur = if r.flags & HAS_PARENT != 0 {
-            table.get(records, r.parent)
+            // The parent is almost always just before its child: an entry
+            // there with the hash and no later namesake is the last entry
+            // with it, as the table would say (without its cache misses).
+            let near = (i.saturating_sub(NEAR)..i).rev().find(|&j| {
+                let q = &records[j as usize];
+                q.id == r.parent
+            });
+            match near {
+                Some(j) if records[j as usize].flags & SHADOWED == 0 => Some(j),
+                _ => table.get(records, r.parent),
+            }
         } else {
             None
         };
@@ -693,10 +706,11 @@ fn write_with(
     else {
         return Ok(false);
     };
-    let records = &scanned.entries;
-    let Some(table) = IdTable::build(records, &*reader, path, hasher)? else {
+    let mut scanned = scanned;
+    let Some(table) = IdTable::build(&mut scanned.entries, &*reader, path, hasher)? else {
         return Ok(false);
     };
+    let records = &scanned.entries;
     let lean_path = walk(records, &table);
     drop(table);
     let view = LeanPath {
