@@ -18,7 +18,7 @@
 
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
@@ -273,7 +273,16 @@ impl SlotState {
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     state: Mutex<SlotState>,
+    /// Taken out of the cache ([`SessionCache::remove`]): a holder looks
+    /// the session up by key again.
+    removed: AtomicBool,
 }
+
+/// A session's slot held by an open file from its `open` on: its reads
+/// go to the slot without looking it up by key (while the slot stays in
+/// the cache; after [`SessionCache::remove`] they look it up as before).
+#[derive(Debug, Clone)]
+pub(crate) struct HeldSlot(Arc<Slot>);
 
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, SlotState> {
@@ -290,6 +299,9 @@ struct Lru {
 
 /// The slots and the LRU over the loaded sessions.
 pub(crate) struct SessionCache {
+    /// Lookups of a slot by key (tests: held slots skip them).
+    #[cfg(test)]
+    pub(crate) lookups: AtomicU64,
     slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
     lru: Mutex<Lru>,
     budget: usize,
@@ -301,6 +313,8 @@ impl SessionCache {
     /// A cache holding at most `budget` estimated bytes of loaded sessions.
     pub(crate) fn new(budget: usize) -> Self {
         SessionCache {
+            #[cfg(test)]
+            lookups: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
             lru: Mutex::new(Lru::default()),
             budget,
@@ -310,14 +324,53 @@ impl SessionCache {
     }
 
     fn slot(&self, key: &SessionKey) -> Arc<Slot> {
+        #[cfg(test)]
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         let mut slots = self.slots.lock();
         slots.entry(key.clone()).or_default().clone()
+    }
+
+    /// The slot of a session (created if needed), for an open file to hold.
+    pub(crate) fn hold(&self, key: &SessionKey) -> HeldSlot {
+        HeldSlot(self.slot(key))
+    }
+
+    /// [`SessionCache::with_existing`] on a held slot (the same fallback
+    /// as [`SessionCache::with_held`]).
+    pub(crate) fn with_held_existing<R>(
+        &self,
+        held: &HeldSlot,
+        key: &SessionKey,
+        f: impl FnOnce(&mut SlotState) -> R,
+    ) -> Option<R> {
+        if held.0.removed.load(Ordering::Acquire) {
+            return self.with_existing(key, f);
+        }
+        Some(f(&mut held.0.lock()))
+    }
+
+    /// [`SessionCache::with_slot`] on a held slot: no lookup by key, unless
+    /// the slot was removed since it was taken.
+    pub(crate) fn with_held<R>(
+        &self,
+        held: &HeldSlot,
+        key: &SessionKey,
+        f: impl FnOnce(&mut SlotState) -> R,
+    ) -> R {
+        if held.0.removed.load(Ordering::Acquire) {
+            return self.with_slot(key, f);
+        }
+        self.run_on(&held.0, key, f)
     }
 
     /// Runs `f` on the slot of a session (created if needed), then accounts
     /// for its size and drops least recently used sessions over budget.
     pub(crate) fn with_slot<R>(&self, key: &SessionKey, f: impl FnOnce(&mut SlotState) -> R) -> R {
         let slot = self.slot(key);
+        self.run_on(&slot, key, f)
+    }
+
+    fn run_on<R>(&self, slot: &Slot, key: &SessionKey, f: impl FnOnce(&mut SlotState) -> R) -> R {
         let (result, tick, est, loaded) = {
             let mut st = slot.lock();
             let result = f(&mut st);
@@ -397,8 +450,12 @@ impl SessionCache {
                 }
                 keep
             };
-            if keep {
-                self.slots.lock().entry(key.clone()).or_insert(slot);
+            let mut slots = self.slots.lock();
+            let back = keep && !slots.contains_key(key);
+            if back {
+                slots.insert(key.clone(), slot);
+            } else {
+                slot.removed.store(true, Ordering::Release);
             }
         }
     }

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::fs::cache::HeldSlot;
 use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
 use crate::fs::pages::PagedOpen;
@@ -26,6 +27,8 @@ enum Handle {
         /// `context.json`: the rendering taken at open is counted in the
         /// session's page state until release (`fs::pages`).
         paged: Option<PagedOpen>,
+        /// The session's slot, held from `open` on.
+        slot: Option<HeldSlot>,
     },
     /// A control file open for writing (and maybe reading).
     Control {
@@ -37,6 +40,8 @@ enum Handle {
         /// `labels` opened with `O_TRUNC`: the table written replaces the
         /// labels (see `LabelTable`).
         table: Option<LabelTable>,
+        /// The session's slot, held from `open` on (for reads).
+        slot: Option<HeldSlot>,
     },
 }
 
@@ -142,7 +147,7 @@ impl Handles {
     /// `ReadOnly` on a read-only mount), directories not at all. Returns
     /// the new handle and how the kernel may cache the pages.
     pub(crate) fn open(&self, node: &Node, mode: OpenMode) -> Result<(u64, PageCache)> {
-        let (handle, cache) = match node {
+        let (mut handle, cache) = match node {
             n if n.is_control() => {
                 if mode.writes() && self.tree.read_only() {
                     return Err(Error::ReadOnly);
@@ -156,6 +161,7 @@ impl Handles {
                         content: None,
                         last_writer: 0,
                         table: replaces_labels.then(LabelTable::default),
+                        slot: None,
                     },
                     PageCache::Direct,
                 )
@@ -163,7 +169,8 @@ impl Handles {
             Node::File(key, SessionFile::Context) if !mode.writes() => {
                 // Rendered now: whether the kernel may keep its pages
                 // depends on the rendering the handle serves.
-                let (content, opened) = self.tree.open_context(key)?;
+                let held = self.tree.hold(key);
+                let (content, opened) = self.tree.open_context(&held, key)?;
                 let fh = self.next.fetch_add(1, Ordering::Relaxed);
                 // A handle reading through the cache serves this one
                 // rendering for its life (the kernel's pages of it are
@@ -176,6 +183,7 @@ impl Handles {
                     content: Some(content),
                     dynamic: !opened.keep,
                     paged: Some(opened),
+                    slot: Some(held),
                 };
                 self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
                 return Ok((
@@ -202,6 +210,7 @@ impl Handles {
                         content: None,
                         dynamic,
                         paged: None,
+                        slot: None,
                     },
                     if dynamic {
                         PageCache::Direct
@@ -216,6 +225,11 @@ impl Handles {
         // The node must still exist (nothing is rendered for it here: the
         // first read does that).
         self.tree.check_file(node)?;
+        // Its reads go to the session's slot without a lookup by key.
+        let held = node.session_key().map(|k| self.tree.hold(k));
+        match &mut handle {
+            Handle::Read { slot, .. } | Handle::Control { slot, .. } => *slot = held,
+        }
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
         Ok((fh, cache))
@@ -233,14 +247,20 @@ impl Handles {
                 node,
                 content,
                 dynamic,
+                slot,
                 ..
             } => {
                 if content.is_none() || (*dynamic && offset == 0) {
-                    *content = Some(self.tree.read(node)?);
+                    *content = Some(self.tree.read_in(slot.as_ref(), node)?);
                 }
                 content.clone()
             }
-            Handle::Control { node, content, .. } => {
+            Handle::Control {
+                node,
+                content,
+                slot,
+                ..
+            } => {
                 if matches!(
                     node,
                     Node::File(_, SessionFile::Append) | Node::EntryFile(.., EntryFile::Append)
@@ -248,7 +268,7 @@ impl Handles {
                     return Ok(Bytes::EMPTY);
                 }
                 if content.is_none() || offset == 0 {
-                    *content = Some(self.tree.read(node)?);
+                    *content = Some(self.tree.read_in(slot.as_ref(), node)?);
                 }
                 content.clone()
             }
@@ -346,10 +366,11 @@ impl Handles {
         if let Handle::Read {
             node: Node::File(key, _),
             paged: Some(opened),
+            slot: Some(held),
             ..
         } = &*h
         {
-            self.tree.release_context(key, *opened);
+            self.tree.release_context(held, key, *opened);
         }
         if let Handle::Control {
             node,
@@ -552,6 +573,49 @@ mod tests {
         let diff = Node::Diff(key.clone(), "e0".into(), "e2".into());
         let (d, _) = h.open(&diff, OpenMode::READ).unwrap();
         assert!(!read_all(&h, d).is_empty());
+    }
+
+    #[test]
+    fn handles_read_through_the_slot_they_hold_from_open() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (_tmp, tree, key) = setup(false);
+        let h = Handles::new(tree.clone());
+        let lookups = || tree.cache().lookups.load(Relaxed);
+        let leaf = file(&key, SessionFile::Leaf);
+        let ctx = file(&key, SessionFile::Context);
+        let (l, _) = h.open(&leaf, OpenMode::READ).unwrap();
+        let (c, _) = h.open(&ctx, OpenMode::READ).unwrap();
+        let (w, _) = h.open(&leaf, WRITE).unwrap();
+        let before = lookups();
+        for _ in 0..5 {
+            assert_eq!(read_all(&h, l), "e2\n");
+            assert!(read_all(&h, c).contains("\"messages\""));
+            assert_eq!(read_all(&h, w), "e2\n");
+        }
+        assert_eq!(lookups(), before, "reads looked the session up by key");
+        h.release(c, 1);
+        assert_eq!(lookups(), before, "a release looked the session up by key");
+    }
+
+    #[test]
+    fn a_held_slot_of_a_removed_session_reads_as_a_lookup_would() {
+        let (tmp, tree, key) = setup(false);
+        let h = Handles::new(tree.clone());
+        let leaf = file(&key, SessionFile::Leaf);
+        let (l, _) = h.open(&leaf, OpenMode::READ).unwrap();
+        assert_eq!(read_all(&h, l), "e2\n");
+        // The file goes (the watcher forgets the session): gone for the
+        // handle too.
+        let path = tree.session_path(&key);
+        fs::remove_file(&path).unwrap();
+        tree.forget_session(&key);
+        assert_eq!(errno(h.read(l, 0, 100)), libc::ENOENT);
+        // A new file of that name: read as any lookup would, and the
+        // session is in the cache again (counted, droppable).
+        fs::write(&path, session_text().replace("\"e2\"", "\"x2\"")).unwrap();
+        assert_eq!(read_all(&h, l), "x2\n");
+        assert_eq!(tree.cache().loaded_keys(), vec![key.clone()]);
+        drop(tmp);
     }
 
     #[test]

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::fs::cache::{
-    Broken, ContextKey, Fingerprint, RenderedFold, SessionCache, SessionState, SlotState,
+    Broken, ContextKey, Fingerprint, HeldSlot, RenderedFold, SessionCache, SessionState, SlotState,
 };
 use crate::fs::control::{
     parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LabelTable, LeafCommand,

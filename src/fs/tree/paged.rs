@@ -11,14 +11,18 @@ impl Tree {
     /// Opens `context.json` of a session: its current rendering (rendered
     /// now, like `read`), and how the new handle is served. The handle is
     /// counted under the rendering's epoch until [`Tree::release_context`].
-    pub(crate) fn open_context(&self, key: &SessionKey) -> Result<(Arc<Vec<u8>>, PagedOpen)> {
+    pub(crate) fn open_context(
+        &self,
+        held: &HeldSlot,
+        key: &SessionKey,
+    ) -> Result<(Arc<Vec<u8>>, PagedOpen)> {
         let stored = self.unloaded_context_then(key, |st, data| {
             let opened = st.context_pages.open(data.len() as u64);
             (data, opened)
         });
         let (data, opened) = match stored {
             Some(found) => found,
-            None => self.with_session(key, |st, s| {
+            None => self.with_session_in(Some(held), key, |st, s| {
                 let s = s.ok_or_else(|| not_found(SessionFile::Context.name()))?;
                 let data = match render_session_file(st, s, SessionFile::Context) {
                     Err(Error::Stale(reason)) => {
@@ -38,8 +42,8 @@ impl Tree {
     }
 
     /// The kernel released a handle of `context.json` opened as `opened`.
-    pub(crate) fn release_context(&self, key: &SessionKey, opened: PagedOpen) {
-        let clean_now = self.cache.with_existing(key, |st| {
+    pub(crate) fn release_context(&self, held: &HeldSlot, key: &SessionKey, opened: PagedOpen) {
+        let clean_now = self.cache.with_held_existing(held, key, |st| {
             st.context_pages.release(opened.epoch, opened.keep)
         });
         if clean_now == Some(true) {

@@ -465,6 +465,11 @@ impl Tree {
 
     /// The content of a file node.
     pub(crate) fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
+        self.read_in(None, node)
+    }
+
+    /// [`Tree::read`] through the slot an open file holds, if any.
+    pub(crate) fn read_in(&self, held: Option<&HeldSlot>, node: &Node) -> Result<Arc<Vec<u8>>> {
         if let Node::File(key, SessionFile::Context) = node {
             if let Some(data) = self.unloaded_context(key) {
                 return Ok(data);
@@ -472,7 +477,7 @@ impl Tree {
         }
         match node {
             Node::File(key, SessionFile::Problems) => self.problems(key),
-            Node::File(key, f) => self.with_session(key, |st, s| match (s, f) {
+            Node::File(key, f) => self.with_session_in(held, key, |st, s| match (s, f) {
                 (None, SessionFile::LastError) => Ok(Arc::new(render_last_error(st).into_bytes())),
                 (None, _) => Err(not_found(f.name())),
                 (Some(_), SessionFile::Append) => Ok(Arc::new(Vec::new())),
@@ -484,7 +489,7 @@ impl Tree {
                     other => other,
                 },
             }),
-            Node::EntryFile(key, id, view, f) => self.with_session(key, |st, s| {
+            Node::EntryFile(key, id, view, f) => self.with_session_in(held, key, |st, s| {
                 let s = s.ok_or_else(|| not_found(id))?;
                 let mut pos = check_entry(s, id, *view)?;
                 let data = match render_entry_file(st, s, id, pos, *f) {
@@ -500,13 +505,13 @@ impl Tree {
                 }
                 Ok(Arc::new(data))
             }),
-            Node::Diff(key, a, b) => self.with_session(key, |_, s| {
+            Node::Diff(key, a, b) => self.with_session_in(held, key, |_, s| {
                 let s = s.ok_or_else(|| not_found(a))?;
                 let pa = s.index().position(a).ok_or_else(|| not_found(a))?;
                 let pb = s.index().position(b).ok_or_else(|| not_found(b))?;
                 Ok(Arc::new(views::diff_view(s, pa, pb)?))
             }),
-            Node::Image(key, id, _, name) => self.with_session(key, |_, s| {
+            Node::Image(key, id, _, name) => self.with_session_in(held, key, |_, s| {
                 let s = s.ok_or_else(|| not_found(id))?;
                 let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
                 views::images(s, pos)

@@ -176,7 +176,17 @@ impl Tree {
         key: &SessionKey,
         f: impl FnOnce(&mut SlotState, Option<&mut Session>) -> Result<R>,
     ) -> Result<R> {
-        self.cache.with_slot(key, |st| match self.ensure(key, st)? {
+        self.with_session_in(None, key, f)
+    }
+
+    /// [`Tree::with_session`] through a slot an open file holds, if any.
+    pub(super) fn with_session_in<R>(
+        &self,
+        held: Option<&HeldSlot>,
+        key: &SessionKey,
+        f: impl FnOnce(&mut SlotState, Option<&mut Session>) -> Result<R>,
+    ) -> Result<R> {
+        let run = |st: &mut SlotState| match self.ensure(key, st)? {
             Status::Ready => {
                 // Out of the slot while `f` has the rest of it.
                 let mut session = st.session.take_loaded();
@@ -187,7 +197,16 @@ impl Tree {
                 result
             }
             Status::Broken => f(st, None),
-        })
+        };
+        match held {
+            Some(held) => self.cache.with_held(held, key, run),
+            None => self.cache.with_slot(key, run),
+        }
+    }
+
+    /// The slot of `key`, for an open file to hold from its `open` on.
+    pub(crate) fn hold(&self, key: &SessionKey) -> HeldSlot {
+        self.cache.hold(key)
     }
 
     /// Picks up changes of a session file if the session is loaded (the
