@@ -388,13 +388,11 @@ impl SessionCache {
         key: &SessionKey,
         f: impl FnOnce(&mut SlotState) -> R,
     ) -> Option<R> {
-        let slot = {
-            let slots = self.slots.lock();
-            slots.get(key).cloned()?
-        };
-        let mut st = slot.lock();
-        st.session.loaded()?;
-        Some(f(&mut st))
+        self.with_existing(key, |st| {
+            st.session.loaded()?;
+            Some(f(st))
+        })
+        .flatten()
     }
 
     /// Runs `f` on the slot of a session if it has one, loaded or not

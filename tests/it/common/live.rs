@@ -197,63 +197,41 @@ impl<H: Intercept> Storage for Intercepted<H> {
     }
 }
 
-/// An append writer that runs `before` ahead of each line it writes: the
-/// moment between the engine's look at the file and its write, where
-/// another writer slips in (docs/reliability.md, "Other writers").
-pub struct BeforeEachWrite<F> {
-    pub inner: Box<dyn AppendWriter>,
-    pub before: F,
-}
-
-impl<F: FnMut() -> io::Result<()> + Send> AppendWriter for BeforeEachWrite<F> {
-    fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
-        (self.before)()?;
-        self.inner.write_line(line)
-    }
-    fn size(&mut self) -> io::Result<u64> {
-        self.inner.size()
-    }
-    fn stat(&mut self) -> io::Result<FileStat> {
-        self.inner.stat()
-    }
-    fn read_at(&mut self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_at(offset, len)
-    }
-    fn last_byte(&mut self) -> io::Result<Option<u8>> {
-        self.inner.last_byte()
-    }
-    fn ends_line_at(&mut self, size: u64) -> io::Result<Option<bool>> {
-        self.inner.ends_line_at(size)
-    }
-    fn truncate(&mut self, size: u64) -> io::Result<()> {
-        self.inner.truncate(size)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn fsync(&mut self) -> io::Result<()> {
-        self.inner.fsync()
-    }
-    fn lock(&mut self) -> io::Result<LockGuard> {
-        self.inner.lock()
-    }
-}
-
 /// A step another writer takes (once armed) at one of an append's moments.
 pub type Step = Box<dyn FnMut() -> io::Result<()> + Send>;
 
-/// An append writer that lets another writer step in right before the
-/// engine takes the write locks (after its last look at the file without
-/// them) and right after its line was written (before it looks at what is
-/// new): docs/reliability.md, "Other writers".
+/// An append writer that lets another writer step in at the moments of an
+/// append where one slips in (docs/reliability.md, "Other writers"): right
+/// before the engine takes the write locks (after its last look at the
+/// file without them), right before each line it writes, and right after
+/// its line was written (before it looks at what is new).
 pub struct SteppedOn {
     pub inner: Box<dyn AppendWriter>,
     pub before_lock: Option<Step>,
+    pub before_write: Option<Step>,
     pub after_write: Option<Step>,
+}
+
+impl SteppedOn {
+    /// Runs `before` ahead of each line written through `inner`.
+    pub fn before_each_write(
+        inner: Box<dyn AppendWriter>,
+        before: impl FnMut() -> io::Result<()> + Send + 'static,
+    ) -> Self {
+        SteppedOn {
+            inner,
+            before_lock: None,
+            before_write: Some(Box::new(before)),
+            after_write: None,
+        }
+    }
 }
 
 impl AppendWriter for SteppedOn {
     fn write_line(&mut self, line: &[u8]) -> io::Result<u64> {
+        if let Some(step) = &mut self.before_write {
+            step()?;
+        }
         let at = self.inner.write_line(line)?;
         if let Some(step) = &mut self.after_write {
             step()?;

@@ -260,3 +260,37 @@ pub fn message_texts(ctx: &serde_json::Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// Runs `cmd` and gives its standard output; fails the test, showing the
+/// standard error, when the command fails.
+pub fn stdout_ok(cmd: &mut std::process::Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The sessions of a generated bundle (`sessions.txt` in `dir`, as the
+/// scripts under `scripts/reference/` write it): each session is a head
+/// line (a JSON object whose `lines` says how many lines follow) and its
+/// lines. Gives each head with the session's text.
+pub fn session_bundle(dir: &Path) -> Vec<(serde_json::Value, String)> {
+    let bundle = read_text(&dir.join("sessions.txt"));
+    let mut lines = bundle.lines();
+    let mut out = Vec::new();
+    while let Some(head) = lines.next() {
+        let head: serde_json::Value = serde_json::from_str(head).unwrap();
+        let n = head["lines"].as_u64().unwrap() as usize;
+        let mut text = String::new();
+        for _ in 0..n {
+            text.push_str(lines.next().unwrap());
+            text.push('\n');
+        }
+        out.push((head, text));
+    }
+    out
+}

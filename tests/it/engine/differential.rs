@@ -24,24 +24,14 @@ struct Case {
 }
 
 fn cases(dir: &Path) -> Vec<Case> {
-    let bundle = std::fs::read_to_string(dir.join("sessions.txt")).unwrap();
-    let mut lines = bundle.lines();
-    let mut out = Vec::new();
-    while let Some(head) = lines.next() {
-        let head: serde_json::Value = serde_json::from_str(head).unwrap();
-        let n = head["lines"].as_u64().unwrap() as usize;
-        let mut text = String::new();
-        for _ in 0..n {
-            text.push_str(lines.next().unwrap());
-            text.push('\n');
-        }
-        out.push(Case {
+    common::session_bundle(dir)
+        .into_iter()
+        .map(|(head, text)| Case {
             number: head["case"].as_u64().unwrap(),
             version: head["version"].as_u64().unwrap(),
             text,
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 #[test]
@@ -158,13 +148,8 @@ fn cli_contexts_agree_with_the_reference_on_a_sample() {
                 }
                 _ => {}
             }
-            let out = cmd.arg(&path).output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let text = String::from_utf8(out.stdout).unwrap();
+            let stdout = common::stdout_ok(cmd.arg(&path));
+            let text = String::from_utf8(stdout).unwrap();
             let text = text.strip_suffix('\n').unwrap_or(&text);
             assert_eq!(
                 sha256_hex(text.as_bytes()),

@@ -513,21 +513,16 @@ fn cli_listings_show_v1_counts_titles_and_skip_headerless_files() {
         &[entry("a", None, 1, user("orphan")).to_string()],
     );
     let run = |args: &[&str]| -> Value {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-            .args(args)
-            .arg("--cwd")
-            .arg("/w")
-            .arg("--agent-dir")
-            .arg(agent.tmp.path())
-            .arg("--json")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let stdout = common::stdout_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+                .args(args)
+                .arg("--cwd")
+                .arg("/w")
+                .arg("--agent-dir")
+                .arg(agent.tmp.path())
+                .arg("--json"),
         );
-        serde_json::from_slice(&out.stdout).unwrap()
+        serde_json::from_slice(&stdout).unwrap()
     };
     let list = run(&["list"]);
     let rows = list.as_array().unwrap();

@@ -12,8 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::live::{
-    lockfile, plain_append, small_session_text, write_session, BeforeEachWrite, Intercept,
-    Intercepted,
+    lockfile, plain_append, small_session_text, write_session, Intercept, Intercepted, SteppedOn,
 };
 use sessionfs::session::AgentDir;
 use sessionfs::session::{AppendWriter, FileStorage, Storage};
@@ -92,15 +91,15 @@ struct SlipsInBeforeOurWrite {
 impl Intercept for SlipsInBeforeOurWrite {
     fn open_append(&self, inner: &dyn Storage, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
         let (armed, path) = (self.armed.clone(), p.to_path_buf());
-        Ok(Box::new(BeforeEachWrite {
-            inner: inner.open_append(p)?,
-            before: move || {
+        Ok(Box::new(SteppedOn::before_each_write(
+            inner.open_append(p)?,
+            move || {
                 for other in std::mem::take(&mut *armed.lock().unwrap()) {
                     plain_append(&path, &format!("{other}\n"));
                 }
                 Ok(())
             },
-        }))
+        )))
     }
 }
 
@@ -333,9 +332,10 @@ fn step(slot: &Arc<Mutex<Option<Move>>>, path: &Path) -> common::live::Step {
 
 impl Intercept for Moves {
     fn open_append(&self, inner: &dyn Storage, p: &Path) -> io::Result<Box<dyn AppendWriter>> {
-        Ok(Box::new(common::live::SteppedOn {
+        Ok(Box::new(SteppedOn {
             inner: inner.open_append(p)?,
             before_lock: Some(step(&self.before_lock, p)),
+            before_write: None,
             after_write: Some(step(&self.after_write, p)),
         }))
     }

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::live::{BeforeEachWrite, Intercept, Intercepted};
+use common::live::{Intercept, Intercepted, SteppedOn};
 use common::{pg, pg_storage};
 use serde_json::{json, Value};
 use sessionfs::session::list_all;
@@ -133,15 +133,15 @@ impl Intercept for Interleaved {
     fn open_append(&self, inner: &dyn Storage, path: &Path) -> io::Result<Box<dyn AppendWriter>> {
         let mut other = self.other.open_append(path)?;
         let armed = self.armed.clone();
-        Ok(Box::new(BeforeEachWrite {
-            inner: inner.open_append(path)?,
-            before: move || {
+        Ok(Box::new(SteppedOn::before_each_write(
+            inner.open_append(path)?,
+            move || {
                 if armed.swap(false, Ordering::SeqCst) {
                     other.write_line(outside_line("raced").as_bytes())?;
                 }
                 Ok(())
             },
-        }))
+        )))
     }
 }
 

@@ -24,24 +24,14 @@ struct Case {
 }
 
 fn cases(dir: &Path) -> Vec<Case> {
-    let bundle = common::read_text(&dir.join("sessions.txt"));
-    let mut lines = bundle.lines();
-    let mut out = Vec::new();
-    while let Some(head) = lines.next() {
-        let head: serde_json::Value = serde_json::from_str(head).unwrap();
-        let n = head["lines"].as_u64().unwrap() as usize;
-        let mut text = String::new();
-        for _ in 0..n {
-            text.push_str(lines.next().unwrap());
-            text.push('\n');
-        }
-        out.push(Case {
+    common::session_bundle(dir)
+        .into_iter()
+        .map(|(head, text)| Case {
             number: head["case"].as_u64().unwrap(),
             kind: head["kind"].as_str().unwrap().to_string(),
             text,
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 /// Every entry's children, by id, as the engine orders them.

@@ -52,18 +52,12 @@ fn user_line(id: &str, parent: &str, text: &str) -> String {
 
 /// `sessionfs context --no-index` of `file`: what the mount must show.
 fn cli_context(file: &Path) -> Vec<u8> {
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .arg("context")
-        .arg("--no-index")
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    crate::common::stdout_ok(
+        Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .arg("context")
+            .arg("--no-index")
+            .arg(file),
+    )
 }
 
 fn setup(pairs: usize, args: &[&str]) -> (tempfile::TempDir, PathBuf, Mount, PathBuf) {

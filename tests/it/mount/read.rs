@@ -1047,18 +1047,13 @@ fn message_line(id: &str, parent: Option<&str>, content: &str) -> String {
 
 /// `sessionfs context FILE --leaf ID`.
 fn cli_context(file: &Path, id: &str) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .arg("context")
-        .arg(file)
-        .args(["--leaf", id])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = common::stdout_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .arg("context")
+            .arg(file)
+            .args(["--leaf", id]),
     );
-    js_json(&String::from_utf8(out.stdout).unwrap())
+    js_json(&String::from_utf8(stdout).unwrap())
 }
 
 fn contents(ctx: &serde_json::Value) -> Vec<String> {
