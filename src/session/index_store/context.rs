@@ -1,0 +1,256 @@
+//! Stored context renderings: what `sessionfs context` printed and the
+//! mount's `context.json` held, kept beside the index and served again
+//! while the session file is unchanged.
+
+use std::path::{Path, PathBuf};
+
+use super::codec::{read_fingerprint, write_fingerprint, Reader, Writer};
+use super::{Fingerprint, IndexStore, ENGINE_HASH};
+use crate::session::storage::Storage;
+
+impl IndexStore {
+    /// The file of the stored rendering of a session's context.
+    pub(crate) fn context_file_for(&self, canonical: &Path) -> PathBuf {
+        self.file_for(canonical).with_extension("ctx")
+    }
+
+    /// The stored rendering of the context of `path` at its last entry in
+    /// the form `variant` names, when the file is unchanged since it was
+    /// rendered (the same checks as for an index: identity, size, mtime,
+    /// head and tail hashes) and the stored text is intact.
+    /// With `expect`, only a rendering of exactly those bytes is taken.
+    /// The text is read once, into a buffer of its size (no regrowing, and
+    /// huge pages where the kernel offers them: a fresh 4 KiB page costs
+    /// microseconds, `docs/benchmarks.md`), and checked there.
+    pub(crate) fn stored_context(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+    ) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let (file, text_start, text_end) =
+            self.stored_context_file(storage, path, variant, expect)?;
+        let len = usize::try_from(text_end - text_start).ok()?;
+        let mut out = Vec::with_capacity(len + 8);
+        advise_huge_pages(out.spare_capacity_mut());
+        out.resize(len + 8, 0);
+        file.read_exact_at(&mut out, text_start).ok()?;
+        let sum = u64::from_le_bytes(out[len..].try_into().ok()?);
+        out.truncate(len);
+        (xxhash_rust::xxh3::xxh3_64(&out) == sum).then_some(out)
+    }
+
+    /// The stored rendering's file, checked up to its text: the file and
+    /// the text's range (the 8-byte checksum follows it).
+    fn stored_context_file(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+    ) -> Option<(std::fs::File, u64, u64)> {
+        use std::os::unix::fs::FileExt;
+        let canonical = storage.canonicalize(path).ok()?;
+        let file = std::fs::File::open(self.context_file_for(&canonical)).ok()?;
+        let len = file.metadata().ok()?.len();
+        let mut head = vec![0u8; len.min(64 << 10) as usize];
+        if len < 8 || file.read_exact_at(&mut head, 0).is_err() {
+            return None;
+        }
+        let text_end = len - 8;
+        let mut r = Reader {
+            data: &head,
+            pos: 0,
+        };
+        if r.take(CTX_MAGIC.len())? != CTX_MAGIC
+            || r.str()? != ENGINE_HASH
+            || r.bytes()? != canonical.as_os_str().as_encoded_bytes()
+            || r.str()? != variant
+        {
+            return None;
+        }
+        let fp = read_fingerprint(&mut r)?;
+        if expect.is_some_and(|e| *e != fp) || r.pos as u64 > text_end {
+            return None;
+        }
+        let stat = storage.stat(path).ok()?;
+        if stat.size != fp.size || stat.mtime != fp.mtime || !fp.bytes_match(storage, path, &stat) {
+            return None;
+        }
+        Some((file, r.pos as u64, text_end))
+    }
+
+    /// [`IndexStore::stored_context`] written to `out` in pieces (the text
+    /// is checked whole first, then copied: it is never held in memory).
+    /// `Ok(false)` when there is no usable rendering; errors are `out`'s.
+    pub(crate) fn write_stored_context(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        const PIECE: usize = 256 << 10;
+        let Some((file, text_start, text_end)) =
+            self.stored_context_file(storage, path, variant, expect)
+        else {
+            return Ok(false);
+        };
+        let mut sum = [0u8; 8];
+        if file.read_exact_at(&mut sum, text_end).is_err() {
+            return Ok(false);
+        }
+        let mut buf = vec![0u8; PIECE];
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut at = text_start;
+        while at < text_end {
+            let n = ((text_end - at) as usize).min(PIECE);
+            if file.read_exact_at(&mut buf[..n], at).is_err() {
+                return Ok(false);
+            }
+            hasher.update(&buf[..n]);
+            at += n as u64;
+        }
+        if hasher.digest() != u64::from_le_bytes(sum) {
+            return Ok(false);
+        }
+        let mut at = text_start;
+        while at < text_end {
+            let n = ((text_end - at) as usize).min(PIECE);
+            file.read_exact_at(&mut buf[..n], at)?;
+            out.write_all(&buf[..n])?;
+            at += n as u64;
+        }
+        Ok(true)
+    }
+
+    /// A writer that stores a rendering of the context of the session file
+    /// `canonical` (at its last entry, in the form `variant` names) as it
+    /// is produced; `ContextWriter::finish` puts it in place. `None`
+    /// when the store is read-only or the file cannot be created.
+    pub(crate) fn context_writer(
+        &self,
+        canonical: &Path,
+        fingerprint: &Fingerprint,
+        variant: &str,
+    ) -> Option<ContextWriter> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        if !self.writable {
+            return None;
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .ok()?;
+        let target = self.context_file_for(canonical);
+        let tmp = self.dir.join(format!(
+            ".ctx.{}.{}.tmp",
+            std::process::id(),
+            crate::session::ids::random_hex(4)
+        ));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .ok()?;
+        let mut w = Writer { out: Vec::new() };
+        w.out.extend_from_slice(CTX_MAGIC);
+        w.str(ENGINE_HASH);
+        w.bytes(canonical.as_os_str().as_encoded_bytes());
+        w.str(variant);
+        write_fingerprint(&mut w, fingerprint);
+        if file.write_all(&w.out).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return None;
+        }
+        Some(ContextWriter {
+            file: std::io::BufWriter::with_capacity(256 << 10, file),
+            hasher: xxhash_rust::xxh3::Xxh3::new(),
+            tmp,
+            target,
+            failed: false,
+            finished: false,
+        })
+    }
+}
+
+/// Asks the kernel for transparent huge pages in the 2 MiB-aligned part of
+/// `buf` (in `madvise` mode it uses them only where asked). Advice only:
+/// failures are ignored.
+fn advise_huge_pages<T>(buf: &mut [T]) {
+    const HUGE: usize = 2 << 20;
+    let start = buf.as_mut_ptr() as usize;
+    let end = start + std::mem::size_of_val(buf);
+    let first = start.next_multiple_of(HUGE);
+    let last = end / HUGE * HUGE;
+    if first < last {
+        // SAFETY: the range lies inside `buf`, memory this process owns;
+        // MADV_HUGEPAGE changes no contents.
+        unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+    }
+}
+
+/// The first bytes of a stored context rendering.
+const CTX_MAGIC: &[u8; 8] = b"SFSCTX\x00\x01";
+
+/// Stores a context rendering while it is written (see
+/// `IndexStore::context_writer`). Its `Write` never fails: a failure
+/// only drops the stored copy.
+pub struct ContextWriter {
+    file: std::io::BufWriter<std::fs::File>,
+    hasher: xxhash_rust::xxh3::Xxh3,
+    tmp: PathBuf,
+    target: PathBuf,
+    failed: bool,
+    finished: bool,
+}
+
+impl std::io::Write for ContextWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.failed {
+            self.hasher.update(buf);
+            self.failed = self.file.write_all(buf).is_err();
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ContextWriter {
+    /// Puts the stored rendering in place (checksum, then rename). A
+    /// writer dropped without it (the reader went away) leaves nothing.
+    pub fn finish(mut self) {
+        use std::io::Write;
+        let sum = self.hasher.digest().to_le_bytes();
+        let done = !self.failed
+            && self.file.write_all(&sum).is_ok()
+            && self.file.flush().is_ok()
+            && std::fs::rename(&self.tmp, &self.target).is_ok();
+        // Drop removes the temporary file unless it was renamed.
+        self.failed = !done;
+        self.finished = done;
+    }
+}
+
+impl Drop for ContextWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
