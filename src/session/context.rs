@@ -59,6 +59,35 @@ pub(crate) const MAX_GAP: u64 = 64 * 1024;
 /// Upper bound of one coalesced read (a longer line is read alone).
 pub(crate) const MAX_RUN: u64 = 1 << 20;
 
+/// The run of on-disk lines at the start of `idxs` (whose first line is
+/// on disk) that one read fetches: lines in file order, each within
+/// [`MAX_GAP`] of the one before, spanning at most `max_run` bytes (a
+/// longer first line is read alone). Gives the number of lines and the
+/// byte range `start..end`.
+pub(crate) fn line_run(
+    loc: &dyn Fn(u32) -> Result<Loc>,
+    idxs: &[u32],
+    max_run: u64,
+) -> Result<(usize, u64, u64)> {
+    let Some(&first) = idxs.first() else {
+        return Ok((0, 0, 0));
+    };
+    let first = loc(first)?;
+    let start = first.offset;
+    let mut end = start + u64::from(first.len);
+    let mut n = 1;
+    while let Some(&next) = idxs.get(n) {
+        let l = loc(next)?;
+        let l_end = l.offset + u64::from(l.len);
+        if l.in_memory || l.offset < end || l.offset - end > MAX_GAP || l_end - start > max_run {
+            break;
+        }
+        end = l_end;
+        n += 1;
+    }
+    Ok((n, start, end))
+}
+
 /// [`LineSource::for_each_line`] for file-backed sources: runs of on-disk
 /// lines that follow each other closely in the file are fetched with one
 /// `read_at(offset, len)`; in-memory lines come from `line`. A read that
@@ -73,25 +102,12 @@ pub(crate) fn for_each_line_coalesced<'s>(
     let loc = |i: u32| locs(i).ok_or_else(|| Error::EntryNotFound(format!("#{i}")));
     let mut k = 0;
     while k < idxs.len() {
-        let first = loc(idxs[k])?;
-        if first.in_memory {
+        if loc(idxs[k])?.in_memory {
             f(idxs[k], &line(idxs[k])?)?;
             k += 1;
             continue;
         }
-        let start = first.offset;
-        let mut end = start + u64::from(first.len);
-        let mut n = 1;
-        while let Some(&next) = idxs.get(k + n) {
-            let l = loc(next)?;
-            let l_end = l.offset + u64::from(l.len);
-            if l.in_memory || l.offset < end || l.offset - end > MAX_GAP || l_end - start > MAX_RUN
-            {
-                break;
-            }
-            end = l_end;
-            n += 1;
-        }
+        let (n, start, end) = line_run(&loc, &idxs[k..], MAX_RUN)?;
         let buf = read_at(start, (end - start) as usize)?;
         for &i in &idxs[k..k + n] {
             let l = loc(i)?;

@@ -24,7 +24,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use crate::session::blobrefs::contains_ref_prefix;
 use crate::session::blobs::{resolve_from_store, BlobStore};
 use crate::session::context::{
-    write_context_pieces, LineSource, PathView, Read, MAX_GAP, RESET_BOUNDARY,
+    line_run, write_context_pieces, LineSource, PathView, Read, RESET_BOUNDARY,
 };
 use crate::session::error::{Error, Result};
 use crate::session::format::{message_role, EntryKind, Facts, LineKind, LineScanner, Role};
@@ -609,19 +609,7 @@ impl LineSource for LeanLines<'_> {
         let mut block: Vec<u8> = Vec::new();
         let mut k = 0;
         while k < idxs.len() {
-            let first = loc(idxs[k])?;
-            let start = first.offset;
-            let mut end = start + u64::from(first.len);
-            let mut n = 1;
-            while let Some(&next) = idxs.get(k + n) {
-                let l = loc(next)?;
-                let l_end = l.offset + u64::from(l.len);
-                if l.offset < end || l.offset - end > MAX_GAP || l_end - start > LINES_RUN {
-                    break;
-                }
-                end = l_end;
-                n += 1;
-            }
+            let (n, start, end) = line_run(&loc, &idxs[k..], LINES_RUN)?;
             let base = start - start % PAGE as u64;
             let want = (end - base) as usize;
             if block.len() < want + PAGE {
