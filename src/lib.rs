@@ -19,6 +19,7 @@
 
 pub mod cli;
 pub mod fs;
+mod malloc;
 pub mod session;
 
 #[cfg(test)]

@@ -147,12 +147,7 @@ fn lean_context(
 /// heap, whose freed pages it keeps (issue 18's peak RSS:
 /// `docs/benchmarks.md`, "fifth session").
 fn fixed_mmap_threshold() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator parameters; it is called
-    // before the threads of the scan start.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
-    }
+    crate::malloc::fixed_mmap_threshold(128 << 10);
 }
 
 /// Counts what reaches stdout and notices a closed pipe.

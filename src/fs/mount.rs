@@ -139,12 +139,7 @@ fn wait_signal(signals: &SignalFd, timeout: Duration) -> Option<i32> {
 /// (`docs/benchmarks.md`). Requests are short, so two arenas cost no
 /// measurable contention.
 fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; it is called before
-    // the mount's threads start.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
+    crate::malloc::limit_arenas(2);
 }
 
 /// fuser opens `/dev/fuse` itself before it would fall back to
