@@ -116,7 +116,7 @@ pub(crate) enum Freshness {
     Created,
 }
 
-/// How an appended line landed (see [`Journal::append_line`]).
+/// How an appended line landed (see [`Journal::append_locked`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Landed {
     /// Lines indexed from the file after the append (ours and others').
