@@ -11,8 +11,8 @@
 // @oh-my-pi/pi-coding-agent. scripts/bench.sh runs it when REF_CACHE is set.
 
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
+import { privateAgentDir } from "./private_agent.ts";
 
 const args = process.argv.slice(2);
 const cache = process.env.REF_CACHE && args[0]?.endsWith(".jsonl") ? process.env.REF_CACHE : args.shift();
@@ -24,13 +24,7 @@ if (!cache || !file) {
 }
 
 // A private agent directory for the reference (breadcrumbs, settings).
-const work = fs.mkdtempSync(path.join(os.tmpdir(), "sessionfs-refbench-"));
-process.env.HOME = work;
-process.env.PI_CODING_AGENT_DIR = path.join(work, "agent");
-process.env.XDG_DATA_HOME = path.join(work, "data");
-process.env.XDG_CONFIG_HOME = path.join(work, "config");
-process.env.XDG_STATE_HOME = path.join(work, "state");
-process.env.XDG_CACHE_HOME = path.join(work, "cache");
+const work = privateAgentDir("sessionfs-refbench-");
 
 const pkg = path.resolve(cache, "node_modules/@oh-my-pi");
 const { SessionManager } = await import(path.join(pkg, "pi-coding-agent/src/session/session-manager.ts"));

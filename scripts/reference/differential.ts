@@ -16,8 +16,8 @@
 
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
+import { privateAgentDir } from "./private_agent.ts";
 
 const cache = process.argv[2] ?? process.env.REF_CACHE;
 if (!cache) {
@@ -29,13 +29,7 @@ const COUNT = Number(process.argv[4] ?? 520);
 let seed = Number(process.argv[5] ?? 13);
 
 // A private agent directory for the reference (blobs, breadcrumbs, settings).
-const work = fs.mkdtempSync(path.join(os.tmpdir(), "sessionfs-differential-"));
-process.env.HOME = work;
-process.env.PI_CODING_AGENT_DIR = path.join(work, "agent");
-process.env.XDG_DATA_HOME = path.join(work, "data");
-process.env.XDG_CONFIG_HOME = path.join(work, "config");
-process.env.XDG_STATE_HOME = path.join(work, "state");
-process.env.XDG_CACHE_HOME = path.join(work, "cache");
+const work = privateAgentDir("sessionfs-differential-");
 
 const pkg = path.resolve(cache, "node_modules/@oh-my-pi");
 const { SessionManager } = await import(path.join(pkg, "pi-coding-agent/src/session/session-manager.ts"));

@@ -11,8 +11,8 @@
 // directory whose node_modules holds @oh-my-pi/pi-coding-agent.
 
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
+import { privateAgentDir } from "./private_agent.ts";
 
 const cache = process.argv[2] ?? process.env.REF_CACHE;
 if (!cache) {
@@ -27,13 +27,7 @@ const outDir = path.resolve(process.argv[3] ?? path.join(import.meta.dir, "../..
 process.env.TZ = "UTC";
 
 // A private agent directory for the reference.
-const work = fs.mkdtempSync(path.join(os.tmpdir(), "sessionfs-timestamps-"));
-process.env.HOME = work;
-process.env.PI_CODING_AGENT_DIR = path.join(work, "agent");
-process.env.XDG_DATA_HOME = path.join(work, "data");
-process.env.XDG_CONFIG_HOME = path.join(work, "config");
-process.env.XDG_STATE_HOME = path.join(work, "state");
-process.env.XDG_CACHE_HOME = path.join(work, "cache");
+const work = privateAgentDir("sessionfs-timestamps-");
 
 const pkg = path.resolve(cache, "node_modules/@oh-my-pi");
 const { SessionManager } = await import(path.join(pkg, "pi-coding-agent/src/session/session-manager.ts"));
