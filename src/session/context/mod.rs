@@ -8,13 +8,18 @@
 
 use std::borrow::Cow;
 
-use crate::session::error::{Error, Result};
+use crate::session::error::Result;
 use crate::session::format::{EntryKind, Facts, Role};
-use crate::session::index::{Loc, TreeIndex};
-use crate::session::json::{
-    json_string, pretty, scan_object, write_pretty, Member, Members, ObjectScan, RawObject,
-};
-use crate::session::time::js_date_ms;
+use crate::session::index::TreeIndex;
+use crate::session::json::{json_string, pretty, write_pretty};
+
+mod lines;
+mod messages;
+
+#[cfg(test)]
+use lines::MAX_GAP;
+pub(crate) use lines::{for_each_line_coalesced, line_run, LineSource};
+use messages::{emit_messages, push_member, truthy};
 
 /// Which leaf to build the context at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,97 +34,6 @@ pub enum LeafSel<'a> {
     /// without a lookup of its id); an invalid one falls back to the last
     /// entry.
     At(u32),
-}
-
-/// Reads entry lines and resolves blob references for the context builder.
-pub(crate) trait LineSource {
-    /// The line (without `\n`) of the entry at `idx`.
-    fn line(&self, idx: u32) -> Result<Cow<'_, [u8]>>;
-    /// Resolves image blob refs in `json`, the value of the entry member
-    /// `key` (see [`crate::session::blobrefs`]). `None` when nothing changed.
-    fn resolve_blobs(&self, key: &str, json: &str) -> Option<String>;
-    /// Calls `f` with the line of each entry of `idxs`, in that order.
-    /// The default reads them one by one; sources backed by a file read
-    /// neighbouring lines together (see [`for_each_line_coalesced`]).
-    fn for_each_line(
-        &self,
-        idxs: &[u32],
-        f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
-    ) -> Result<()> {
-        for &i in idxs {
-            let line = self.line(i)?;
-            f(i, &line)?;
-        }
-        Ok(())
-    }
-}
-
-/// Lines further apart than this are not read together.
-pub(crate) const MAX_GAP: u64 = 64 * 1024;
-/// Upper bound of one coalesced read (a longer line is read alone).
-pub(crate) const MAX_RUN: u64 = 1 << 20;
-
-/// The run of on-disk lines at the start of `idxs` (whose first line is
-/// on disk) that one read fetches: lines in file order, each within
-/// [`MAX_GAP`] of the one before, spanning at most `max_run` bytes (a
-/// longer first line is read alone). Gives the number of lines and the
-/// byte range `start..end`.
-pub(crate) fn line_run(
-    loc: &dyn Fn(u32) -> Result<Loc>,
-    idxs: &[u32],
-    max_run: u64,
-) -> Result<(usize, u64, u64)> {
-    let Some(&first) = idxs.first() else {
-        return Ok((0, 0, 0));
-    };
-    let first = loc(first)?;
-    let start = first.offset;
-    let mut end = start + u64::from(first.len);
-    let mut n = 1;
-    while let Some(&next) = idxs.get(n) {
-        let l = loc(next)?;
-        let l_end = l.offset + u64::from(l.len);
-        if l.in_memory || l.offset < end || l.offset - end > MAX_GAP || l_end - start > max_run {
-            break;
-        }
-        end = l_end;
-        n += 1;
-    }
-    Ok((n, start, end))
-}
-
-/// [`LineSource::for_each_line`] for file-backed sources: runs of on-disk
-/// lines that follow each other closely in the file are fetched with one
-/// `read_at(offset, len)`; in-memory lines come from `line`. A read that
-/// comes back short means the file changed under the index: an error.
-pub(crate) fn for_each_line_coalesced<'s>(
-    locs: &dyn Fn(u32) -> Option<Loc>,
-    idxs: &[u32],
-    read_at: &dyn Fn(u64, usize) -> Result<Vec<u8>>,
-    line: &dyn Fn(u32) -> Result<Cow<'s, [u8]>>,
-    f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
-) -> Result<()> {
-    let loc = |i: u32| locs(i).ok_or_else(|| Error::EntryNotFound(format!("#{i}")));
-    let mut k = 0;
-    while k < idxs.len() {
-        if loc(idxs[k])?.in_memory {
-            f(idxs[k], &line(idxs[k])?)?;
-            k += 1;
-            continue;
-        }
-        let (n, start, end) = line_run(&loc, &idxs[k..], MAX_RUN)?;
-        let buf = read_at(start, (end - start) as usize)?;
-        for &i in &idxs[k..k + n] {
-            let l = loc(i)?;
-            let from = (l.offset - start) as usize;
-            let Some(bytes) = buf.get(from..from + l.len as usize) else {
-                return Err(stale(i));
-            };
-            f(i, bytes)?;
-        }
-        k += n;
-    }
-    Ok(())
 }
 
 /// What makes two TTSR rule names the same: their string value, so
@@ -183,64 +97,6 @@ pub(crate) fn resolve_leaf(index: &TreeIndex, leaf: LeafSel<'_>) -> Option<u32> 
         LeafSel::Id(id) => index.position(id).or_else(last),
         LeafSel::Last => last(),
         LeafSel::At(i) => index.get(i).map(|_| i).or_else(last),
-    }
-}
-
-fn stale(idx: u32) -> Error {
-    Error::Stale(format!(
-        "the line of entry #{idx} changed on disk; reload the session"
-    ))
-}
-
-/// Scratch space for parsing lines.
-#[derive(Default)]
-struct LineParser {
-    top: Vec<Member>,
-    nested: Vec<Member>,
-}
-
-impl LineParser {
-    /// Parses (and validates) an entry line; a line that no longer parses
-    /// means the file changed under the index.
-    fn parse<'a, 's>(&'s mut self, bytes: &'a [u8], idx: u32) -> Result<Members<'a, 's>> {
-        match scan_object(bytes, b"", &mut self.top, &mut self.nested) {
-            ObjectScan::Valid { .. } => Ok(Members::Scanned {
-                text: bytes,
-                top: &self.top,
-            }),
-            ObjectScan::Unsure => {
-                let text = std::str::from_utf8(bytes).map_err(|_| stale(idx))?;
-                RawObject::parse(text)
-                    .map(Members::Serde)
-                    .map_err(|_| stale(idx))
-            }
-            ObjectScan::Invalid => Err(stale(idx)),
-        }
-    }
-}
-
-fn push_timestamp(out: &mut String, line: &Members<'_, '_>) {
-    out.push_str(",\"timestamp\":");
-    match line.get("timestamp").and_then(js_date_ms) {
-        Some(ms) => {
-            use std::fmt::Write;
-            let _ = write!(out, "{ms}");
-        }
-        None => out.push_str("null"),
-    }
-}
-
-fn truthy(raw: Option<&str>) -> bool {
-    raw.is_some_and(|r| !matches!(r, "\"\"" | "null" | "false" | "0" | "-0"))
-}
-
-fn push_member(out: &mut String, key: &str, raw: Option<&str>) {
-    if let Some(value) = raw {
-        out.push(',');
-        out.push('"');
-        out.push_str(key);
-        out.push_str("\":");
-        out.push_str(value);
     }
 }
 
@@ -391,52 +247,6 @@ pub(crate) struct Read {
     pub(crate) idx: u32,
     pub(crate) kind: EntryKind,
     pub(crate) len: u32,
-}
-
-/// Emits the messages of the entries `reads` (in order) into `json`, each
-/// preceded by `,` unless it is the first message; `compaction` is the
-/// entry whose summary opens the context. After each message, `flush` is
-/// given the text so far (it may write it out and clear it).
-fn emit_messages(
-    reads: &[Read],
-    compaction: Option<u32>,
-    src: &dyn LineSource,
-    json: &mut String,
-    message_count: &mut usize,
-    flush: &mut dyn FnMut(&mut String) -> Result<()>,
-) -> Result<()> {
-    let mut parser = LineParser::default();
-    let idxs: Vec<u32> = reads.iter().map(|r| r.idx).collect();
-    let mut next = reads.iter();
-    src.for_each_line(&idxs, &mut |i, bytes| {
-        let kind = next.next().map_or(EntryKind::Unknown, |r| r.kind);
-        let line = parser.parse(bytes, i)?;
-        let start = json.len();
-        if *message_count > 0 {
-            json.push(',');
-        }
-        let emitted = if Some(i) == compaction {
-            json.push_str("{\"role\":\"compactionSummary\"");
-            push_member(json, "summary", line.get("summary"));
-            push_member(json, "shortSummary", line.get("shortSummary"));
-            push_member(json, "tokensBefore", line.get("tokensBefore"));
-            push_member(json, "tokensAfter", line.get("tokensAfter"));
-            push_member(json, "method", line.get("method"));
-            push_member(json, "warning", line.get("warning"));
-            push_timestamp(json, &line);
-            json.push('}');
-            true
-        } else {
-            push_message(json, kind, &line, src)
-        };
-        if emitted {
-            *message_count += 1;
-            flush(json)
-        } else {
-            json.truncate(start);
-            Ok(())
-        }
-    })
 }
 
 /// True for the agent's `/clear` entries (see [`RESET_BOUNDARY`]).
@@ -742,89 +552,6 @@ pub(crate) fn extend_context(
 /// The type of the agent's `/clear` entries: the context starts after the
 /// latest one (unless a later compaction wins).
 pub(crate) const RESET_BOUNDARY: &str = "reset_boundary";
-
-/// Custom message types the agent keeps out of the model's context.
-pub(crate) const HIDDEN_CUSTOM_TYPES: [&str; 2] = ["prewalk-plan", "vibe-mode-context"];
-
-/// `text` (the JSON value of member `key` of an entry) with its blob refs
-/// resolved.
-fn resolved<'t>(src: &dyn LineSource, key: &str, text: &'t str) -> Cow<'t, str> {
-    if crate::session::blobrefs::may_hold_ref(text) {
-        src.resolve_blobs(key, text)
-            .map_or(Cow::Borrowed(text), Cow::Owned)
-    } else {
-        Cow::Borrowed(text)
-    }
-}
-
-/// Appends the message an entry contributes to the context; false when it
-/// contributes none.
-fn push_message(
-    out: &mut String,
-    kind: EntryKind,
-    line: &Members<'_, '_>,
-    src: &dyn LineSource,
-) -> bool {
-    match kind {
-        EntryKind::Message => match line.get("message") {
-            Some(text) => out.push_str(&resolved(src, "message", text)),
-            None => out.push_str("null"),
-        },
-        EntryKind::CustomMessage => {
-            // Normalised as the agent replays it (docs/engine.md, "Context
-            // details taken from the reference").
-            let content = line.get("content");
-            if !content.is_some_and(|c| c.starts_with('"') || c.starts_with('[')) {
-                return false;
-            }
-            let custom_type = line.get("customType");
-            let type_name = line.get_str("customType");
-            if type_name
-                .as_deref()
-                .is_some_and(|t| HIDDEN_CUSTOM_TYPES.contains(&t))
-            {
-                return false;
-            }
-            out.push_str("{\"role\":\"custom\"");
-            let custom_type = match custom_type {
-                Some(raw) if raw.starts_with('"') && raw != "\"\"" => raw,
-                _ => "\"custom-message\"",
-            };
-            push_member(out, "customType", Some(custom_type));
-            let content = content.map(|text| resolved(src, "content", text));
-            push_member(out, "content", content.as_deref());
-            let display = line
-                .get("display")
-                .filter(|raw| matches!(*raw, "true" | "false"))
-                .unwrap_or("false");
-            push_member(out, "display", Some(display));
-            let details = line
-                .get("details")
-                .map(|text| resolved(src, "details", text));
-            push_member(out, "details", details.as_deref());
-            if line.get("attribution").is_some() {
-                let user = line.get_str("attribution").as_deref() == Some("user");
-                let attribution = if user { "\"user\"" } else { "\"agent\"" };
-                push_member(out, "attribution", Some(attribution));
-            }
-            push_timestamp(out, line);
-            out.push('}');
-        }
-        EntryKind::BranchSummary => {
-            let summary = line.get("summary");
-            if !truthy(summary) {
-                return false;
-            }
-            out.push_str("{\"role\":\"branchSummary\"");
-            push_member(out, "summary", summary);
-            push_member(out, "fromId", line.get("fromId"));
-            push_timestamp(out, line);
-            out.push('}');
-        }
-        _ => return false,
-    }
-    true
-}
 
 #[cfg(test)]
 mod tests {
