@@ -25,6 +25,9 @@ pub mod session;
 #[cfg(test)]
 mod module_graph;
 
+#[cfg(test)]
+mod doc_citations;
+
 pub use session::{Error, Result};
 
 /// Internals that the integration tests reach (with the `testing` feature

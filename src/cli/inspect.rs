@@ -145,7 +145,7 @@ fn lean_context(
 /// threshold after the first big block is freed, and the growing record
 /// vectors of the lean scan are then copied on every doubling inside the
 /// heap, whose freed pages it keeps (issue 18's peak RSS:
-/// `docs/benchmarks.md`, "fifth session").
+/// `docs/benchmarks.md`, "Issue 18, fifth session, first-time runs").
 fn fixed_mmap_threshold() {
     crate::malloc::fixed_mmap_threshold(128 << 10);
 }

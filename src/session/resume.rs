@@ -1,4 +1,4 @@
-//! Resuming a session (`docs/engine.md`, "Discovery"): the terminal's id,
+//! Resuming a session (`docs/engine.md`, "Module map": resuming): the terminal's id,
 //! its breadcrumb (the session it last used in which directory), and
 //! [`continue_recent`], which opens the session to continue.
 //!

@@ -137,8 +137,8 @@ fn push_message(
             None => out.push_str("null"),
         },
         EntryKind::CustomMessage => {
-            // Normalised as the agent replays it (docs/engine.md, "Context
-            // details taken from the reference").
+            // Normalised as the agent replays it (docs/engine.md, "Decisions
+            // taken from the reference").
             let content = line.get("content");
             if !content.is_some_and(|c| c.starts_with('"') || c.starts_with('[')) {
                 return false;

@@ -1,5 +1,5 @@
-//! The items of the fidelity round (docs/engine.md, "Context details taken
-//! from the reference" and the decisions next to it): what the agent writes,
+//! The items of the fidelity round (docs/engine.md, "Decisions taken from
+//! the reference" and the decisions next to it): what the agent writes,
 //! read and written back as the agent does. One test per item, except the
 //! items that are a context of a hand-written file: those are cases of one
 //! table (`context_items`, run by `common::context_cases`).
