@@ -1,6 +1,6 @@
 //! `diff/<a>..<b>`: a unified diff of the `branch.md` renderings of two
 //! entries, with a header naming their common ancestor
-//! (docs/filesystem.md, "diff/<a>..<b>").
+//! (`docs/filesystem.md`, "`diff/<a>..<b>`").
 
 use crate::session::error::Result;
 use crate::session::render::Renderer;
