@@ -294,3 +294,12 @@ pub fn session_bundle(dir: &Path) -> Vec<(serde_json::Value, String)> {
     }
     out
 }
+
+/// The project folder's name and the file stem of a session file
+/// (`<sessions>/<project>/<stem>.jsonl`): the session's directory in a
+/// mount is `<mountpoint>/<project>/<stem>`.
+pub fn project_and_stem(file: &Path) -> (&str, &str) {
+    let project = file.parent().and_then(Path::file_name);
+    let project = project.and_then(|p| p.to_str()).unwrap();
+    (project, file.file_stem().and_then(|s| s.to_str()).unwrap())
+}

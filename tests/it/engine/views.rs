@@ -495,16 +495,8 @@ fn diffs_name_the_common_ancestor() {
 }
 
 fn cli(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let stdout = common::stdout_ok(Command::new(env!("CARGO_BIN_EXE_sessionfs")).args(args));
+    String::from_utf8(stdout).unwrap()
 }
 
 #[test]

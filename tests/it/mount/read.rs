@@ -144,14 +144,7 @@ fn corpus_layout_contents_and_links() {
 
     let mut sessions = 0;
     for file in session_files(&agent.sessions_dir()) {
-        let project = file
-            .parent()
-            .unwrap()
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap();
-        let stem = file.file_stem().unwrap().to_str().unwrap();
+        let (project, stem) = crate::common::project_and_stem(&file);
         if stem == broken_name || stem == "evil" || stem.starts_with('.') || project == "--evil--" {
             continue;
         }

@@ -56,18 +56,13 @@ fn link(path: &Path) -> String {
 }
 
 fn cli(agent: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .args(args)
-        .arg("--agent-dir")
-        .arg(agent)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = crate::common::stdout_ok(
+        Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .args(args)
+            .arg("--agent-dir")
+            .arg(agent),
     );
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(stdout).unwrap()
 }
 
 #[test]
@@ -79,14 +74,7 @@ fn views_equal_the_engine_and_the_cli() {
     let m = Mount::start(tmp.path(), &["--read-only"]);
     let agent = tmp.path();
     for file in session_files(&agent.join("sessions")) {
-        let project = file
-            .parent()
-            .unwrap()
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap();
-        let stem = file.file_stem().unwrap().to_str().unwrap();
+        let (project, stem) = crate::common::project_and_stem(&file);
         let sdir = m.join(project).join(stem);
         let s = engine(agent, &file);
         let r = Renderer::new(&s, &image_link);
