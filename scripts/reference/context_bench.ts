@@ -12,7 +12,7 @@
 
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { privateAgentDir } from "./private_agent.ts";
+import { contextJson, privateAgentDir } from "./common.ts";
 
 const args = process.argv.slice(2);
 const cache = process.env.REF_CACHE && args[0]?.endsWith(".jsonl") ? process.env.REF_CACHE : args.shift();
@@ -36,15 +36,7 @@ let bytes = 0;
 for (let i = 0; i < runs; i++) {
 	const t0 = performance.now();
 	const sm = await SessionManager.open(path.resolve(file), sessionsDir);
-	const c = sm.buildSessionContext();
-	const text = JSON.stringify({
-		messages: c.messages,
-		thinkingLevel: c.thinkingLevel,
-		models: c.models,
-		injectedTtsrRules: c.injectedTtsrRules,
-		mode: c.mode,
-		modeData: c.modeData,
-	});
+	const text = contextJson(sm);
 	const ms = performance.now() - t0;
 	bytes = text.length;
 	times.push(ms);

@@ -17,7 +17,7 @@
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { privateAgentDir } from "./private_agent.ts";
+import { contextJson, mulberry32, privateAgentDir } from "./common.ts";
 
 const cache = process.argv[2] ?? process.env.REF_CACHE;
 if (!cache) {
@@ -26,7 +26,6 @@ if (!cache) {
 }
 const outDir = path.resolve(process.argv[3] ?? path.join(import.meta.dir, "../../fixtures/differential"));
 const COUNT = Number(process.argv[4] ?? 520);
-let seed = Number(process.argv[5] ?? 13);
 
 // A private agent directory for the reference (blobs, breadcrumbs, settings).
 const work = privateAgentDir("sessionfs-differential-");
@@ -38,14 +37,7 @@ const { serializeTitleSlot } = await import(path.join(pkg, "pi-coding-agent/src/
 
 // ---------------------------------------------------------------- random
 
-function rand(): number {
-	// mulberry32
-	seed |= 0;
-	seed = (seed + 0x6d2b79f5) | 0;
-	let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-	t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-	return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
+const rand = mulberry32(Number(process.argv[5] ?? 13));
 const int = (n: number) => Math.floor(rand() * n);
 const chance = (p: number) => rand() < p;
 function pick<T>(items: readonly T[]): T {
@@ -308,18 +300,6 @@ function build(caseNo: number): Built {
 
 // ---------------------------------------------------------------- record
 
-function contextOf(sm: any): string {
-	const c = sm.buildSessionContext();
-	return JSON.stringify({
-		messages: c.messages,
-		thinkingLevel: c.thinkingLevel,
-		models: c.models,
-		injectedTtsrRules: c.injectedTtsrRules,
-		mode: c.mode,
-		modeData: c.modeData,
-	});
-}
-
 function sha256(s: string): string {
 	return crypto.createHash("sha256").update(s, "utf8").digest("hex");
 }
@@ -358,13 +338,13 @@ for (let caseNo = 0; caseNo < COUNT; caseNo++) {
 		);
 		leaves++;
 	};
-	record("(loaded)", contextOf(sm));
+	record("(loaded)", contextJson(sm));
 	for (let i = 0; i < entries.length; i++) {
 		sm.branch(entries[i].id);
-		record(i, contextOf(sm));
+		record(i, contextJson(sm));
 	}
 	sm.resetLeaf();
-	record(null, contextOf(sm));
+	record(null, contextJson(sm));
 	await sm.close?.();
 }
 

@@ -12,7 +12,7 @@
 
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { privateAgentDir } from "./private_agent.ts";
+import { contextJson, mulberry32, privateAgentDir } from "./common.ts";
 
 const cache = process.argv[2] ?? process.env.REF_CACHE;
 if (!cache) {
@@ -159,15 +159,7 @@ for (const raw of FOLLOWED) {
 // 2. Sibling order: one parent with children stamped with every value
 //    whose time is finite (ties included), in a scrambled file order; and
 //    random groups of them.
-let seed = 11;
-function rand(): number {
-	// mulberry32
-	seed |= 0;
-	seed = (seed + 0x6d2b79f5) | 0;
-	let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-	t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-	return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
+const rand = mulberry32(11);
 const int = (n: number) => Math.floor(rand() * n);
 const finite = FOLLOWED.filter(raw => dateOf(raw).ms !== null);
 const nonFinite = FOLLOWED.filter(raw => dateOf(raw).ms === null);
@@ -206,18 +198,6 @@ for (const raw of nonFinite) {
 
 // ---------------------------------------------------------------- record
 
-function contextOf(sm: any): string {
-	const c = sm.buildSessionContext();
-	return JSON.stringify({
-		messages: c.messages,
-		thinkingLevel: c.thinkingLevel,
-		models: c.models,
-		injectedTtsrRules: c.injectedTtsrRules,
-		mode: c.mode,
-		modeData: c.modeData,
-	});
-}
-
 interface TreeNode {
 	entry: { id: string; timestamp?: unknown };
 	children: TreeNode[];
@@ -235,10 +215,10 @@ for (let n = 0; n < cases.length; n++) {
 	sessionsOut.push(JSON.stringify({ case: n, kind: c.kind, lines: lines.length }), ...lines);
 	const sm = await SessionManager.open(file, sessionsDir);
 	if (c.kind === "context") {
-		expectedOut.push(JSON.stringify({ case: n, timestamp: c.timestamp, leaf: "(loaded)", context: contextOf(sm) }));
+		expectedOut.push(JSON.stringify({ case: n, timestamp: c.timestamp, leaf: "(loaded)", context: contextJson(sm) }));
 		for (const entry of sm.getEntries()) {
 			sm.branch(entry.id);
-			expectedOut.push(JSON.stringify({ case: n, timestamp: c.timestamp, leaf: entry.id, context: contextOf(sm) }));
+			expectedOut.push(JSON.stringify({ case: n, timestamp: c.timestamp, leaf: entry.id, context: contextJson(sm) }));
 		}
 	} else {
 		// Every entry's children in the reference's order (`getTree`), and
