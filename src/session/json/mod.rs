@@ -12,12 +12,18 @@
 //! - `pretty`: re-indenting JSON text like `JSON.stringify(v, null, 2)`;
 //! - `scan`: the fast validating scanner that records member byte ranges;
 //! - `members`: `Members`, a line's top-level members from the scanner
-//!   or, for a line it declines, from serde.
+//!   or, for a line it declines, from serde;
+//! - `sketch`: `sketch_line`, a line's top-level `id` and `parentId`
+//!   found without validating it (exact for valid lines).
 
 mod members;
 mod pretty;
 mod raw;
 mod scan;
+// The lean path's deferred validation is its caller (`docs/engine.md`,
+// "Sketching lines"); until that lands only the tests call it.
+#[allow(dead_code)]
+mod sketch;
 
 // Public: what the adapters use (`docs/engine.md`, "Public surface").
 pub use pretty::{pretty, pretty_append};
@@ -31,3 +37,10 @@ pub(crate) use scan::agree as scanner_agrees_with_serde;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use scan::is_valid_json;
 pub(crate) use scan::{as_text, object_members, scan_object, Member, ObjectScan};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use sketch::check_line as check_sketch;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use sketch::sketch_lines;
+#[allow(unused_imports)]
+pub(crate) use sketch::{sketch_line, Sketch, SketchParent};

@@ -14,6 +14,7 @@ mod model;
 mod persistence;
 mod reference_ports;
 mod reliability;
+mod sketch;
 mod spec_rules;
 mod team;
 mod timestamps;

@@ -1,0 +1,54 @@
+//! Times the line sketch (`docs/engine.md`, "Sketching lines") over the
+//! lines of a session file, one thread, line splitting excluded.
+//!
+//! ```text
+//! cargo run --release --example sketch_lines -- FILE [KERNEL] [ROUNDS]
+//! ```
+//!
+//! `KERNEL` is `auto` (the dispatched one, default), `avx2`, `portable` or
+//! `scalar`; the file's lines are sketched `ROUNDS` times (default 20). It
+//! prints the CPU time of this thread per round and the throughput; run it
+//! under `perf stat -e task-clock` to see the whole process's CPU time.
+
+use std::time::Duration;
+
+/// The CPU time of this thread so far (Linux's `schedstat`: nanoseconds
+/// on a CPU), so that other processes on a loaded machine do not count.
+fn thread_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    let ns = stat.split_whitespace().next().and_then(|n| n.parse().ok());
+    Duration::from_nanos(ns.expect("a number of nanoseconds"))
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let Some(path) = args.next() else {
+        eprintln!("usage: sketch_lines FILE [auto|avx2|portable|scalar] [ROUNDS]");
+        std::process::exit(2);
+    };
+    let kernel = args.next().unwrap_or_else(|| "auto".into());
+    let rounds: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(20);
+    let text = std::fs::read(&path).expect("read the file");
+    let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+    let bytes: usize = lines.iter().map(|l| l.len()).sum();
+    let mut best = Duration::MAX;
+    let mut total = Duration::ZERO;
+    let mut entries = 0;
+    for _ in 0..rounds {
+        let t = thread_cpu();
+        entries = sessionfs::testing::sketch_lines(&lines, &kernel).expect("a kernel of this CPU");
+        let d = thread_cpu() - t;
+        best = best.min(d);
+        total += d;
+    }
+    let gbs = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+    let mean = total / rounds as u32;
+    println!(
+        "{kernel}: {} lines, {bytes} bytes, {entries} entries; CPU per round best {:.2} ms ({:.2} GB/s), mean {:.2} ms ({:.2} GB/s)",
+        lines.len(),
+        best.as_secs_f64() * 1e3,
+        gbs(best),
+        mean.as_secs_f64() * 1e3,
+        gbs(mean)
+    );
+}
