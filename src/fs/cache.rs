@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
 use crate::fs::pages::ContextPages;
+use crate::fs::text::Text;
 use crate::session::ContextFold;
 use crate::session::Session;
 use crate::session::StatsTable;
@@ -163,16 +164,18 @@ pub(crate) struct SlotState {
     pub views: HashMap<SessionFile, (ContextKey, Arc<Vec<u8>>)>,
     /// The stats table, for (generation, entry count).
     pub stats: Option<((u64, usize), Arc<StatsTable>)>,
-    /// `context.json` served from the persistent index's stored rendering
-    /// while the session is not loaded, for the file as fingerprinted
-    /// (see `Tree::unloaded_context`). Counts as loaded in the budget.
-    pub stored_context: Option<(Fingerprint, Arc<Vec<u8>>)>,
+    /// `context.json` served while the session is not loaded (the
+    /// persistent index's stored rendering, read from its file, or the
+    /// lean first-time path's text), for the file as fingerprinted (see
+    /// `Tree::unloaded_context`). Counts as loaded in the budget (with the
+    /// memory it holds: none for a stored rendering).
+    pub stored_context: Option<(Fingerprint, Text)>,
     /// The text of `context.json` served while the session was not loaded
     /// (`stored_context`), kept across the load that replaced it until the
     /// loaded session renders `context.json`: that rendering is compared
     /// with it, so the kernel's pages stay valid up to the first byte that
     /// differs (`fs::pages`).
-    pub(crate) served_context: Option<Arc<Vec<u8>>>,
+    pub(crate) served_context: Option<Text>,
     /// What the kernel's page cache may hold of `context.json` and its
     /// open handles (`fs::pages`). Kept while the slot lives: the
     /// kernel's pages outlive a dropped rendering.
@@ -231,8 +234,11 @@ impl SlotState {
         let context = self.context.as_ref().map_or(0, |(_, c)| c.len());
         let views: usize = self.views.values().map(|(_, v)| v.len()).sum();
         let stats = self.stats.as_ref().map_or(0, |(_, t)| t.estimated_bytes());
-        let stored = self.stored_context.as_ref().map_or(0, |(_, c)| c.len())
-            + self.served_context.as_ref().map_or(0, |c| c.len());
+        let stored = self
+            .stored_context
+            .as_ref()
+            .map_or(0, |(_, c)| c.memory_bytes())
+            + self.served_context.as_ref().map_or(0, Text::memory_bytes);
         512 + session + context + views + stats + stored + self.entry_sizes.len() * 48
     }
 

@@ -13,6 +13,7 @@ use crate::fs::cache::HeldSlot;
 use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
 use crate::fs::pages::PagedOpen;
+use crate::fs::text::Text;
 use crate::fs::tree::Tree;
 use crate::session::{Error, Result};
 
@@ -22,7 +23,7 @@ enum Handle {
     /// on a read at offset 0 for dynamic files).
     Read {
         node: Node,
-        content: Option<Arc<Vec<u8>>>,
+        content: Option<Text>,
         dynamic: bool,
         /// `context.json`: the rendering taken at open is counted in the
         /// session's page state until release (`fs::pages`).
@@ -34,7 +35,7 @@ enum Handle {
     Control {
         node: Node,
         stream: AppendStream,
-        content: Option<Arc<Vec<u8>>>,
+        content: Option<Text>,
         /// The id the kernel gave for the last writer (see `flush`).
         last_writer: u32,
         /// `labels` opened with `O_TRUNC`: the table written replaces the
@@ -84,11 +85,12 @@ pub(crate) enum PageCache {
     Keep,
 }
 
-/// Bytes of a file's content, without copying it.
+/// Bytes of a file's content, without copying it (a stored rendering's
+/// are read when they are used, see [`Bytes::with_slice`]).
 pub(crate) struct Bytes {
-    content: Option<Arc<Vec<u8>>>,
-    start: usize,
-    end: usize,
+    content: Option<Text>,
+    start: u64,
+    end: u64,
 }
 
 impl Bytes {
@@ -99,11 +101,9 @@ impl Bytes {
     };
 
     /// `size` bytes at `offset` of `content` (fewer at its end).
-    fn slice(content: Arc<Vec<u8>>, offset: u64, size: u32) -> Bytes {
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(content.len());
-        let end = start.saturating_add(size as usize).min(content.len());
+    fn slice(content: Text, offset: u64, size: u32) -> Bytes {
+        let start = offset.min(content.len());
+        let end = start.saturating_add(u64::from(size)).min(content.len());
         Bytes {
             content: Some(content),
             start,
@@ -111,10 +111,18 @@ impl Bytes {
         }
     }
 
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        self.content
-            .as_ref()
-            .map_or(&[][..], |c| &c[self.start..self.end])
+    /// Runs `f` on the bytes (see [`Text::with_range`]).
+    pub(crate) fn with_slice<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        match &self.content {
+            Some(c) => c.with_range(self.start, self.end, f),
+            None => Ok(f(&[])),
+        }
+    }
+
+    /// The bytes, copied.
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        self.with_slice(<[u8]>::to_vec).expect("readable")
     }
 }
 
@@ -462,7 +470,7 @@ mod tests {
     }
 
     fn read_all(h: &Handles, fh: u64) -> String {
-        String::from_utf8(h.read(fh, 0, 1 << 20).unwrap().as_slice().to_vec()).unwrap()
+        String::from_utf8(h.read(fh, 0, 1 << 20).unwrap().to_vec()).unwrap()
     }
 
     fn errno<T>(r: Result<T>) -> i32 {
@@ -656,13 +664,13 @@ mod tests {
             .open(&file(&key, SessionFile::Leaf), OpenMode::READ)
             .unwrap();
         assert_eq!(read_all(&h, fh), "e2\n");
-        assert_eq!(h.read(fh, 1, 1).unwrap().as_slice(), b"2");
-        assert_eq!(h.read(fh, 10, 5).unwrap().as_slice(), b"");
+        assert_eq!(h.read(fh, 1, 1).unwrap().to_vec(), b"2");
+        assert_eq!(h.read(fh, 10, 5).unwrap().to_vec(), b"");
         // Another writer moves the leaf: a read at offset 0 sees it.
         let (w, _) = h.open(&file(&key, SessionFile::Leaf), WRITE).unwrap();
         assert_eq!(h.write(w, 1, b"e0\n").unwrap(), 3);
         assert_eq!(
-            h.read(fh, 1, 5).unwrap().as_slice(),
+            h.read(fh, 1, 5).unwrap().to_vec(),
             b"2\n",
             "kept after offset 0"
         );

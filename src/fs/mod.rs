@@ -29,6 +29,7 @@ pub(crate) mod mount;
 pub(crate) mod owner;
 pub(crate) mod pages;
 pub(crate) mod requestlog;
+pub(crate) mod text;
 pub(crate) mod tree;
 pub(crate) mod views;
 pub(crate) mod watch;
@@ -446,9 +447,20 @@ impl Filesystem for SessionFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.handles.read(fh.0, offset, size) {
-            Ok(bytes) => reply.data(bytes.as_slice()),
-            Err(e) => reply.error(err_of(&e)),
+        let bytes = match self.handles.read(fh.0, offset, size) {
+            Ok(bytes) => bytes,
+            Err(e) => return reply.error(err_of(&e)),
+        };
+        // A stored rendering's bytes are read here, into this thread's
+        // buffer (`fs::text`); a failure is the read's error.
+        let mut reply = Some(reply);
+        let sent = bytes.with_slice(|data| {
+            if let Some(reply) = reply.take() {
+                reply.data(data);
+            }
+        });
+        if let (Err(e), Some(reply)) = (sent, reply) {
+            reply.error(err_of(&e));
         }
     }
 

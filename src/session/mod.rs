@@ -60,7 +60,7 @@ pub use error::{Error, Result};
 pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
 pub use history::{HistoryEntry, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT};
 pub use index::{EntryMeta, Loc, TreeIndex, TreeRow};
-pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse};
+pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse, StoredText};
 pub use lean::{write_last_context, KeepRendering};
 pub use manager::{LoadReport, OpenOptions, Refresh, Session};
 pub use paths::{session_id_from_file_name, AgentDir};

@@ -6,6 +6,7 @@
 use super::render::render_session_file;
 use super::*;
 use crate::fs::pages::PagedOpen;
+use crate::fs::text::Text;
 
 impl Tree {
     /// Opens `context.json` of a session: its current rendering (rendered
@@ -15,9 +16,9 @@ impl Tree {
         &self,
         held: &HeldSlot,
         key: &SessionKey,
-    ) -> Result<(Arc<Vec<u8>>, PagedOpen)> {
+    ) -> Result<(Text, PagedOpen)> {
         let stored = self.unloaded_context_then(key, |st, data| {
-            let opened = st.context_pages.open(data.len() as u64);
+            let opened = st.context_pages.open(data.len());
             (data, opened)
         });
         let (data, opened) = match stored {
@@ -32,7 +33,7 @@ impl Tree {
                     other => other?,
                 };
                 let opened = st.context_pages.open(data.len() as u64);
-                Ok((data, opened))
+                Ok((Text::Memory(data), opened))
             })?,
         };
         if opened.clean_now {

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::fs::pages::common_prefix;
+use crate::fs::text::Text;
 use crate::session::{write_last_context, KeepRendering};
 
 impl Tree {
@@ -48,9 +49,8 @@ impl Tree {
             mtime,
         };
         if let Node::File(key, SessionFile::Context) = node {
-            let size = self.unloaded_context_then(key, |st, data| {
-                st.context_pages.attr_size(data.len() as u64)
-            });
+            let size =
+                self.unloaded_context_then(key, |st, data| st.context_pages.attr_size(data.len()));
             if let Some(size) = size {
                 return Ok(Attr {
                     node_type: NodeType::File,
@@ -369,16 +369,18 @@ impl Tree {
     /// `context.json` of a session that is not loaded, taken from the
     /// stored rendering of its persistent index when the file is unchanged
     /// since it was rendered (docs/filesystem.md, "Persistent index"): the
-    /// first `cat` after mounting checks the file and copies the text
-    /// instead of loading the session. Without a stored rendering, the
+    /// first `cat` after mounting checks the file and the stored text and
+    /// serves it from its file (`fs::text`) instead of loading the
+    /// session. Without a stored rendering, the
     /// first text of the slot is built by the lean first-time path
     /// (`session::write_last_context`, which also stores it when the index
     /// is on), again without loading the session. Kept in the slot for the
-    /// requests of that `cat` (and counted in the cache budget) while the
+    /// requests of that `cat` (and counted in the cache budget with the
+    /// memory it holds) while the
     /// file's identity, size and mtime stay; a load takes over from it
     /// after a change (the loaded session extends its context as entries
     /// are appended).
-    pub(super) fn unloaded_context(&self, key: &SessionKey) -> Option<Arc<Vec<u8>>> {
+    pub(super) fn unloaded_context(&self, key: &SessionKey) -> Option<Text> {
         self.unloaded_context_then(key, |_, data| data)
     }
 
@@ -387,7 +389,7 @@ impl Tree {
     pub(super) fn unloaded_context_then<R>(
         &self,
         key: &SessionKey,
-        then: impl FnOnce(&mut SlotState, Arc<Vec<u8>>) -> R,
+        then: impl FnOnce(&mut SlotState, Text) -> R,
     ) -> Option<R> {
         let store = self.index.as_ref();
         // A loaded session renders it (cheap check first: no system call).
@@ -419,14 +421,32 @@ impl Tree {
             }
             st.stored_context = None;
             let variant = pretty_context_variant(Some(self.blobs.dir()));
-            let text = match store
-                .and_then(|store| store.stored_context(&*self.storage, &path, &variant, None))
+            // A stored rendering is served from its file (checked whole
+            // first): nothing of its size is allocated.
+            let data = match store
+                .and_then(|store| store.stored_context_text(&*self.storage, &path, &variant, None))
             {
-                Some(text) => text,
-                None if first => self.lean_context(&path, store, &variant)?,
+                Some(text) => {
+                    log::debug!(
+                        "{}/{}: context.json from the stored rendering, {} bytes",
+                        key.project,
+                        key.session,
+                        text.len()
+                    );
+                    Text::Stored(Arc::new(text))
+                }
+                None if first => {
+                    let text = self.lean_context(&path, store, &variant)?;
+                    log::debug!(
+                        "{}/{}: context.json built by the lean first-time path, {} bytes",
+                        key.project,
+                        key.session,
+                        text.len()
+                    );
+                    Text::Memory(Arc::new(text))
+                }
                 None => return None,
             };
-            let data = Arc::new(text);
             // A new rendering, compared with nothing (`fs::pages`).
             st.context_pages.changed(0);
             st.stored_context = Some((fp, data.clone()));
@@ -463,18 +483,24 @@ impl Tree {
         }
     }
 
-    /// The content of a file node.
+    /// The content of a file node, in memory.
     pub(crate) fn read(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
-        self.read_in(None, node)
+        self.read_in(None, node)?.to_memory()
     }
 
-    /// [`Tree::read`] through the slot an open file holds, if any.
-    pub(crate) fn read_in(&self, held: Option<&HeldSlot>, node: &Node) -> Result<Arc<Vec<u8>>> {
+    /// The content of a file node, through the slot an open file holds,
+    /// if any.
+    pub(crate) fn read_in(&self, held: Option<&HeldSlot>, node: &Node) -> Result<Text> {
         if let Node::File(key, SessionFile::Context) = node {
             if let Some(data) = self.unloaded_context(key) {
                 return Ok(data);
             }
         }
+        self.read_rendered(held, node).map(Text::Memory)
+    }
+
+    /// [`Tree::read_in`] of what is rendered into memory.
+    fn read_rendered(&self, held: Option<&HeldSlot>, node: &Node) -> Result<Arc<Vec<u8>>> {
         match node {
             Node::File(key, SessionFile::Problems) => self.problems(key),
             Node::File(key, f) => self.with_session_in(held, key, |st, s| match (s, f) {
@@ -560,9 +586,9 @@ pub(super) fn render_session_file(
                 if let Some(text) = s.stored_context() {
                     // Compared with a text served before the load, if any;
                     // else every cached page is stale.
-                    match st.served_context.take() {
-                        Some(old) if *old == text => {}
-                        Some(old) => st.context_pages.changed(common_prefix(&old, &text)),
+                    match st.served_context.take().map(|old| old.changed_to(&text)) {
+                        Some(None) => {}
+                        Some(Some(same)) => st.context_pages.changed(same),
                         None => st.context_pages.changed(0),
                     }
                     let data = Arc::new(text);
@@ -607,10 +633,13 @@ pub(super) fn render_session_file(
             // The kernel's cached pages stay valid up to the first byte that
             // differs from the rendering before (all stale without one).
             let served = st.served_context.take();
-            match st.context.as_ref().map(|(_, old)| old).or(served.as_ref()) {
-                Some(old) if **old == buf => {}
-                Some(old) => st.context_pages.changed(common_prefix(old, &buf)),
-                None => st.context_pages.changed(0),
+            let change = match (&st.context, served) {
+                (Some((_, old)), _) => (**old != buf).then(|| common_prefix(old, &buf)),
+                (None, Some(old)) => old.changed_to(&buf),
+                (None, None) => Some(0),
+            };
+            if let Some(same) = change {
+                st.context_pages.changed(same);
             }
             let data = Arc::new(buf);
             st.context = Some((key, data.clone()));

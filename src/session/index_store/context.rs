@@ -51,9 +51,23 @@ impl IndexStore {
         variant: &str,
         expect: Option<&Fingerprint>,
     ) -> Option<(std::fs::File, u64, u64)> {
+        self.stored_context_at(storage, path, variant, expect)
+            .map(|(file, _, start, end)| (file, start, end))
+    }
+
+    /// [`IndexStore::stored_context_file`], with the path of the stored
+    /// rendering's file.
+    fn stored_context_at(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+    ) -> Option<(std::fs::File, PathBuf, u64, u64)> {
         use std::os::unix::fs::FileExt;
         let canonical = storage.canonicalize(path).ok()?;
-        let file = std::fs::File::open(self.context_file_for(&canonical)).ok()?;
+        let ctx_path = self.context_file_for(&canonical);
+        let file = std::fs::File::open(&ctx_path).ok()?;
         let len = file.metadata().ok()?.len();
         let mut head = vec![0u8; len.min(64 << 10) as usize];
         if len < 8 || file.read_exact_at(&mut head, 0).is_err() {
@@ -79,7 +93,30 @@ impl IndexStore {
         if stat.size != fp.size || stat.mtime != fp.mtime || !fp.bytes_match(storage, path, &stat) {
             return None;
         }
-        Some((file, r.pos as u64, text_end))
+        Some((file, ctx_path, r.pos as u64, text_end))
+    }
+
+    /// The stored rendering of the context of `path` (as
+    /// [`IndexStore::stored_context`]), checked whole and left in its
+    /// file: a [`StoredText`] reads its pieces from there (the page
+    /// cache), so that serving it allocates nothing of its size — a fresh
+    /// page costs microseconds (`docs/benchmarks.md`, "Mount first
+    /// reads (seventh session)").
+    pub(crate) fn stored_context_text(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        expect: Option<&Fingerprint>,
+    ) -> Option<StoredText> {
+        let (file, path, start, end) = self.stored_context_at(storage, path, variant, expect)?;
+        let mut buf = vec![0u8; PIECE];
+        checked_text(&file, start, end, &mut buf).then_some(StoredText {
+            file,
+            path,
+            start,
+            len: end - start,
+        })
     }
 
     /// [`IndexStore::stored_context`] written to `out` in pieces (the text
@@ -94,28 +131,13 @@ impl IndexStore {
         out: &mut dyn std::io::Write,
     ) -> std::io::Result<bool> {
         use std::os::unix::fs::FileExt;
-        const PIECE: usize = 256 << 10;
         let Some((file, text_start, text_end)) =
             self.stored_context_file(storage, path, variant, expect)
         else {
             return Ok(false);
         };
-        let mut sum = [0u8; 8];
-        if file.read_exact_at(&mut sum, text_end).is_err() {
-            return Ok(false);
-        }
         let mut buf = vec![0u8; PIECE];
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        let mut at = text_start;
-        while at < text_end {
-            let n = ((text_end - at) as usize).min(PIECE);
-            if file.read_exact_at(&mut buf[..n], at).is_err() {
-                return Ok(false);
-            }
-            hasher.update(&buf[..n]);
-            at += n as u64;
-        }
-        if hasher.digest() != u64::from_le_bytes(sum) {
+        if !checked_text(&file, text_start, text_end, &mut buf) {
             return Ok(false);
         }
         let mut at = text_start;
@@ -178,6 +200,68 @@ impl IndexStore {
             failed: false,
             finished: false,
         })
+    }
+}
+
+/// The pieces a stored rendering is checked and copied in.
+const PIECE: usize = 256 << 10;
+
+/// Whether the text at `start..end` of `file` matches the checksum that
+/// follows it, read in pieces through `buf`.
+fn checked_text(file: &std::fs::File, start: u64, end: u64, buf: &mut [u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut sum = [0u8; 8];
+    if buf.is_empty() || file.read_exact_at(&mut sum, end).is_err() {
+        return false;
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut at = start;
+    while at < end {
+        let n = usize::try_from(end - at).map_or(buf.len(), |left| left.min(buf.len()));
+        if file.read_exact_at(&mut buf[..n], at).is_err() {
+            return false;
+        }
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    hasher.digest() == u64::from_le_bytes(sum)
+}
+
+/// A stored context rendering whose checksum matched, read from its file
+/// on demand (see [`IndexStore::stored_context_text`]). The file stays
+/// open: a newer rendering stored meanwhile replaces it by a rename and
+/// does not change what this one reads (the store never writes a
+/// rendering's file in place).
+#[derive(Debug)]
+pub struct StoredText {
+    file: std::fs::File,
+    path: PathBuf,
+    start: u64,
+    len: u64,
+}
+
+impl StoredText {
+    /// The text's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the text is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Fills `buf` with the text from `offset` on, as far as the text
+    /// goes: the number of bytes read. A file cut short since it was
+    /// checked is an error (`EIO`).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> crate::session::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let left = self.len.saturating_sub(offset);
+        let n = usize::try_from(left).map_or(buf.len(), |left| left.min(buf.len()));
+        self.file
+            .read_exact_at(&mut buf[..n], self.start + offset)
+            .map_err(|e| crate::session::Error::io(&self.path, e))?;
+        Ok(n)
     }
 }
 

@@ -32,7 +32,7 @@ pub(crate) use codec::decode;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use codec::decode_unchecked;
 use codec::encode;
-pub use context::ContextWriter;
+pub use context::{ContextWriter, StoredText};
 
 /// The first bytes of every index file.
 const MAGIC: &[u8; 8] = b"SFSIDX\x00\x01";

@@ -129,12 +129,30 @@ impl Mount {
         Self::spawn(agent, &all, Some(log))
     }
 
+    /// [`Mount::start_logging`] with the persistent index under `cache`
+    /// (`XDG_CACHE_HOME`) instead of the mount's own directory, so that
+    /// mounts one after another share it.
+    pub fn start_with_cache(agent: &Path, args: &[&str], log: &str, cache: &Path) -> Mount {
+        let mut all = vec!["--agent-dir".to_string(), agent.display().to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        Self::spawn_in(agent, &all, Some(log), Some(cache))
+    }
+
     /// Mounts the bundled demo sessions.
     pub fn demo() -> Mount {
         Self::spawn(Path::new(""), &["--demo".to_string()], None)
     }
 
     fn spawn(agent: &Path, args: &[String], log_filter: Option<&str>) -> Mount {
+        Self::spawn_in(agent, args, log_filter, None)
+    }
+
+    fn spawn_in(
+        agent: &Path,
+        args: &[String],
+        log_filter: Option<&str>,
+        cache: Option<&Path>,
+    ) -> Mount {
         let dir = tempfile::tempdir().expect("tempdir");
         let mountpoint = dir.path().join("mnt");
         std::fs::create_dir(&mountpoint).expect("mkdir mountpoint");
@@ -150,7 +168,10 @@ impl Mount {
             .args(args)
             .arg(&mountpoint)
             // The persistent index stays in the test's directory.
-            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .env(
+                "XDG_CACHE_HOME",
+                cache.map_or_else(|| dir.path().join("cache"), Path::to_path_buf),
+            )
             .env(
                 "RUST_LOG",
                 log_filter

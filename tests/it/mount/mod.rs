@@ -7,6 +7,7 @@ mod contract;
 mod control;
 mod daemon;
 mod fidelity;
+mod first;
 mod live;
 mod pages;
 mod pg;

@@ -1,0 +1,163 @@
+//! The first `context.json` after mounting (docs/filesystem.md,
+//! "Persistent index", "First `context.json` without a stored
+//! rendering"): built by the lean first-time path and stored, then served
+//! by the next mount from the stored rendering's file, in pieces, without
+//! loading the session — the same bytes at every offset, also when the
+//! stored file is replaced while a reader is open, and never a damaged
+//! stored rendering.
+
+use crate::common::fuse;
+use crate::common::live::write_session;
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use fuse::{fuse_ok, Mount};
+
+const PROJECT: &str = "--work-first--";
+const STEM: &str = "2026-03-02T10-00-00-000Z_1212343412123434";
+const LOG: &str = "warn,sessionfs::fs::tree=debug";
+
+/// A linear session whose context is about `pairs` KB (more than one
+/// piece of a stored rendering and many read requests).
+fn session(pairs: usize) -> String {
+    let mut t = String::from(
+        r#"{"type":"session","version":3,"id":"1212343412123434","timestamp":"2026-03-02T10:00:00.000Z","cwd":"/work/first"}"#,
+    );
+    t.push('\n');
+    let mut parent = "null".to_string();
+    for i in 1..=pairs {
+        let text = format!("question {i} ").repeat(40);
+        t.push_str(&format!(
+            r#"{{"type":"message","id":"u{i}","parentId":{parent},"timestamp":"2026-03-02T10:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
+        ));
+        t.push('\n');
+        t.push_str(&format!(
+            r#"{{"type":"message","id":"a{i}","parentId":"u{i}","timestamp":"2026-03-02T10:00:02.000Z","message":{{"role":"assistant","provider":"p","model":"m","content":[{{"type":"text","text":"answer {i}"}}]}}}}"#
+        ));
+        t.push('\n');
+        parent = format!("\"a{i}\"");
+    }
+    t
+}
+
+/// `sessionfs context --no-index` of `file`: what the mount must show.
+fn cli_context(file: &Path) -> Vec<u8> {
+    crate::common::stdout_ok(
+        Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .arg("context")
+            .arg("--no-index")
+            .arg(file),
+    )
+}
+
+/// The stored context renderings under the cache directory.
+fn stored_files(cache: &Path) -> Vec<PathBuf> {
+    let dir = cache.join("sessionfs").join("index");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ctx"))
+        .collect()
+}
+
+fn same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+        panic!(
+            "{what}: {} bytes read, {} expected, first difference at {at}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+#[test]
+fn the_next_mount_serves_the_stored_rendering_from_its_file() {
+    if !fuse_ok("the_next_mount_serves_the_stored_rendering_from_its_file") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let file = write_session(tmp.path(), PROJECT, STEM, &session(1500));
+    let want = cli_context(&file);
+    assert!(want.len() > 1 << 20, "a context of {} bytes", want.len());
+    let rel = format!("{PROJECT}/{STEM}/context.json");
+
+    // First mount: the lean path builds it, and stores it.
+    {
+        let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
+        same(&fs::read(m.join(&rel)).unwrap(), &want, "first mount");
+        let log = m.log_text();
+        assert!(log.contains("built by the lean first-time path"), "{log}");
+        assert!(!log.contains("from the stored rendering"), "{log}");
+    }
+    let stored = stored_files(&cache);
+    assert_eq!(stored.len(), 1, "stored renderings: {stored:?}");
+
+    // Second mount: served from the stored file, at any offset and size.
+    let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
+    let ctx = m.join(&rel);
+    assert_eq!(fs::metadata(&ctx).unwrap().len(), want.len() as u64);
+    let f = fs::File::open(&ctx).unwrap();
+    let mut head = vec![0u8; 1000];
+    f.read_exact_at(&mut head, 0).unwrap();
+    same(&head, &want[..1000], "head");
+    // The stored file is replaced (another process storing a rendering)
+    // while the descriptor is open: it keeps reading what it was opened
+    // with.
+    let other = stored[0].with_extension("other");
+    fs::write(&other, b"not a rendering").unwrap();
+    fs::rename(&other, &stored[0]).unwrap();
+    for (offset, size) in [
+        (1000, 5000),
+        ((256 << 10) - 7, 300),
+        (want.len() - 10, 100),
+        (want.len() / 2, 200 << 10),
+        (want.len() + 5, 10),
+    ] {
+        let mut buf = vec![0u8; size];
+        let mut got = 0;
+        while got < size {
+            let n = f.read_at(&mut buf[got..], (offset + got) as u64).unwrap();
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        let end = (offset + size).min(want.len());
+        same(
+            &buf[..got],
+            &want[offset.min(end)..end],
+            &format!("{size} bytes at {offset}"),
+        );
+    }
+    let mut rest = Vec::new();
+    let mut g = fs::File::open(&ctx).unwrap();
+    g.read_to_end(&mut rest).unwrap();
+    same(&rest, &want, "a second reader");
+    let log = m.log_text();
+    assert!(log.contains("from the stored rendering"), "{log}");
+    assert!(!log.contains("lean first-time path"), "{log}");
+    drop((f, g));
+    drop(m);
+
+    // A damaged stored rendering is never served: built again.
+    let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
+    same(&fs::read(m.join(&rel)).unwrap(), &want, "after the store");
+    drop(m);
+    let mut bytes = fs::read(&stored[0]).unwrap();
+    let at = bytes.len() - 100;
+    bytes[at] ^= 1;
+    fs::write(&stored[0], &bytes).unwrap();
+    let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
+    same(&fs::read(m.join(&rel)).unwrap(), &want, "damaged store");
+    let log = m.log_text();
+    assert!(log.contains("built by the lean first-time path"), "{log}");
+    assert!(!log.contains("from the stored rendering"), "{log}");
+}
