@@ -228,7 +228,7 @@ fn checked_text(file: &std::fs::File, start: u64, end: u64, buf: &mut [u8]) -> b
 }
 
 /// A stored context rendering whose checksum matched, read from its file
-/// on demand (see [`IndexStore::stored_context_text`]). The file stays
+/// on demand (see `IndexStore::stored_context_text`). The file stays
 /// open: a newer rendering stored meanwhile replaces it by a rename and
 /// does not change what this one reads (the store never writes a
 /// rendering's file in place).

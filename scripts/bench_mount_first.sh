@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The mount's first `cat context.json` after mounting (issue 18's two mount
+# targets: ≤ 30 ms without an index, ≤ 5 ms with it), on the 100k-entry
+# session of scripts/bench.sh. A fresh mount before every run, in three
+# forms:
+#   no-index    `sessionfs mount --no-index`: the lean first-time path
+#   first-ever  the index on, its cache emptied before each mount: the lean
+#               path, which also stores the rendering
+#   index       the index on, the rendering stored by an earlier mount
+# For each: the `cat`'s wall time (hyperfine, `--prepare` mounting afresh;
+# `cat` of the session file itself in the same invocation as the yardstick)
+# and the mount process's CPU during the `cat` (`perf stat -e task-clock
+# -p`, which counts the threads the mount starts meanwhile; skipped without
+# perf). Every text is compared with `sessionfs context --no-index`.
+#
+#   scripts/bench_mount_first.sh [DATA_DIR]
+#
+# DATA_DIR (default: a temporary directory, removed at the end) receives
+# the generated session, the mount point and the index cache.
+# Environment: RUNS (hyperfine runs per form, default 20), CPU_RUNS (perf
+# runs per form, default 10), BIN (a sessionfs binary; default: build
+# target/release/sessionfs), FORMS (default "no-index first-ever index").
+# Needs FUSE (fuse3), hyperfine and jq; perf is optional.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RUNS=${RUNS:-20}
+CPU_RUNS=${CPU_RUNS:-10}
+FORMS=${FORMS:-no-index first-ever index}
+
+die() { echo "bench_mount_first.sh: $*" >&2; exit 1; }
+command -v hyperfine >/dev/null || die "hyperfine is missing (apt-get install hyperfine)"
+command -v jq >/dev/null || die "jq is missing (apt-get install jq)"
+
+(cd "$ROOT" && cargo build --release --example gen_sessions 2>&1 | tail -1)
+GEN=$ROOT/target/release/examples/gen_sessions
+if [ -z "${BIN:-}" ]; then
+    (cd "$ROOT" && cargo build --release --bin sessionfs 2>&1 | tail -1)
+    BIN=$ROOT/target/release/sessionfs
+fi
+
+CLEAN=
+if [ $# -ge 1 ]; then
+    DATA=$1
+    mkdir -p "$DATA"
+else
+    DATA=$(mktemp -d /tmp/sessionfs-first.XXXXXX)
+    CLEAN=$DATA
+fi
+DATA=$(cd "$DATA" && pwd)
+MNT=$DATA/mnt
+CACHE=$DATA/cache
+PID=$DATA/mount.pid
+mkdir -p "$MNT"
+
+cleanup() {
+    if grep -q " $MNT " /proc/self/mountinfo 2>/dev/null; then
+        "$BIN" umount "$MNT" >/dev/null 2>&1 || umount -l "$MNT" 2>/dev/null || true
+    fi
+    [ -n "$CLEAN" ] && rm -rf "$CLEAN"
+    return 0
+}
+trap cleanup EXIT INT TERM
+
+rm -rf "$DATA/sessions/--bench--"
+F=$("$GEN" --entries 100000 --out "$DATA" --seed 3)
+S=$(basename "$F" .jsonl)
+C=$MNT/--bench--/$S/context.json
+WANT=$DATA/want.json
+"$BIN" context --no-index "$F" > "$WANT"
+echo "session: $F ($(stat -c %s "$F") bytes), context.json $(stat -c %s "$WANT") bytes"
+
+# A fresh mount for each run (hyperfine's --prepare runs it without a shell).
+REMOUNT=$DATA/remount.sh
+cat > "$REMOUNT" <<EOF
+#!/bin/sh
+# remount.sh FORM: unmount if mounted, then mount afresh in that form.
+export XDG_CACHE_HOME='$CACHE'
+grep -q " $MNT " /proc/self/mountinfo && '$BIN' umount '$MNT'
+case "\$1" in
+    no-index) set -- --no-index ;;
+    first-ever) rm -rf '$CACHE'; set -- ;;
+    *) set -- ;;
+esac
+exec '$BIN' mount --agent-dir '$DATA' --pid-file '$PID' "\$@" '$MNT' >/dev/null 2>&1
+EOF
+chmod +x "$REMOUNT"
+
+median() { sort -n | awk '{a[NR]=$1} END {if (NR) printf "%.2f", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A WALL CPU
+for form in $FORMS; do
+    # The index form reads what an earlier mount stored.
+    if [ "$form" = index ]; then
+        "$REMOUNT" first-ever
+        cmp -s "$C" "$WANT" || die "index: priming mount: the text differs"
+        "$BIN" umount "$MNT"
+    fi
+    json=$DATA/$form.json
+    hyperfine -N -r "$RUNS" --output=null --export-json "$json" \
+        --prepare "$REMOUNT $form" -n "first cat ($form)" "cat $C" \
+        --prepare true -n "cat of the session file" "cat $F" > /dev/null
+    "$BIN" umount "$MNT" >/dev/null 2>&1 || true
+    WALL[$form]=$(jq -r '.results[] | "\(.command): min \(.min*1000*100|round/100) ms, median \(.median*1000*100|round/100) ms, mean \(.mean*1000*100|round/100) ms"' "$json" | paste -sd';' -)
+    if command -v perf >/dev/null; then
+        cpus=()
+        for _ in $(seq "$CPU_RUNS"); do
+            "$REMOUNT" "$form"
+            pid=$(cat "$PID")
+            perf stat -x, -e task-clock -o "$DATA/perf.txt" -p "$pid" -- cat "$C" > "$DATA/out.json"
+            cmp -s "$DATA/out.json" "$WANT" || die "$form: the text differs from sessionfs context --no-index"
+            cpus+=("$(grep task-clock "$DATA/perf.txt" | cut -d, -f1)")
+            "$BIN" umount "$MNT"
+        done
+        sorted=$(printf '%s\n' "${cpus[@]}" | sort -n)
+        CPU[$form]="min $(head -1 <<<"$sorted") ms, median $(median <<<"$sorted") ms, max $(tail -1 <<<"$sorted") ms ($CPU_RUNS runs)"
+    else
+        CPU[$form]="(perf not installed)"
+    fi
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| form | cat wall ($RUNS runs) | mount CPU during the cat |"
+echo "|---|---|---|"
+for form in $FORMS; do
+    echo "| $form | ${WALL[$form]//;/<br>} | ${CPU[$form]} |"
+done
