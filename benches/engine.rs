@@ -1,5 +1,6 @@
-//! Engine benchmarks (criterion): open/index, context at a deep leaf,
-//! append, and incremental reload after an outside append.
+//! Engine benchmarks (criterion): open/index, context at a deep leaf (and
+//! the pretty printer alone on it), append, and incremental reload after
+//! an outside append.
 //!
 //! `cargo bench --bench engine` — the data is generated into a temporary
 //! directory with the same generator as `examples/gen_sessions.rs`.
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use serde_json::json;
+use sessionfs::session::json::pretty_append;
 use sessionfs::session::OpenOptions;
 use sessionfs::session::{FileStorage, Storage};
 use sessionfs::session::{Refresh, Session};
@@ -85,6 +87,17 @@ fn benches(c: &mut Criterion) {
         if *n == 100_000 {
             g.bench_function(BenchmarkId::new("pretty", label(*n)), |b| {
                 b.iter(|| s.context().unwrap().to_pretty())
+            });
+            // The printer alone, into a reused buffer
+            // (docs/benchmarks.md, "Pretty printing (seventh session)").
+            let ctx = s.context().unwrap();
+            let mut out = Vec::new();
+            g.throughput(Throughput::Bytes(ctx.as_json().len() as u64));
+            g.bench_function(BenchmarkId::new("pretty_print_only", label(*n)), |b| {
+                b.iter(|| {
+                    out.clear();
+                    pretty_append(ctx.as_json(), 0, &mut out)
+                })
             });
         }
     }
