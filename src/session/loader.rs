@@ -241,6 +241,12 @@ pub(crate) trait LineRules: Send {
     type Entry: Send;
     /// Classifies the line (without its `\n`) at `offset`.
     fn classify(&mut self, offset: u64, line: &[u8]) -> Class<Self::Entry>;
+    /// Classifies the unterminated last piece of a stream (a line that may
+    /// be torn), as [`LineRules::classify`] unless the rules take
+    /// shortcuts that a torn line must not take.
+    fn classify_tail(&mut self, offset: u64, line: &[u8]) -> Class<Self::Entry> {
+        self.classify(offset, line)
+    }
 }
 
 impl LineRules for LineScanner {
@@ -270,7 +276,7 @@ struct Classifier<'a, R: LineRules> {
 }
 
 impl<R: LineRules> Classifier<'_, R> {
-    fn line(&mut self, offset: u64, bytes: &[u8]) {
+    fn line(&mut self, offset: u64, bytes: &[u8], tail: bool) {
         if self.error.is_some() {
             return;
         }
@@ -278,7 +284,11 @@ impl<R: LineRules> Classifier<'_, R> {
             self.out.blank += 1;
             return;
         }
-        let kind = self.rules.classify(offset, bytes);
+        let kind = if tail {
+            self.rules.classify_tail(offset, bytes)
+        } else {
+            self.rules.classify(offset, bytes)
+        };
         match (self.phase, kind) {
             (_, Class::Invalid) => self.out.skipped += 1,
             (Phase::BeforeHeader, Class::Title) => self.out.has_title = true,
@@ -350,7 +360,7 @@ pub(crate) fn scan_stream_with<R: LineRules>(
         scanned = scanned.max(offset + chunk.len() as u64);
         splitter.feed(offset, chunk, &mut |line_offset, line| {
             last_end = line_offset + line.len() as u64 + 1;
-            classifier.line(line_offset, line);
+            classifier.line(line_offset, line, false);
         });
         if let Some(&b) = chunk.last() {
             if b == b'\n' {
@@ -365,7 +375,7 @@ pub(crate) fn scan_stream_with<R: LineRules>(
         // A complete object without its newline counts; a torn one is dropped.
         let before = classifier.out.entries.len() + usize::from(classifier.out.header.is_some());
         let skipped_before = classifier.out.skipped;
-        classifier.line(offset, &piece);
+        classifier.line(offset, &piece, true);
         let after = classifier.out.entries.len() + usize::from(classifier.out.header.is_some());
         if after == before && classifier.out.skipped > skipped_before {
             classifier.out.skipped = skipped_before;
