@@ -30,7 +30,6 @@ use crate::session::loader::{self, PARALLEL_MIN};
 use crate::session::storage::{RandomRead, Storage};
 
 mod scan;
-mod sketch;
 mod validate;
 mod walk;
 
@@ -223,7 +222,7 @@ pub fn write_last_context(
         parts: loader::parts(),
         min_parallel: PARALLEL_MIN,
         hash_mask: u64::MAX,
-        sketch: sketch::sketch_line,
+        sketch: crate::session::json::sketch_line,
     };
     write_with(storage, path, blobs, pretty, keep, out, tuning)
 }

@@ -20,9 +20,6 @@ mod members;
 mod pretty;
 mod raw;
 mod scan;
-// The lean path's deferred validation is its caller (`docs/engine.md`,
-// "Sketching lines"); until that lands only the tests call it.
-#[allow(dead_code)]
 mod sketch;
 
 // Public: what the adapters use (`docs/engine.md`, "Public surface").
@@ -42,5 +39,4 @@ pub(crate) use sketch::check_line as check_sketch;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use sketch::sketch_lines;
-#[allow(unused_imports)]
 pub(crate) use sketch::{sketch_line, Sketch, SketchParent};

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::sketch::{Sketch, SketchParent};
 use crate::session::error::{Error, Result};
 use crate::session::format::{LineKind, LineScanner};
+use crate::session::json::{Sketch, SketchParent};
 use crate::session::loader::{self, ChunkSink, Class, LineRules, Phase, Scanned, DEFAULT_MAX_LINE};
 use crate::session::storage::{RandomRead, Storage};
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::*;
+use crate::session::json::Sketch;
 use crate::session::manager::{OpenOptions, Session};
 use crate::session::storage::{FileStorage, Storage};
 
@@ -83,11 +84,11 @@ struct Tally {
 /// the scan and with [`loose_sketch`], which reads invalid lines as
 /// entries (the validation must then find them out).
 const RUNS: [(usize, u64, scan::SketchFn); 7] = [
-    (1, u64::MAX, sketch::sketch_line),
-    (2, u64::MAX, sketch::sketch_line),
-    (3, u64::MAX, sketch::sketch_line),
-    (1, 3, sketch::sketch_line),
-    (2, 3, sketch::sketch_line),
+    (1, u64::MAX, crate::session::json::sketch_line),
+    (2, u64::MAX, crate::session::json::sketch_line),
+    (3, u64::MAX, crate::session::json::sketch_line),
+    (1, 3, crate::session::json::sketch_line),
+    (2, 3, crate::session::json::sketch_line),
     (1, u64::MAX, loose_sketch),
     (2, 3, loose_sketch),
 ];
@@ -106,8 +107,8 @@ enum Seen<'a> {
 /// reads any line shaped like an object, valid or not, by brackets and
 /// quotes alone: invalid lines with an id become records, as with a real
 /// structural sketch, and only validation finds them out.
-fn loose_sketch(line: &[u8]) -> sketch::Sketch<'_> {
-    use sketch::{Sketch, SketchParent};
+fn loose_sketch(line: &[u8]) -> Sketch<'_> {
+    use crate::session::json::SketchParent;
     let n = line.len();
     // The end of the string whose opening quote is at `i` (its closing
     // quote, or `n`), and whether it holds a backslash.
