@@ -75,8 +75,7 @@ impl PathView for LeanPath<'_> {
         if e.flags & ASSISTANT != 0 {
             let name = self
                 .path
-                .names
-                .get(e.model as usize)
+                .model(pos)
                 .ok_or_else(|| Error::Internal("a model name was not kept".into()))?;
             return Ok(Cow::Owned(Facts::Message {
                 role: Role::Assistant,
@@ -96,7 +95,7 @@ impl PathView for LeanPath<'_> {
         )
     }
     fn has_id(&self, pos: usize, id: &str) -> Result<bool> {
-        let r = &self.records[self.path.entries[pos].idx as usize];
+        let r = &self.records[self.path.path[pos] as usize];
         if r.id != self.hasher.hash(id.as_bytes()) {
             return Ok(false);
         }
@@ -107,11 +106,11 @@ impl PathView for LeanPath<'_> {
         }
     }
     fn read(&self, pos: usize) -> Read {
-        let e = &self.path.entries[pos];
+        let idx = self.path.path[pos];
         Read {
-            idx: e.idx,
-            kind: e.kind,
-            len: e.len,
+            idx,
+            kind: self.path.entries[pos].kind,
+            len: self.records[idx as usize].len,
         }
     }
 }
@@ -244,20 +243,22 @@ fn resolve_path(
     };
     let split = (tuning.parts, tuning.min_parallel);
     let (walked, end) = provisional_walk(records, &table, leaf);
+    // Only the exact walk needs the table again (it is rebuilt then).
+    drop(table);
     let lines = LeanLines {
         records,
         reader,
         file,
         blobs: None,
     };
-    match validate_path(&lines, &walked, end, hasher, split)? {
+    match validate_path(&lines, walked, end, hasher, split)? {
         Validation::Valid(v) => return Ok(Ok(Some(v))),
         Validation::Disagrees => return Ok(Err(())),
         Validation::Mismatch => {}
     }
     // A line on the provisional path is no entry, or another id with the
     // same hash: the exact walk, then its lines validated.
-    drop(walked);
+    let table = IdTable::build(records);
     let walked = match exact_walk(records, &table, leaf, reader, file, hasher)? {
         Ok(w) => w,
         Err(_) => return Ok(Err(())),
@@ -269,7 +270,7 @@ fn resolve_path(
         file,
         blobs: None,
     };
-    match validate_path(&lines, &walked, walk::End::Decided, hasher, split)? {
+    match validate_path(&lines, walked, walk::End::Decided, hasher, split)? {
         Validation::Valid(v) => Ok(Ok(Some(v))),
         Validation::Disagrees => Ok(Err(())),
         Validation::Mismatch => Err(Error::Internal(

@@ -21,29 +21,24 @@ pub(super) const ASSISTANT: u8 = 1;
 /// An entry of the type [`RESET_BOUNDARY`].
 pub(super) const RESET: u8 = 2;
 
-/// What the fold and the messages need of a validated path entry (16
-/// bytes); the few facts that do not fit are kept beside it
-/// ([`ValidPath::facts`]).
+/// What the fold needs of a validated path entry (4 bytes; the record's
+/// index is in [`ValidPath::path`]); the few facts that do not fit are
+/// kept beside it ([`ValidPath::facts`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PathEntry {
-    /// The record of its line.
-    pub(super) idx: u32,
-    pub(super) len: u32,
-    /// The assistant message's `"<provider>/<model>"` in
-    /// [`ValidPath::names`] ([`ASSISTANT`]).
-    pub(super) model: u32,
     pub(super) kind: EntryKind,
     pub(super) flags: u8,
+    /// The assistant message's `"<provider>/<model>"` among the names of
+    /// its part of the path ([`ASSISTANT`]; see [`ValidPath::model`]).
+    model: u16,
 }
 
 impl Default for PathEntry {
     fn default() -> Self {
         PathEntry {
-            idx: 0,
-            len: 0,
-            model: 0,
             kind: EntryKind::Unknown,
             flags: 0,
+            model: 0,
         }
     }
 }
@@ -63,11 +58,25 @@ fn keeps_facts(kind: EntryKind) -> bool {
 
 /// A validated path, root first.
 pub(super) struct ValidPath {
+    /// The records of its entries.
+    pub(super) path: Vec<u32>,
     pub(super) entries: Vec<PathEntry>,
-    /// The facts of the entries [`keeps_facts`] names, by path position
-    /// (ascending).
+    /// The facts of the entries [`keeps_facts`] names (and of assistant
+    /// messages whose model has no number), by path position (ascending).
     pub(super) facts: Vec<(u32, Facts)>,
-    pub(super) names: Vec<Arc<str>>,
+    /// The model names of each part of the path (validated by one thread
+    /// each, `per` entries a part).
+    names: Vec<Vec<Arc<str>>>,
+    per: usize,
+}
+
+impl ValidPath {
+    /// The model name of the assistant message at `pos`.
+    pub(super) fn model(&self, pos: usize) -> Option<&Arc<str>> {
+        self.names
+            .get(pos / self.per)?
+            .get(usize::from(self.entries[pos].model))
+    }
 }
 
 /// The outcome of [`validate_path`].
@@ -86,7 +95,7 @@ struct Seen<'l> {
     id: Cow<'l, str>,
     parent: Option<Cow<'l, str>>,
     flags: u8,
-    model: u32,
+    model: u16,
     facts: Option<Facts>,
 }
 
@@ -99,19 +108,30 @@ struct LineCheck {
     name: String,
     full: LineScanner,
     names: Vec<Arc<str>>,
-    known: HashMap<Arc<str>, u32>,
-    last: Option<u32>,
+    known: HashMap<Arc<str>, u16>,
+    last: Option<u16>,
 }
 
 impl LineCheck {
-    fn intern(&mut self, name: &str) -> u32 {
-        if let Some(k) = self.last.filter(|&k| *self.names[k as usize] == *name) {
-            return k;
+    /// Gives `seen` the assistant model `name`: its number among the
+    /// names, or (past 65,536 names) its facts.
+    fn assistant(&mut self, seen: &mut Seen<'_>, name: &str) {
+        seen.flags |= ASSISTANT;
+        if let Some(k) = self.last.filter(|&k| *self.names[usize::from(k)] == *name) {
+            seen.model = k;
+            return;
         }
         let k = match self.known.get(name) {
             Some(&k) => k,
             None => {
-                let k = self.names.len() as u32;
+                let Ok(k) = u16::try_from(self.names.len()) else {
+                    seen.flags &= !ASSISTANT;
+                    seen.facts = Some(Facts::Message {
+                        role: Role::Assistant,
+                        model: Some(name.into()),
+                    });
+                    return;
+                };
                 let name: Arc<str> = name.into();
                 self.names.push(name.clone());
                 self.known.insert(name, k);
@@ -119,7 +139,7 @@ impl LineCheck {
             }
         };
         self.last = Some(k);
-        k
+        seen.model = k;
     }
 
     /// The entry of a line, `None` when the line is no entry (after the
@@ -155,8 +175,7 @@ impl LineCheck {
             EntryKind::Message if nested => {
                 let mut name = std::mem::take(&mut self.name);
                 if message_role(line, &self.nested, &mut name) == Role::Assistant {
-                    seen.flags |= ASSISTANT;
-                    seen.model = self.intern(&name);
+                    self.assistant(&mut seen, &name);
                 }
                 self.name = name;
             }
@@ -189,10 +208,7 @@ impl LineCheck {
             Facts::Message {
                 role: Role::Assistant,
                 model: Some(name),
-            } => {
-                seen.flags |= ASSISTANT;
-                seen.model = self.intern(&name);
-            }
+            } => self.assistant(&mut seen, &name),
             Facts::Unknown(name) if &*name == RESET_BOUNDARY => seen.flags |= RESET,
             facts if keeps_facts(e.kind) => seen.facts = Some(facts),
             _ => {}
@@ -267,8 +283,6 @@ fn validate_part(
         prev_id.clear();
         prev_id.push_str(&seen.id);
         out[at] = PathEntry {
-            idx: i,
-            len: r.len,
             model: seen.model,
             kind: seen.kind,
             flags: seen.flags,
@@ -288,7 +302,7 @@ fn validate_part(
 /// `min_parallel` bytes.
 pub(super) fn validate_path(
     lines: &LeanLines<'_>,
-    path: &[u32],
+    path: Vec<u32>,
     end: End,
     hasher: Hasher,
     (parts, min_parallel): (usize, u64),
@@ -326,7 +340,6 @@ pub(super) fn validate_path(
     });
     let results: Vec<Part> = results.into_iter().collect::<Result<_>>()?;
     let mut facts = Vec::new();
-    let mut names: Vec<Arc<str>> = Vec::new();
     for (k, part) in results.iter().enumerate() {
         match part.status {
             Status::Valid => {}
@@ -349,21 +362,16 @@ pub(super) fn validate_path(
             return Ok(Validation::Mismatch);
         }
     }
-    for (k, part) in results.into_iter().enumerate() {
-        let base = names.len() as u32;
-        if base > 0 {
-            for e in &mut entries[k * per..((k + 1) * per).min(path.len())] {
-                if e.flags & ASSISTANT != 0 {
-                    e.model += base;
-                }
-            }
-        }
-        names.extend(part.names);
-        facts.extend(part.facts);
-    }
+    let names = results.into_iter().map(|p| {
+        facts.extend(p.facts);
+        p.names
+    });
+    let names = names.collect();
     Ok(Validation::Valid(ValidPath {
+        path,
         entries,
         facts,
         names,
+        per,
     }))
 }
