@@ -147,7 +147,7 @@ impl LineSource for LeanLines<'_> {
     }
     /// Reads runs of neighbouring lines together, as
     /// [`crate::session::context::for_each_line_coalesced`] does, into one reused page-aligned
-    /// buffer from page-aligned file offsets (see [`read_range`]).
+    /// buffer from page-aligned file offsets (see `scan::read_range`).
     fn for_each_line(
         &self,
         idxs: &[u32],
