@@ -8,6 +8,10 @@ use crate::fs::pages::common_prefix;
 use crate::fs::text::Text;
 use crate::session::{write_last_context, KeepRendering};
 
+/// At most this much address space is set aside for the lean path's
+/// text of `context.json` before it is built (see `Tree::lean_context`).
+const LEAN_TEXT_ROOM: u64 = 1 << 30;
+
 impl Tree {
     /// `Ok` when the file `node` still exists (as [`Tree::attr`] would
     /// find it), without rendering its content for a size: what `open`
@@ -465,16 +469,29 @@ impl Tree {
         variant: &str,
     ) -> Option<Vec<u8>> {
         let keep = store.map(|store| KeepRendering { store, variant });
+        // Room for the whole text at once, as address space: grown by
+        // doubling, it would be copied on the way and touch about twice
+        // its memory, and a fresh page costs microseconds
+        // (docs/benchmarks.md, "Mount first reads (seventh session)").
+        // Untouched pages cost nothing; what is left is given back below.
         let mut text = Vec::new();
-        match write_last_context(
+        if let Ok(meta) = self.storage.stat(path) {
+            let room = meta.size.saturating_add(meta.size / 4).min(LEAN_TEXT_ROOM);
+            let _ = text.try_reserve_exact(usize::try_from(room).unwrap_or(0));
+        }
+        let built = write_last_context(
             &*self.storage,
             path,
             Some(&self.blobs),
             true,
             keep,
             &mut text,
-        ) {
-            Ok(true) => Some(text),
+        );
+        match built {
+            Ok(true) => {
+                text.shrink_to_fit();
+                Some(text)
+            }
             Ok(false) => None,
             Err(e) => {
                 log::debug!("{}: lean context failed: {e}", path.display());
