@@ -197,21 +197,70 @@ fn skip_ws(line: &[u8], mut at: usize) -> usize {
 #[inline]
 fn value_at(line: &[u8], at: usize) -> Value {
     match line.get(at) {
-        Some(b'"') => {
-            let start = at + 1;
-            for (k, &c) in line[start..].iter().enumerate() {
-                if c == b'"' {
-                    return Value::Plain(start, start + k);
-                }
-                if c == b'\\' || !(0x20..=0x7e).contains(&c) {
-                    return Value::Other;
-                }
-            }
-            Value::Other
-        }
+        Some(b'"') => match plain_end(line, at + 1) {
+            Some(end) => Value::Plain(at + 1, end),
+            None => Value::Other,
+        },
         Some(b'n') => Value::Null,
         _ => Value::Other,
     }
+}
+
+/// The closing quote of the string whose text starts at `i` if its text
+/// has only bytes 0x20..=0x7E and no backslash (eight bytes at a time).
+#[inline(always)]
+fn plain_end(line: &[u8], mut i: usize) -> Option<usize> {
+    while let Some(chunk) = line.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().ok()?);
+        let stops = eq_bytes(w, b'"') | eq_bytes(w, b'\\') | not_printable(w);
+        if stops != 0 {
+            let k = i + (stops.trailing_zeros() / 8) as usize;
+            return (line[k] == b'"').then_some(k);
+        }
+        i += 8;
+    }
+    for (k, &c) in line[i..].iter().enumerate() {
+        if c == b'"' {
+            return Some(i + k);
+        }
+        if c == b'\\' || !(0x20..=0x7e).contains(&c) {
+            return None;
+        }
+    }
+    None
+}
+
+/// High bit set exactly in the bytes of `w` outside 0x20..=0x7E.
+#[inline(always)]
+fn not_printable(w: u64) -> u64 {
+    let low7 = w & LO7;
+    // Bit 7 of `low7 + 0x60` is set from 0x20 up; of `low7 + 1`, at 0x7F.
+    let from_space = low7.wrapping_add(ONES * 0x60);
+    let del = low7.wrapping_add(ONES);
+    (!from_space | del | w) & HI
+}
+
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Whether the string opening at `at` is `"id"` or `"parentId"`: the
+/// index of its closing quote, and whether it is `id`.
+#[inline(always)]
+fn id_key(line: &[u8], at: usize) -> Option<(usize, bool)> {
+    const ID: u64 = u64::from_le_bytes(*b"id\"\0\0\0\0\0");
+    const PARENT: u64 = u64::from_le_bytes(*b"parentId");
+    if let Some(chunk) = line.get(at + 1..at + 9) {
+        let w = u64::from_le_bytes(chunk.try_into().ok()?);
+        if w & 0xff_ffff == ID {
+            return Some((at + 3, true));
+        }
+        if w == PARENT && line.get(at + 9) == Some(&b'"') {
+            return Some((at + 9, false));
+        }
+        return None;
+    }
+    // Near the end of the line.
+    let rest = line.get(at + 1..)?;
+    rest.starts_with(b"id\"").then_some((at + 3, true))
 }
 
 /// Whether the string whose closing quote is at `close` is a key (the next
@@ -362,12 +411,12 @@ fn classify_swar(block: &[u8; 64]) -> Masks {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
+#[target_feature(enable = "avx2")]
+#[inline]
 fn classify_avx2(block: &[u8; 64]) -> Masks {
     use std::arch::x86_64::*;
-    // SAFETY: only called from `blocks_avx2`, which runs with AVX2 enabled
-    // (its caller checked the CPU); both loads read 32 bytes inside the
-    // 64-byte block, and unaligned loads are allowed.
+    // SAFETY: both loads read 32 bytes inside the 64-byte block, and
+    // unaligned loads are allowed.
     unsafe {
         let ptr = block.as_ptr();
         let lo = _mm256_loadu_si256(ptr.cast::<__m256i>());
@@ -399,15 +448,12 @@ fn classify_avx2(block: &[u8; 64]) -> Masks {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
+#[target_feature(enable = "pclmulqdq,sse2")]
+#[inline]
 fn prefix_xor_clmul(x: u64) -> u64 {
     use std::arch::x86_64::*;
-    // SAFETY: only called from `blocks_avx2`, which runs with PCLMULQDQ
-    // enabled (its caller checked the CPU); register operations only.
-    unsafe {
-        let r = _mm_clmulepi64_si128(_mm_set_epi64x(0, x as i64), _mm_set1_epi8(-1), 0);
-        _mm_cvtsi128_si64(r) as u64
-    }
+    let r = _mm_clmulepi64_si128(_mm_set_epi64x(0, x as i64), _mm_set1_epi8(-1), 0);
+    _mm_cvtsi128_si64(r) as u64
 }
 
 /// [`blocks`] compiled for AVX2 and PCLMULQDQ.
@@ -417,7 +463,15 @@ fn prefix_xor_clmul(x: u64) -> u64 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,pclmulqdq,popcnt,bmi1")]
 unsafe fn blocks_avx2(line: &[u8]) -> Option<Sketch<'_>> {
-    blocks(line, classify_avx2, prefix_xor_clmul)
+    // The closures inherit this function's target features, so the
+    // intrinsics inline into one loop.
+    blocks(
+        line,
+        #[inline(always)]
+        |b| classify_avx2(b),
+        #[inline(always)]
+        |x| prefix_xor_clmul(x),
+    )
 }
 
 /// The block walk over `line`, 64 bytes at a time (the last block padded
@@ -436,15 +490,28 @@ fn blocks(
     let mut base = 0;
     let mut tail = [b' '; 64];
     while base < line.len() {
-        let block: &[u8; 64] = match line.get(base..base + 64) {
-            Some(b) => b.try_into().ok()?,
+        let m = match line.get(base..base + 64) {
+            Some(b) => classify(b.try_into().ok()?),
+            None if line.len() >= 64 => {
+                // The last 64 bytes of the line, shifted so that bit `i`
+                // is byte `base + i` again (the bytes already seen drop
+                // out; the high bits stay clear, as for spaces).
+                let end = line.len() - 64;
+                let seen = base - end;
+                let m = classify(line[end..].try_into().ok()?);
+                Masks {
+                    quote: m.quote >> seen,
+                    backslash: m.backslash >> seen,
+                    open: m.open >> seen,
+                    close: m.close >> seen,
+                }
+            }
             None => {
                 let rest = &line[base..];
                 tail[..rest.len()].copy_from_slice(rest);
-                &tail
+                classify(&tail)
             }
         };
-        let m = classify(block);
         let escaped = if (m.backslash | prev_escaped) == 0 {
             0
         } else {
@@ -489,7 +556,11 @@ fn blocks(
             toggles
         };
         let at_one = if start_depth == 1 { !0 } else { 0 };
-        let depth1 = prefix_xor(toggles) ^ at_one;
+        let depth1 = if toggles == 0 {
+            at_one
+        } else {
+            prefix_xor(toggles) ^ at_one
+        };
         if depth1 != 0 {
             if m.backslash & depth1 != 0 {
                 return None;
@@ -498,14 +569,9 @@ fn blocks(
             while starts != 0 {
                 let at = base + starts.trailing_zeros() as usize;
                 starts &= starts - 1;
-                let rest = &line[at + 1..];
-                if rest.starts_with(b"id\"") {
-                    if let Some(after) = colon_after(line, at + 3) {
-                        found.member(line, after, true);
-                    }
-                } else if rest.starts_with(b"parentId\"") {
-                    if let Some(after) = colon_after(line, at + 9) {
-                        found.member(line, after, false);
+                if let Some((close, is_id)) = id_key(line, at) {
+                    if let Some(after) = colon_after(line, close) {
+                        found.member(line, after, is_id);
                     }
                 }
             }

@@ -46,6 +46,32 @@ fn entry<'a>(id: &'a str, parent: SketchParent<'a>) -> Option<Sketch<'a>> {
     })
 }
 
+/// The SWAR byte tests flag exactly the bytes they name, at every position
+/// of a word and next to every other byte.
+#[test]
+fn swar_byte_tests_are_exact() {
+    for pos in 0..8 {
+        for b in 0..=255u8 {
+            for filler in [0u8, b'a', b'"', 0x7f, 0xff] {
+                let mut bytes = [filler; 8];
+                bytes[pos] = b;
+                let w = u64::from_le_bytes(bytes);
+                for (k, &c) in bytes.iter().enumerate() {
+                    let bit = |m: u64| m >> (8 * k + 7) & 1 == 1;
+                    assert_eq!(bit(eq_bytes(w, b'"')), c == b'"');
+                    assert_eq!(bit(eq_bytes(w, b'{')), c == b'{');
+                    assert_eq!(bit(not_printable(w)), !(0x20..=0x7e).contains(&c));
+                }
+                let quotes = gather(eq_bytes(w, b'"'));
+                let want = (0..8)
+                    .filter(|&k| bytes[k] == b'"')
+                    .fold(0, |m, k| m | 1 << k);
+                assert_eq!(quotes, want);
+            }
+        }
+    }
+}
+
 #[test]
 fn both_block_kernels_run_here() {
     let kernels = Kernel::available();
