@@ -512,34 +512,29 @@ fn blocks(
                 classify(&tail)
             }
         };
-        let escaped = if (m.backslash | prev_escaped) == 0 {
-            0
-        } else {
-            find_escaped(m.backslash, &mut prev_escaped)
-        };
+        // Branch-free: whether a block holds a backslash is too random
+        // to predict.
+        let escaped = find_escaped(m.backslash, &mut prev_escaped);
         let quote = m.quote & !escaped;
         let in_string = prefix_xor(quote) ^ prev_in_string;
         prev_in_string = ((in_string as i64) >> 63) as u64;
         let open = m.open & !in_string;
         let close = m.close & !in_string;
         let start_depth = depth;
-        let brackets = open | close;
-        let toggles = if brackets == 0 {
-            if depth != 1 {
-                base += 64;
-                continue;
-            }
-            0
-        } else if depth >= 2 && i64::from(close.count_ones()) < depth - 1 {
-            // Too few closing brackets to get back to depth 1.
-            depth += i64::from(open.count_ones()) - i64::from(close.count_ones());
+        let (opens, closes) = (i64::from(open.count_ones()), i64::from(close.count_ones()));
+        // One branch decides: the depth is 1 somewhere in the block only
+        // if it is 1 at its start or enough closing brackets could bring
+        // it back to 1 (from depth 0, the first `{`).
+        if depth != 1 && (closes < depth - 1 || (opens | closes) == 0) {
+            depth += opens - closes;
             base += 64;
             continue;
-        } else {
+        }
+        let toggles = {
             // Bits where the depth enters or leaves 1 (at the bracket
             // itself, which is never a quote or a backslash).
             let mut toggles = 0u64;
-            let mut rest = brackets;
+            let mut rest = open | close;
             while rest != 0 {
                 let bit = rest & rest.wrapping_neg();
                 let next = if open & bit != 0 {
