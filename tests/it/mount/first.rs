@@ -161,3 +161,56 @@ fn the_next_mount_serves_the_stored_rendering_from_its_file() {
     assert!(log.contains("built by the lean first-time path"), "{log}");
     assert!(!log.contains("from the stored rendering"), "{log}");
 }
+
+/// The index files (`.idx`) under the cache directory.
+fn index_files(cache: &Path) -> Vec<PathBuf> {
+    let dir = cache.join("sessionfs").join("index");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+        .collect()
+}
+
+/// The first `context.json` (its lookup, `stat`, reads) does not load the
+/// session: no load is logged and no index is written; the first listing
+/// of `entries/` loads it, and the load writes the index.
+#[test]
+fn the_first_context_json_does_not_load_the_session() {
+    if !fuse_ok("the_first_context_json_does_not_load_the_session") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let file = write_session(tmp.path(), PROJECT, STEM, &session(300));
+    let want = cli_context(&file);
+    let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
+    let dir = m.join(format!("{PROJECT}/{STEM}"));
+    assert_eq!(
+        fs::metadata(dir.join("context.json")).unwrap().len(),
+        want.len() as u64
+    );
+    same(
+        &fs::read(dir.join("context.json")).unwrap(),
+        &want,
+        "context.json",
+    );
+    same(&fs::read(dir.join("context.json")).unwrap(), &want, "again");
+    assert!(index_files(&cache).is_empty(), "{:?}", index_files(&cache));
+    assert_eq!(stored_files(&cache).len(), 1);
+    let before = m.log_text();
+    assert!(
+        before.contains("built by the lean first-time path"),
+        "{before}"
+    );
+    let names = fs::read_dir(dir.join("entries")).unwrap().count();
+    assert_eq!(names, 600);
+    assert_eq!(index_files(&cache).len(), 1, "no index after the load");
+    same(
+        &fs::read(dir.join("context.json")).unwrap(),
+        &want,
+        "after the load",
+    );
+}
