@@ -418,15 +418,19 @@ impl<'o> Writer<'o> {
         }
     }
 
+    /// A line break deeper than the fixed copies reach; makes
+    /// [`BLOCK_ROOM`] bytes of room again after it.
     #[cold]
     fn deep_line_break(&mut self, indent: usize) {
         self.put(b"\n", 1);
         deep_indent(self.out, self.len, indent);
         self.reload();
+        self.room(BLOCK_ROOM);
     }
 
     /// Appends `bytes[from..to]`: text between two structural bytes.
-    /// Leaves room for [`PUNCT_ROOM`] bytes past `len`.
+    /// Uses up at most 32 bytes of room, or makes [`BLOCK_ROOM`] bytes of
+    /// room after a longer run.
     ///
     /// # Safety
     /// The buffer has room for [`EVENT_ROOM`] bytes past `len`.
@@ -436,14 +440,13 @@ impl<'o> Writer<'o> {
         match bytes.get(from..from + 32) {
             Some(window) if n <= 32 => {
                 if let Ok(window) = <&[u8; 32]>::try_from(window) {
-                    // SAFETY: 32 bytes of the caller's room, leaving
-                    // `EVENT_ROOM - 32 = PUNCT_ROOM`.
+                    // SAFETY: 32 bytes of the caller's room.
                     unsafe { self.put_unchecked(window, n) };
                 }
             }
             _ => {
                 self.extend(&bytes[from..to]);
-                self.room(PUNCT_ROOM);
+                self.room(BLOCK_ROOM);
             }
         }
     }
@@ -454,8 +457,15 @@ impl<'o> Writer<'o> {
 const PUNCT_ROOM: usize = 64;
 
 /// The room a structural byte needs: a run's 32-byte window and then the
-/// punctuation.
+/// punctuation. A structural byte uses up at most 64 bytes of it (a run
+/// of up to 32 and punctuation of up to 32), or makes [`BLOCK_ROOM`]
+/// again after a slow path (a longer run, a deeper line break).
 const EVENT_ROOM: usize = 32 + PUNCT_ROOM;
+
+/// The room made before the structural bytes of a 64-byte block: enough
+/// for every one of them (see [`EVENT_ROOM`]), so that they need no check
+/// of their own.
+const BLOCK_ROOM: usize = 64 * EVENT_ROOM;
 
 /// Appends `bytes` after `out[..len]` (see [`grow`]).
 #[inline(never)]
@@ -511,24 +521,25 @@ fn print_with<C: Classify>(
             w.reload();
             flushed?;
         }
-        let mut m = match bytes.get(base..base + 64) {
-            Some(block) => match <&[u8; 64]>::try_from(block) {
-                // SAFETY: `C` is `Avx2` only when called from `print_avx2`,
-                // which runs on CPUs with AVX2; the others need nothing.
-                Ok(block) => unsafe { C::classify(block) },
-                Err(_) => unreachable_masks(),
-            },
+        let tail;
+        let (block, valid) = match bytes
+            .get(base..base + 64)
+            .and_then(|b| <&[u8; 64]>::try_from(b).ok())
+        {
+            Some(block) => (block, u64::MAX),
             None => {
                 // The last, short block: padded with spaces, which are
                 // structural bytes past the end, dropped below.
-                let mut block = [b' '; 64];
-                block[..len - base].copy_from_slice(&bytes[base..]);
-                // SAFETY: as above.
-                let mut m = unsafe { C::classify(&block) };
-                m.structural &= (1u64 << (len - base)) - 1;
-                m
+                let mut padded = [b' '; 64];
+                padded[..len - base].copy_from_slice(&bytes[base..]);
+                tail = padded;
+                (&tail, (1u64 << (len - base)) - 1)
             }
         };
+        // SAFETY: `C` is `Avx2` only when called from `print_avx2`, which
+        // runs on CPUs with AVX2; the others need nothing.
+        let mut m = unsafe { C::classify(block) };
+        m.structural &= valid;
         let escaped = escaped_bits(m.backslash, &mut prev_escaped);
         // An opening quote's bit is set in `in_string`, a closing one's
         // is not; neither is structural.
@@ -536,22 +547,29 @@ fn print_with<C: Classify>(
         prev_in_string = ((in_string as i64) >> 63) as u64;
         m.structural &= !in_string;
         let mut structural = m.structural;
+        // Room for the block's structural bytes: before each of them there
+        // is room for `EVENT_ROOM` bytes per structural byte left (at most
+        // 64 in all), as each uses up at most 64 bytes of room or makes
+        // `BLOCK_ROOM` again.
+        w.room(BLOCK_ROOM);
         while structural != 0 {
-            let s = base + structural.trailing_zeros() as usize;
+            let k = structural.trailing_zeros() as usize;
+            let s = base + k;
             structural &= structural - 1;
             if s < pos {
                 // Taken already (the inside of an empty `{ }`).
                 continue;
             }
-            w.room(EVENT_ROOM);
             if s > pos {
-                // SAFETY: room made just above; it leaves `PUNCT_ROOM`.
+                // SAFETY: `EVENT_ROOM` bytes of room (the block's room).
                 unsafe { w.run(bytes, pos, s) };
             }
             pos = s + 1;
-            // The writes below have `PUNCT_ROOM` bytes of room (made above,
-            // or left by `run`).
-            match bytes[s] {
+            // The writes below have `PUNCT_ROOM` bytes of room: what is
+            // left of `EVENT_ROOM` after a run of up to 32 bytes, or made
+            // by `run`.
+            // `block[k]` is `bytes[s]`.
+            match block[k & 63] {
                 // SAFETY: `PUNCT_ROOM` bytes of room.
                 b',' => unsafe { w.after_break(&COMMA_BREAK, indent) },
                 // SAFETY: 2 of `PUNCT_ROOM` bytes of room.
@@ -595,17 +613,6 @@ fn print_with<C: Classify>(
         unsafe { w.run(bytes, pos, len) };
     }
     Ok(indent)
-}
-
-/// A 64-byte slice always converts to a 64-byte array; this is never
-/// reached.
-#[cold]
-fn unreachable_masks() -> Masks {
-    Masks {
-        quote: 0,
-        backslash: 0,
-        structural: 0,
-    }
 }
 
 #[cfg(test)]

@@ -253,6 +253,27 @@ fn layout_corner_cases() {
     }
 }
 
+/// Blocks dense with structure around the deepest indentation the fixed
+/// copies write (15 levels) and past it: every byte of a block is
+/// structural, each with its longest output (the room made per block;
+/// the debug build checks it on every write).
+#[test]
+fn dense_structure_at_the_deepest_fixed_indentation() {
+    for depth in [12, 13, 14, 15, 16, 17] {
+        let item = "[1,[2,[]],{\"a\":{}},[[{}]],[[[[0]]]]]";
+        let body = vec![item; 200].join(",");
+        let text = format!("{}{body}{}", "[".repeat(depth), "]".repeat(depth));
+        check(&text);
+        let commas = format!(
+            "{}{}{}",
+            "[".repeat(depth),
+            vec!["0"; 500].join(","),
+            "]".repeat(depth)
+        );
+        check(&commas);
+    }
+}
+
 /// Every line of the fixtures that is valid JSON: sessions (entries with
 /// escapes, non-ASCII and lone surrogates), the expected contexts of the
 /// golden corpus, the differential corpus.
