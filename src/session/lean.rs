@@ -2,7 +2,7 @@
 //! path"): the context at a session file's last entry, printed without
 //! loading the session. The file is read once on all cores and every line
 //! after the header is *sketched* (its top-level `id` and `parentId` found
-//! without validating it), leaving a 32-byte record per entry line
+//! without validating it), leaving a 28-byte record per entry line
 //! (`scan`); only the lines the context depends on are then validated by
 //! the loader's own rules: the leaf candidates from the end, and the lines
 //! of the path, walked provisionally over the sketched parents and checked
@@ -96,7 +96,7 @@ impl PathView for LeanPath<'_> {
     }
     fn has_id(&self, pos: usize, id: &str) -> Result<bool> {
         let r = &self.records[self.path.path[pos] as usize];
-        if r.id != self.hasher.hash(id.as_bytes()) {
+        if r.id() != self.hasher.hash(id.as_bytes()) {
             return Ok(false);
         }
         let line = record_line(self.reader, self.file, r)?;

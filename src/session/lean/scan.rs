@@ -1,6 +1,6 @@
 //! Phase 1 of the lean path (`docs/engine.md`, "The lean first-time
 //! path"): every line of the file read once on all cores and sketched, not
-//! validated; what an entry line leaves is a 32-byte [`Record`].
+//! validated; what an entry line leaves is a 28-byte [`Record`].
 
 use std::path::Path;
 
@@ -12,17 +12,18 @@ use crate::session::json::{Sketch, SketchParent};
 use crate::session::loader::{self, ChunkSink, Class, LineRules, Phase, Scanned, DEFAULT_MAX_LINE};
 use crate::session::storage::{RandomRead, Storage};
 
-/// What the scan keeps of an entry line (32 bytes): where it is, the hashes
+/// What the scan keeps of an entry line (28 bytes): where it is, the hashes
 /// of its id and parent id, and flags. A line the sketch read is
 /// *unverified*: for a valid line the hashes are those of its `id` and
 /// `parentId`, for an invalid one they are anything, until the line is
 /// validated. A line that was classified fully is [`VERIFIED`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record {
-    /// Hash of the id (seeded per process, see [`Hasher`]).
-    pub(super) id: u64,
+    /// Hash of the id (seeded per process, see [`Hasher`]), as two halves
+    /// (so that records align on 4 bytes).
+    id: [u32; 2],
     /// Hash of `parentId` when it is a string ([`HAS_PARENT`]).
-    pub(super) parent: u64,
+    parent: [u32; 2],
     /// The line's offset: low 32 bits, then the next 16 (files up to
     /// 256 TiB; a bigger offset is left to the full path).
     offset_lo: u32,
@@ -31,9 +32,21 @@ pub(crate) struct Record {
     pub(super) flags: u8,
 }
 
+fn halves(h: u64) -> [u32; 2] {
+    [h as u32, (h >> 32) as u32]
+}
+
 impl Record {
     pub(super) fn offset(&self) -> u64 {
         u64::from(self.offset_lo) | (u64::from(self.offset_hi) << 32)
+    }
+    /// Hash of the id.
+    pub(super) fn id(&self) -> u64 {
+        u64::from(self.id[0]) | (u64::from(self.id[1]) << 32)
+    }
+    /// Hash of the parent id ([`HAS_PARENT`]).
+    pub(super) fn parent(&self) -> u64 {
+        u64::from(self.parent[0]) | (u64::from(self.parent[1]) << 32)
     }
 }
 
@@ -124,8 +137,8 @@ impl LeanRules {
 fn record(offset: u64, line: &[u8], id: u64, parent: u64, flags: u8) -> Class<Record> {
     let far = if offset >= MAX_OFFSET { FAR } else { 0 };
     Class::Entry(Record {
-        id,
-        parent,
+        id: halves(id),
+        parent: halves(parent),
         offset_lo: offset as u32,
         offset_hi: (offset >> 32) as u16,
         flags: flags | far,

@@ -66,8 +66,8 @@ fn lean(
 }
 
 #[test]
-fn a_record_is_32_bytes() {
-    assert_eq!(std::mem::size_of::<Record>(), 32);
+fn a_record_is_28_bytes() {
+    assert_eq!(std::mem::size_of::<Record>(), 28);
 }
 
 /// Counts of a differential run.

@@ -30,14 +30,14 @@ impl IdTable {
             mask: cap - 1,
         };
         for i in 0..records.len() {
-            let mut s = t.slot(records[i].id);
+            let mut s = t.slot(records[i].id());
             loop {
                 let v = t.slots[s];
                 if v == Self::EMPTY {
                     t.slots[s] = i as u32;
                     break;
                 }
-                if records[v as usize].id == records[i].id {
+                if records[v as usize].id() == records[i].id() {
                     records[v as usize].flags |= SHADOWED;
                     t.slots[s] = i as u32;
                     break;
@@ -61,7 +61,7 @@ impl IdTable {
             if v == Self::EMPTY {
                 return None;
             }
-            if records[v as usize].id == hash {
+            if records[v as usize].id() == hash {
                 return Some(v);
             }
             s = (s + 1) & self.mask;
@@ -97,10 +97,10 @@ pub(super) struct Disagrees;
 /// what the validated entry `e` of that line says.
 pub(super) fn agrees(r: &Record, id: &str, parent: Option<&str>, hasher: Hasher) -> bool {
     let parent_ok = match parent {
-        Some(p) => r.flags & HAS_PARENT != 0 && r.parent == hasher.hash(p.as_bytes()),
+        Some(p) => r.flags & HAS_PARENT != 0 && r.parent() == hasher.hash(p.as_bytes()),
         None => r.flags & HAS_PARENT == 0,
     };
-    parent_ok && r.id == hasher.hash(id.as_bytes())
+    parent_ok && r.id() == hasher.hash(id.as_bytes())
 }
 
 /// Validates the line of record `i` with the loader's own scanner: the
@@ -189,10 +189,10 @@ pub(super) fn provisional_walk(records: &[Record], table: &IdTable, leaf: u32) -
             // with it, as the table would say (without its cache misses).
             let near = (i.saturating_sub(NEAR)..i)
                 .rev()
-                .find(|&j| records[j as usize].id == r.parent);
+                .find(|&j| records[j as usize].id() == r.parent());
             match near {
                 Some(j) if records[j as usize].flags & SHADOWED == 0 => Some(j),
-                _ => table.get(records, r.parent),
+                _ => table.get(records, r.parent()),
             }
         } else {
             None
@@ -209,7 +209,7 @@ fn namesakes(records: &[Record]) -> Vec<u32> {
     records
         .iter()
         .enumerate()
-        .map(|(i, r)| last.insert(r.id, i as u32).unwrap_or(u32::MAX))
+        .map(|(i, r)| last.insert(r.id(), i as u32).unwrap_or(u32::MAX))
         .collect()
 }
 
