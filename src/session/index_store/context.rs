@@ -192,9 +192,32 @@ impl IndexStore {
             let _ = std::fs::remove_file(&tmp);
             return None;
         }
+        // The text's chunks are hashed and written by a thread of their
+        // own (see `ContextWriter`); full chunks come back for reuse.
+        let (to_writer, chunks) = std::sync::mpsc::sync_channel::<Vec<u8>>(CHUNKS_QUEUED);
+        let (give_back, spare) = std::sync::mpsc::channel::<Vec<u8>>();
+        let writer = std::thread::Builder::new()
+            .name("sessionfs-ctx".into())
+            .spawn(move || {
+                let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+                for chunk in chunks {
+                    hasher.update(&chunk);
+                    // A failure ends the thread: the producer's next send
+                    // fails, and nothing is stored.
+                    file.write_all(&chunk).ok()?;
+                    let _ = give_back.send(chunk);
+                }
+                Some((file, hasher.digest()))
+            });
+        let Ok(writer) = writer else {
+            let _ = std::fs::remove_file(&tmp);
+            return None;
+        };
         Some(ContextWriter {
-            file: std::io::BufWriter::with_capacity(256 << 10, file),
-            hasher: xxhash_rust::xxh3::Xxh3::new(),
+            chunk: Vec::with_capacity(CHUNK),
+            to_writer: Some(to_writer),
+            spare,
+            writer: Some(writer),
             tmp,
             target,
             failed: false,
@@ -292,21 +315,46 @@ const CTX_MAGIC: &[u8; 8] = b"SFSCTX\x00\x01";
 
 /// Stores a context rendering while it is written (see
 /// `IndexStore::context_writer`). Its `Write` never fails: a failure
-/// only drops the stored copy.
+/// only drops the stored copy. The text is gathered in chunks of 256 KiB
+/// (`CHUNK`) that a thread of its own hashes and writes to the
+/// file, so that the writing (the kernel's new page-cache pages, the copy,
+/// the checksum: ~5 ms for the 6.8 MB context of the 100k session) runs
+/// beside whatever produces the text instead of on its path — the
+/// mount's first `context.json`, the first `sessionfs context`
+/// (`docs/benchmarks.md`, "Mount first reads (seventh session)").
 pub struct ContextWriter {
-    file: std::io::BufWriter<std::fs::File>,
-    hasher: xxhash_rust::xxh3::Xxh3,
+    /// The chunk being filled.
+    chunk: Vec<u8>,
+    /// Full chunks to the writing thread (`None` once finished).
+    to_writer: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+    /// Chunks the thread is done with, for reuse.
+    spare: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// The thread: the file and the text's checksum when every write
+    /// succeeded.
+    writer: Option<std::thread::JoinHandle<Option<(std::fs::File, u64)>>>,
     tmp: PathBuf,
     target: PathBuf,
     failed: bool,
     finished: bool,
 }
 
+/// The size of the chunks a [`ContextWriter`] hands to its thread.
+const CHUNK: usize = 256 << 10;
+
+/// At most this many full chunks wait for the thread (the producer then
+/// waits: the memory stays bounded).
+const CHUNKS_QUEUED: usize = 4;
+
 impl std::io::Write for ContextWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if !self.failed {
-            self.hasher.update(buf);
-            self.failed = self.file.write_all(buf).is_err();
+        let mut rest = buf;
+        while !self.failed && !rest.is_empty() {
+            let n = (CHUNK - self.chunk.len()).min(rest.len());
+            self.chunk.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            if self.chunk.len() == CHUNK {
+                self.send();
+            }
         }
         Ok(buf.len())
     }
@@ -316,15 +364,44 @@ impl std::io::Write for ContextWriter {
 }
 
 impl ContextWriter {
-    /// Puts the stored rendering in place (checksum, then rename). A
-    /// writer dropped without it (the reader went away) leaves nothing.
+    /// Hands the current chunk to the thread and starts another.
+    fn send(&mut self) {
+        let next = match self.spare.try_recv() {
+            Ok(mut spare) => {
+                spare.clear();
+                spare
+            }
+            Err(_) => Vec::with_capacity(CHUNK),
+        };
+        let full = std::mem::replace(&mut self.chunk, next);
+        let sent = self
+            .to_writer
+            .as_ref()
+            .is_some_and(|tx| tx.send(full).is_ok());
+        self.failed |= !sent;
+    }
+
+    /// Waits for the thread: the file and the text's checksum when every
+    /// write succeeded.
+    fn join(&mut self) -> Option<(std::fs::File, u64)> {
+        self.to_writer = None;
+        self.writer.take()?.join().ok().flatten()
+    }
+
+    /// Puts the stored rendering in place (checksum, then rename), once
+    /// the thread has written everything. A writer dropped without it (the
+    /// reader went away) leaves nothing.
     pub fn finish(mut self) {
         use std::io::Write;
-        let sum = self.hasher.digest().to_le_bytes();
+        if !self.failed && !self.chunk.is_empty() {
+            self.send();
+        }
+        let written = self.join();
         let done = !self.failed
-            && self.file.write_all(&sum).is_ok()
-            && self.file.flush().is_ok()
-            && std::fs::rename(&self.tmp, &self.target).is_ok();
+            && written.is_some_and(|(mut file, sum)| {
+                file.write_all(&sum.to_le_bytes()).is_ok()
+                    && std::fs::rename(&self.tmp, &self.target).is_ok()
+            });
         // Drop removes the temporary file unless it was renamed.
         self.failed = !done;
         self.finished = done;
@@ -333,6 +410,8 @@ impl ContextWriter {
 
 impl Drop for ContextWriter {
     fn drop(&mut self) {
+        // The thread stops writing before the file is removed.
+        self.join();
         if !self.finished {
             let _ = std::fs::remove_file(&self.tmp);
         }

@@ -695,4 +695,51 @@ mod tests {
             .is_err());
         assert!(!e.index_file().exists());
     }
+
+    /// A rendering written in pieces of every size, over several of the
+    /// writer's chunks, is stored and read back byte for byte (whole and
+    /// from its file); one dropped without `finish` leaves no file, not
+    /// even its temporary one.
+    #[test]
+    fn context_writer_stores_many_chunks_and_drops_cleanly() {
+        let e = env(&text(20));
+        let stat = e.storage.stat(&e.file).unwrap();
+        let canonical = std::fs::canonicalize(&e.file).unwrap();
+        let header_end = header_line_end(&e.storage, &e.file, 24).unwrap();
+        let fp = Fingerprint::compute(&e.storage, &e.file, &stat, stat.size, header_end).unwrap();
+        let rendering: Vec<u8> = (0..1_300_000u32).map(|i| (i % 251) as u8).collect();
+        let dropped = e.store.context_writer(&canonical, &fp, "v").unwrap();
+        drop(dropped);
+        let files = || std::fs::read_dir(e.store.dir()).unwrap().count();
+        assert_eq!(files(), 0, "a dropped writer left a file");
+        let mut w = e.store.context_writer(&canonical, &fp, "v").unwrap();
+        let mut at = 0;
+        for size in [1usize, 7, 300_000, 0, 262_144, 5, 600_000].iter().cycle() {
+            let end = (at + size).min(rendering.len());
+            w.write_all(&rendering[at..end]).unwrap();
+            at = end;
+            if at == rendering.len() {
+                break;
+            }
+        }
+        w.finish();
+        assert_eq!(files(), 1);
+        let stored = e
+            .store
+            .stored_context(&e.storage, &e.file, "v", None)
+            .unwrap();
+        assert!(stored == rendering, "the stored text differs");
+        let text = e
+            .store
+            .stored_context_text(&e.storage, &e.file, "v", None)
+            .unwrap();
+        assert_eq!(text.len(), rendering.len() as u64);
+        let mut piece = vec![0u8; 100_000];
+        let n = text.read_at(1_250_000, &mut piece).unwrap();
+        assert_eq!(&piece[..n], &rendering[1_250_000..]);
+        assert!(e
+            .store
+            .stored_context(&e.storage, &e.file, "other", None)
+            .is_none());
+    }
 }
