@@ -342,6 +342,9 @@ struct Masks {
     open: u64,
     /// `}` and `]`.
     close: u64,
+    /// `i` and `p`, the first letters of `id` and `parentId` (a kernel
+    /// may set more bits: only strings starting after one are looked at).
+    letters: u64,
 }
 
 /// The prefix XOR of `x` (bit `i` = XOR of bits `0..=i`).
@@ -395,6 +398,8 @@ fn classify_swar(block: &[u8; 64]) -> Masks {
         backslash: 0,
         open: 0,
         close: 0,
+        // No filter: two more byte tests cost more than they save here.
+        letters: !0,
     };
     for (k, word) in block.chunks_exact(8).enumerate() {
         let mut bytes = [0u8; 8];
@@ -426,6 +431,8 @@ fn classify_avx2(block: &[u8; 64]) -> Masks {
         let x20 = _mm256_set1_epi8(0x20);
         let open = _mm256_set1_epi8(b'{' as i8);
         let close = _mm256_set1_epi8(b'}' as i8);
+        let i = _mm256_set1_epi8(b'i' as i8);
+        let p = _mm256_set1_epi8(b'p' as i8);
         let lo_f = _mm256_or_si256(lo, x20);
         let hi_f = _mm256_or_si256(hi, x20);
         let bits = |l: __m256i, h: __m256i| {
@@ -442,6 +449,10 @@ fn classify_avx2(block: &[u8; 64]) -> Masks {
             close: bits(
                 _mm256_cmpeq_epi8(lo_f, close),
                 _mm256_cmpeq_epi8(hi_f, close),
+            ),
+            letters: bits(
+                _mm256_or_si256(_mm256_cmpeq_epi8(lo, i), _mm256_cmpeq_epi8(lo, p)),
+                _mm256_or_si256(_mm256_cmpeq_epi8(hi, i), _mm256_cmpeq_epi8(hi, p)),
             ),
         }
     }
@@ -504,6 +515,7 @@ fn blocks(
                     backslash: m.backslash >> seen,
                     open: m.open >> seen,
                     close: m.close >> seen,
+                    letters: m.letters >> seen,
                 }
             }
             None => {
@@ -560,7 +572,11 @@ fn blocks(
             if m.backslash & depth1 != 0 {
                 return None;
             }
-            let mut starts = quote & in_string & depth1;
+            // Only strings whose first letter could start `id` or
+            // `parentId` (the letter after a quote in the last bit is in
+            // the next block: kept).
+            let next_letter = (m.letters >> 1) | (1 << 63);
+            let mut starts = quote & in_string & depth1 & next_letter;
             while starts != 0 {
                 let at = base + starts.trailing_zeros() as usize;
                 starts &= starts - 1;
