@@ -813,3 +813,35 @@ fn random_sessions_with_entry_like_garbage_match_the_full_path() {
     }
     assert!(tally.lean > 1000, "{tally:?}");
 }
+
+/// A sketch that breaks its contract on a line the lean path validates
+/// makes it decline (nothing written, the session is loaded instead)
+/// rather than print a context built on the wrong ids.
+#[test]
+fn a_sketch_caught_lying_makes_the_lean_path_decline() {
+    fn lying(line: &[u8]) -> Sketch<'_> {
+        match crate::session::json::sketch_line(line) {
+            Sketch::Entry { parent, .. } => Sketch::Entry {
+                id: b"not-its-id",
+                parent,
+            },
+            other => other,
+        }
+    }
+    let (dir, storage) = temp_storage();
+    let path = dir.path().join("lies.jsonl");
+    let a = msg("a", "null", "user", "first");
+    let b = msg("b", "\"a\"", "assistant", "second");
+    std::fs::write(&path, session_of(&[&a, &b])).unwrap();
+    for parts in [1, 2] {
+        let mut out = Vec::new();
+        let tuning = Tuning {
+            parts,
+            min_parallel: 0,
+            hash_mask: u64::MAX,
+            sketch: lying,
+        };
+        let done = write_with(&*storage, &path, None, true, None, &mut out, tuning).unwrap();
+        assert!(!done && out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    }
+}
