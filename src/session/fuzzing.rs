@@ -209,3 +209,16 @@ pub fn exercise_sketch(data: &[u8]) {
     line.push(b'}');
     crate::session::json::check_sketch(&line);
 }
+
+/// Pretty-prints arbitrary bytes with every classifier of this CPU; panics
+/// when they print differently, or when a valid JSON text prints other
+/// than with the printer the block classifier replaced, whole or in pieces
+/// (`docs/engine.md`, "Pretty printing"). Also tries them as the value of
+/// a member, where most bytes land.
+pub fn exercise_pretty(data: &[u8]) {
+    crate::session::json::check_pretty(data);
+    let mut text = b"{\"a\":[".to_vec();
+    text.extend_from_slice(data);
+    text.extend_from_slice(b"]}");
+    crate::session::json::check_pretty(&text);
+}

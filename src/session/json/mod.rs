@@ -27,6 +27,8 @@ pub use pretty::{pretty, pretty_append};
 pub use raw::{raw_as_str, RawObject};
 
 pub(crate) use members::Members;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use pretty::check_pretty;
 pub(crate) use pretty::write_pretty;
 pub(crate) use raw::{decode_json_string, json_string};
 #[cfg(any(test, feature = "testing"))]

@@ -615,5 +615,9 @@ fn print_with<C: Classify>(
     Ok(indent)
 }
 
+#[cfg(any(test, feature = "testing"))]
+mod check;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use check::check_pretty;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,9 @@
 //! coverage-guided runs live in fuzz/, see docs/reliability.md).
 
 use proptest::prelude::*;
-use sessionfs::session::fuzzing::{exercise_file, exercise_json_scanner, exercise_new_entry};
+use sessionfs::session::fuzzing::{
+    exercise_file, exercise_json_scanner, exercise_new_entry, exercise_pretty,
+};
 
 const HEADER: &str =
     r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
@@ -69,6 +71,21 @@ proptest! {
     #[test]
     fn json_scanner_agrees_with_serde_on_arbitrary_bytes(data in proptest::collection::vec(any::<u8>(), 0..200)) {
         exercise_json_scanner(&data);
+    }
+
+    /// Token soup (mostly valid JSON once wrapped in a member) and its
+    /// mutations through the pretty printer's check.
+    #[test]
+    fn pretty_printer_agrees_with_its_oracle_on_token_soup(
+        tokens in proptest::collection::vec(prop_oneof![
+            Just("{"), Just("}"), Just("["), Just("]"), Just(","), Just(":"), Just("\"a\""),
+            Just("\"\\\\\""), Just("\"\\\"\""), Just("1"), Just("null"), Just(" "), Just("\n"),
+            Just("\"caf\u{e9} \u{2192}\""), Just("{}"), Just("[]"), Just("[ ]"),
+        ], 0..60),
+        data in proptest::collection::vec(any::<u8>(), 0..100),
+    ) {
+        exercise_pretty(tokens.concat().as_bytes());
+        exercise_pretty(&data);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Tests of the printer: the printer that came before it (a byte-by-byte
-//! loop, kept here as the oracle) against every classifier on the golden
+//! loop, kept as the oracle in `check.rs`) against every classifier on the golden
 //! corpus, random JSON, texts shifted across block boundaries and texts
 //! printed in pieces.
 
@@ -7,141 +7,10 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 
+use super::check::{append_with, classifiers, cut_points, oracle, Which};
 use super::*;
 use crate::session::json::json_string;
-use crate::session::json::scan::{find_string_stop, is_valid_json};
-
-/// The oracle: the printer before the block classifier, unchanged but for
-/// the flushing (see [`pretty_append`] for the contract).
-fn oracle_append(text: &str, indent: usize, out: &mut Vec<u8>) -> usize {
-    const SPACES: &[u8; 128] = &[b' '; 128];
-    let bytes = text.as_bytes();
-    let mut indent = indent;
-    let mut i = 0;
-    let newline = |out: &mut Vec<u8>, indent: usize| {
-        out.push(b'\n');
-        let mut n = indent * 2;
-        while n > 0 {
-            let k = n.min(SPACES.len());
-            out.extend_from_slice(&SPACES[..k]);
-            n -= k;
-        }
-    };
-    while i < bytes.len() {
-        let b = bytes[i];
-        match b {
-            b'"' => {
-                // Copy the string up to its closing quote.
-                let start = i;
-                i += 1;
-                loop {
-                    i = find_string_stop(bytes, i);
-                    match bytes.get(i) {
-                        None => break,
-                        Some(b'"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some(b'\\') => i += 2,
-                        // control characters, non-ASCII: part of the string
-                        Some(_) => i += 1,
-                    }
-                }
-                let end = i.min(bytes.len());
-                out.extend_from_slice(&bytes[start..end]);
-                continue;
-            }
-            b'{' | b'[' => {
-                let close = if b == b'{' { b'}' } else { b']' };
-                let mut j = i + 1;
-                while j < bytes.len() && bytes[j].is_ascii_whitespace() {
-                    j += 1;
-                }
-                if j < bytes.len() && bytes[j] == close {
-                    out.push(b);
-                    out.push(close);
-                    i = j + 1;
-                    continue;
-                }
-                out.push(b);
-                indent += 1;
-                newline(out, indent);
-            }
-            b'}' | b']' => {
-                indent = indent.saturating_sub(1);
-                newline(out, indent);
-                out.push(b);
-            }
-            b',' => {
-                out.push(b',');
-                newline(out, indent);
-            }
-            b':' => out.extend_from_slice(b": "),
-            b' ' | b'\t' | b'\n' | b'\r' => {}
-            _ => {
-                // numbers and literals: copy the run
-                let start = i;
-                while i < bytes.len()
-                    && !matches!(
-                        bytes[i],
-                        b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r' | b':'
-                    )
-                {
-                    i += 1;
-                }
-                out.extend_from_slice(&bytes[start..i]);
-                continue;
-            }
-        }
-        i += 1;
-    }
-    indent
-}
-
-/// The oracle's whole text.
-fn oracle(text: &str) -> Vec<u8> {
-    let mut out = Vec::new();
-    oracle_append(text, 0, &mut out);
-    out
-}
-
-/// The classifiers this CPU can run.
-#[derive(Debug, Clone, Copy)]
-enum Which {
-    Portable,
-    #[cfg(target_arch = "x86_64")]
-    Sse2,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-fn classifiers() -> Vec<Which> {
-    #[allow(unused_mut)]
-    let mut all = vec![Which::Portable];
-    #[cfg(target_arch = "x86_64")]
-    {
-        all.push(Which::Sse2);
-        if std::arch::is_x86_feature_detected!("avx2") {
-            all.push(Which::Avx2);
-        }
-    }
-    all
-}
-
-/// [`pretty_append`] through the classifier `which`.
-fn append_with(which: Which, text: &str, indent: usize, out: &mut Vec<u8>) -> usize {
-    let bytes = text.as_bytes();
-    let flush = &mut |_: &mut Vec<u8>| Ok(());
-    let res = match which {
-        Which::Portable => print_with::<Portable>(bytes, indent, out, usize::MAX, flush),
-        #[cfg(target_arch = "x86_64")]
-        Which::Sse2 => print_with::<Sse2>(bytes, indent, out, usize::MAX, flush),
-        // SAFETY: only listed by `classifiers` when the CPU has AVX2.
-        #[cfg(target_arch = "x86_64")]
-        Which::Avx2 => unsafe { print_avx2(bytes, indent, out, usize::MAX, flush) },
-    };
-    res.expect("collecting never fails")
-}
+use crate::session::json::scan::is_valid_json;
 
 /// Checks every classifier and the public entry points against the
 /// oracle on valid JSON `text`.
@@ -351,43 +220,6 @@ fn json_value(ws: bool) -> impl Strategy<Value = String> {
             }),
         ]
     })
-}
-
-/// The positions of `text` (valid compact JSON) where a piece may end:
-/// between tokens, not right after an opening bracket whose closing one
-/// follows.
-fn cut_points(text: &str) -> Vec<usize> {
-    let b = text.as_bytes();
-    let mut cuts = Vec::new();
-    let (mut in_string, mut escaped) = (false, false);
-    for (i, &c) in b.iter().enumerate() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == b'\\' {
-                escaped = true;
-            } else if c == b'"' {
-                in_string = false;
-                cuts.push(i + 1);
-            }
-            continue;
-        }
-        match c {
-            b'"' => {
-                in_string = true;
-                cuts.push(i);
-            }
-            b'{' | b'[' | b',' | b':' => cuts.extend([i, i + 1]),
-            b'}' | b']' => cuts.extend([i, i + 1]),
-            _ => {}
-        }
-    }
-    cuts.sort_unstable();
-    cuts.dedup();
-    cuts.retain(|&p| {
-        !(p > 0 && matches!(b[p - 1], b'{' | b'[') && b.get(p) == Some(&(b[p - 1] + 2)))
-    });
-    cuts
 }
 
 proptest! {
