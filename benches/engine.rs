@@ -1,7 +1,6 @@
 //! Engine benchmarks (criterion): open/index, context at a deep leaf (and
-//! the pretty printer alone on it), append, incremental reload after an
-//! outside append, and the line sketch per kernel
-//! (`cargo bench --bench engine -- sketch`).
+//! the pretty printer alone on it), append, and incremental reload after
+//! an outside append.
 //!
 //! `cargo bench --bench engine` — the data is generated into a temporary
 //! directory with the same generator as `examples/gen_sessions.rs`.
@@ -101,22 +100,6 @@ fn benches(c: &mut Criterion) {
                 })
             });
         }
-    }
-    g.finish();
-
-    // The line sketch over the 100k session's lines, one thread, lines
-    // split beforehand (`docs/engine.md`, "Sketching lines").
-    let text = std::fs::read(&data.files[2].1).unwrap();
-    let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
-    let mut g = c.benchmark_group("sketch");
-    g.sample_size(20)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(2))
-        .throughput(Throughput::Bytes(text.len() as u64));
-    for kernel in ["auto", "portable", "scalar"] {
-        g.bench_function(BenchmarkId::new("lines_100k", kernel), |b| {
-            b.iter(|| sessionfs::testing::sketch_lines(&lines, kernel).unwrap())
-        });
     }
     g.finish();
 

@@ -36,6 +36,5 @@ pub use session::{Error, Result};
 #[doc(hidden)]
 pub mod testing {
     pub use crate::cli::edit::parse_entries;
-    pub use crate::session::json::sketch_lines;
     pub use crate::session::persistence::atomic_write_expecting;
 }

@@ -198,18 +198,6 @@ pub fn exercise_json_scanner(data: &[u8]) {
     crate::session::json::scanner_agrees_with_serde(&line);
 }
 
-/// Sketches arbitrary bytes as a line with every kernel of this CPU; panics
-/// when a valid line's sketch differs from what the validating scanner
-/// says (`docs/engine.md`, "Sketching lines"). Also tries them as the value
-/// of a member after a top-level id, where most bytes land.
-pub fn exercise_sketch(data: &[u8]) {
-    crate::session::json::check_sketch(data);
-    let mut line = b"{\"id\":\"a\",\"v\":".to_vec();
-    line.extend_from_slice(data);
-    line.push(b'}');
-    crate::session::json::check_sketch(&line);
-}
-
 /// Pretty-prints arbitrary bytes with every classifier of this CPU; panics
 /// when they print differently, or when a valid JSON text prints other
 /// than with the printer the block classifier replaced, whole or in pieces

@@ -1,20 +1,25 @@
 //! The lean first-time context (`docs/engine.md`, "The lean first-time
 //! path"): the context at a session file's last entry, printed without
-//! loading the session. The file is read once on all cores and every line
-//! after the header is *sketched* (its top-level `id` and `parentId` found
-//! without validating it), leaving a 28-byte record per entry line
-//! (`scan`); only the lines the context depends on are then validated by
-//! the loader's own rules: the leaf candidates from the end, and the lines
-//! of the path, walked provisionally over the sketched parents and checked
-//! against it (`walk`, `validate`). The fold reads the facts of the
-//! validated path entries, and the messages are read, assembled and
-//! printed in pieces, never held whole. Whatever the lean path cannot
-//! decide exactly (a file that needs a migration, a sketch that
-//! contradicts a valid line) is left to the full path:
+//! loading the session. The file is scanned once with the loader's rules
+//! (every line validated by the same scanner, the same lenient
+//! classification), keeping a 40-byte [`Record`] per entry instead of an
+//! indexed entry with its facts; the path to the leaf is walked over the
+//! records, the fold reads the facts the records keep (assistant models,
+//! reset boundaries) and the lines of the few entries whose facts they do
+//! not keep (thinking level, model and mode changes, TTSR, compactions),
+//! and the messages are read, assembled and printed in pieces, never held
+//! whole. Whatever the records cannot decide exactly (a file that needs a
+//! migration, two different ids with one hash) is left to the full path:
 //! [`write_last_context`] then returns `Ok(false)` having written nothing.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::session::blobrefs::contains_ref_prefix;
 use crate::session::blobs::{resolve_from_store, BlobStore};
@@ -22,42 +27,491 @@ use crate::session::context::{
     line_run, write_context_pieces, LineSource, PathView, Read, RESET_BOUNDARY,
 };
 use crate::session::error::{Error, Result};
-use crate::session::format::{EntryKind, Facts, LineKind, LineScanner, Role};
+use crate::session::format::{message_role, EntryKind, Facts, LineKind, LineScanner, Role};
 use crate::session::index::Loc;
 use crate::session::index_store::{fingerprint_of, IndexStore};
-use crate::session::json::pretty_append;
-use crate::session::loader::{self, PARALLEL_MIN};
+use crate::session::json::{pretty_append, scan_object, Member, Members, ObjectScan};
+use crate::session::loader::{
+    self, ChunkSink, Class, LineRules, Scanned, DEFAULT_MAX_LINE, PARALLEL_MIN,
+};
 use crate::session::storage::{RandomRead, Storage};
 
-mod scan;
-mod validate;
-mod walk;
+/// What the lean scan keeps of an entry (32 bytes): where its line is,
+/// hashes of its id, parent id and (assistant messages) model name, its
+/// kind and flags.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Record {
+    /// Hash of the id (seeded per process, see [`Hasher`]).
+    id: u64,
+    /// Hash of `parentId` when it is a string ([`HAS_PARENT`]).
+    parent: u64,
+    /// The line's offset: low 32 bits, then the next 16 (files up to
+    /// 256 TiB; a bigger offset is left to the full path).
+    offset_lo: u32,
+    offset_hi: u16,
+    kind: EntryKind,
+    flags: u8,
+    len: u32,
+    /// 32 bits of the hash of `"<provider>/<model>"` of an assistant
+    /// message ([`ASSISTANT`]); the name is in [`Names`].
+    model: u32,
+}
 
-use scan::{Hasher, Record, PAGE};
-use validate::{validate_path, ValidPath, Validation, ASSISTANT, RESET};
-use walk::{changed, exact_walk, find_leaf, provisional_walk, record_line, IdTable};
+impl Record {
+    fn offset(&self) -> u64 {
+        u64::from(self.offset_lo) | (u64::from(self.offset_hi) << 32)
+    }
+}
 
+/// Offsets a [`Record`] holds.
+const MAX_OFFSET: u64 = 1 << 48;
+
+/// `parentId` is a string.
+const HAS_PARENT: u8 = 1;
+/// A message whose role is `assistant` (its model is in `model`).
+const ASSISTANT: u8 = 2;
+/// An entry of the type [`RESET_BOUNDARY`].
+const RESET: u8 = 4;
+/// A line past [`MAX_OFFSET`].
+const FAR: u8 = 8;
+/// A later entry has the same id hash (set by [`IdTable::build`]).
+const SHADOWED: u8 = 16;
+
+/// The seeded hash of ids and model names: the seed is random per
+/// process, so no file can be made to collide on purpose.
+#[derive(Debug, Clone, Copy)]
+struct Hasher(u64);
+
+impl Hasher {
+    fn new() -> Self {
+        let mut seed = [0u8; 8];
+        // Without randomness a fixed seed still hashes well.
+        let _ = getrandom::fill(&mut seed);
+        Hasher(u64::from_le_bytes(seed))
+    }
+    fn hash(self, s: &str) -> u64 {
+        xxh3_64_with_seed(s.as_bytes(), self.0)
+    }
+}
+
+/// The model names of assistant messages, by hash, shared by the scan's
+/// threads; two names with one hash mark the scan unusable.
+#[derive(Debug, Default)]
+struct Names {
+    map: Mutex<HashMap<u32, Arc<str>>>,
+    collided: AtomicBool,
+}
+
+impl Names {
+    fn publish(&self, hash: u32, name: &str) {
+        let mut map = self.map.lock();
+        match map.get(&hash) {
+            Some(known) if **known != *name => self.collided.store(true, Ordering::Relaxed),
+            Some(_) => {}
+            None => {
+                map.insert(hash, name.into());
+            }
+        }
+    }
+}
+
+/// The lean [`LineRules`]: lines the fast scanner validates are classified
+/// from its members as [`LineScanner`] classifies them (the same lookups:
+/// `type`, `id`, `parentId`, and the message's role and model); any other
+/// line (serde's fallback, invalid lines, headers) goes through
+/// [`LineScanner`] itself.
+struct LeanRules<'a> {
+    top: Vec<Member>,
+    nested: Vec<Member>,
+    name: String,
+    full: LineScanner,
+    names: &'a Names,
+    published: HashSet<u32>,
+    last_model: Option<u32>,
+    hasher: Hasher,
+}
+
+impl<'a> LeanRules<'a> {
+    fn new(names: &'a Names, hasher: Hasher) -> Self {
+        LeanRules {
+            top: Vec::new(),
+            nested: Vec::new(),
+            name: String::new(),
+            full: LineScanner::new(),
+            names,
+            published: HashSet::new(),
+            last_model: None,
+            hasher,
+        }
+    }
+
+    fn model(&mut self, name: &str) -> u32 {
+        let h = self.hasher.hash(name) as u32;
+        if self.last_model != Some(h) {
+            if self.published.insert(h) {
+                self.names.publish(h, name);
+            }
+            self.last_model = Some(h);
+        }
+        h
+    }
+
+    /// The line classified by [`LineScanner`].
+    fn full(&mut self, offset: u64, line: &[u8]) -> Class<Record> {
+        match self.full.scan(line) {
+            LineKind::Header(h) => Class::Header(h),
+            LineKind::BadHeader => Class::BadHeader,
+            LineKind::Title => Class::Title,
+            LineKind::Object { has_type } => Class::Object { has_type },
+            LineKind::Invalid => Class::Invalid,
+            LineKind::Entry(e) => {
+                let mut flags = 0;
+                let mut model = 0u32;
+                match &e.facts {
+                    Facts::Message {
+                        role: Role::Assistant,
+                        model: Some(name),
+                    } => {
+                        flags |= ASSISTANT;
+                        model = self.model(name);
+                    }
+                    Facts::Unknown(name) if &**name == RESET_BOUNDARY => flags |= RESET,
+                    _ => {}
+                }
+                let parent = match &e.parent_id {
+                    Some(p) => {
+                        flags |= HAS_PARENT;
+                        self.hasher.hash(p)
+                    }
+                    None => 0,
+                };
+                record(
+                    offset,
+                    line,
+                    self.hasher.hash(&e.id),
+                    parent,
+                    model,
+                    e.kind,
+                    flags,
+                )
+            }
+        }
+    }
+}
+
+/// The record of an entry line; a line past [`MAX_OFFSET`] is marked
+/// [`FAR`] (the lean path then declines).
+fn record(
+    offset: u64,
+    line: &[u8],
+    id: u64,
+    parent: u64,
+    model: u32,
+    kind: EntryKind,
+    flags: u8,
+) -> Class<Record> {
+    let far = if offset >= MAX_OFFSET { FAR } else { 0 };
+    Class::Entry(Record {
+        id,
+        parent,
+        offset_lo: offset as u32,
+        offset_hi: (offset >> 32) as u16,
+        kind,
+        flags: flags | far,
+        len: line.len() as u32,
+        model,
+    })
+}
+
+impl LineRules for LeanRules<'_> {
+    type Entry = Record;
+
+    fn classify(&mut self, offset: u64, line: &[u8]) -> Class<Record> {
+        let ObjectScan::Valid { nested } =
+            scan_object(line, b"message", &mut self.top, &mut self.nested)
+        else {
+            return self.full(offset, line);
+        };
+        // What `format::classify_fields` decides, from the same members.
+        let members = Members::Scanned {
+            text: line,
+            top: &self.top,
+        };
+        let Some(type_name) = members.get_str("type") else {
+            return Class::Object { has_type: false };
+        };
+        match &*type_name {
+            "session" => return self.full(offset, line),
+            "title" => return Class::Title,
+            _ => {}
+        }
+        let Some(id) = members.get_str("id") else {
+            return Class::Object { has_type: true };
+        };
+        let kind = EntryKind::from_type(&type_name);
+        let mut flags = 0;
+        let parent = match members.get_str("parentId") {
+            Some(p) => {
+                flags |= HAS_PARENT;
+                self.hasher.hash(&p)
+            }
+            None => 0,
+        };
+        let id = self.hasher.hash(&id);
+        let mut model = 0u32;
+        match kind {
+            EntryKind::Message if nested => {
+                let mut name = std::mem::take(&mut self.name);
+                if message_role(line, &self.nested, &mut name) == Role::Assistant {
+                    flags |= ASSISTANT;
+                    model = self.model(&name);
+                }
+                self.name = name;
+            }
+            EntryKind::Unknown if type_name == RESET_BOUNDARY => flags |= RESET,
+            _ => {}
+        }
+        record(offset, line, id, parent, model, kind, flags)
+    }
+}
+
+/// Bytes per read of the scan.
+const PIECE: usize = 256 << 10;
 /// Upper bound of one read of neighbouring lines (a longer line is read
 /// alone).
 const LINES_RUN: u64 = 256 << 10;
+const PAGE: usize = 4096;
 
-/// How a lean run splits its work (tests vary it).
-#[derive(Debug, Clone, Copy)]
-struct Tuning {
-    /// Threads of the scan and of the path's validation.
-    parts: usize,
-    /// Bytes below which a file (or a path) is not split.
-    min_parallel: u64,
-    /// Mask of the id hashes (all ones but in tests of collisions).
-    hash_mask: u64,
-    /// The sketch of a line.
-    sketch: scan::SketchFn,
+/// Feeds `[start, end)` of a file to `sink` in reads of [`PIECE`] bytes at
+/// page-aligned file offsets into one reused, page-aligned buffer (a read
+/// into a buffer 16 bytes past a page boundary, where `malloc` puts big
+/// blocks, copies ~2.8× slower: `docs/benchmarks.md`).
+fn read_range(
+    reader: &dyn RandomRead,
+    path: &Path,
+    start: u64,
+    end: Option<u64>,
+    sink: &mut ChunkSink<'_>,
+) -> Result<()> {
+    let mut block = vec![0u8; PIECE + PAGE];
+    let skew = block.as_ptr().align_offset(PAGE).min(PAGE);
+    let buf = &mut block[skew..skew + PIECE];
+    let mut at = start - start % PAGE as u64;
+    let mut skip = (start - at) as usize;
+    loop {
+        let want = match end {
+            Some(e) if e <= at => break,
+            Some(e) => ((e - at) as usize).min(PIECE),
+            None => PIECE,
+        };
+        let n = reader
+            .read_into(at, &mut buf[..want])
+            .map_err(|e| Error::io(path, e))?;
+        if n > skip {
+            sink(at + skip as u64, &buf[skip..n]);
+        }
+        if n < want {
+            break;
+        }
+        at += n as u64;
+        skip = 0;
+    }
+    Ok(())
 }
 
-/// The validated path of a lean scan as context building reads it.
+/// A scanned file: the records and what the path walk and the fold need.
+struct LeanScan {
+    scanned: Scanned<Record>,
+    names: HashMap<u32, Arc<str>>,
+    hasher: Hasher,
+}
+
+/// Scans a file with the lean rules on all cores; `None` when the lean
+/// path does not apply (no header: the full path gives the error; a
+/// migration; two model names with one hash).
+fn scan(
+    storage: &dyn Storage,
+    reader: &dyn RandomRead,
+    path: &Path,
+    size: u64,
+    (parts, min_parallel): (usize, u64),
+) -> Result<Option<LeanScan>> {
+    let names = Names::default();
+    let hasher = Hasher::new();
+    let hints = loader::split_hints(size, parts, min_parallel);
+    let scanned = match loader::split_scan(storage, path, &hints, &|start, end, phase| {
+        loader::scan_stream_with(
+            path,
+            start,
+            phase,
+            DEFAULT_MAX_LINE,
+            LeanRules::new(&names, hasher),
+            &mut |sink| read_range(reader, path, start, end, sink),
+        )
+    }) {
+        Ok(s) => s,
+        Err(Error::Unreadable { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let usable = scanned
+        .header
+        .as_ref()
+        .is_some_and(|h| !h.needs_migration());
+    let far = scanned.entries.last().is_some_and(|r| r.flags & FAR != 0);
+    if !usable || far || names.collided.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    Ok(Some(LeanScan {
+        scanned,
+        names: names.map.into_inner(),
+        hasher,
+    }))
+}
+
+/// Reads the line of a record (the file changed under the scan when it
+/// is not there whole: `Error::Stale`).
+fn record_line(reader: &dyn RandomRead, path: &Path, r: &Record) -> Result<Vec<u8>> {
+    let line = reader
+        .read_at(r.offset(), r.len as usize)
+        .map_err(|e| Error::io(path, e))?;
+    if line.len() != r.len as usize {
+        return Err(changed(path));
+    }
+    Ok(line)
+}
+
+fn changed(path: &Path) -> Error {
+    Error::Stale(format!(
+        "{}: the file changed while it was read",
+        path.display()
+    ))
+}
+
+/// The entry of a record's line, checked to be the entry scanned.
+fn record_entry(
+    reader: &dyn RandomRead,
+    path: &Path,
+    r: &Record,
+    hasher: Hasher,
+) -> Result<crate::session::format::ScannedEntry> {
+    let line = record_line(reader, path, r)?;
+    match LineScanner::new().scan(&line) {
+        LineKind::Entry(e) if hasher.hash(&e.id) == r.id && e.kind == r.kind => Ok(e),
+        _ => Err(changed(path)),
+    }
+}
+
+/// Positions of the entries by the hash of their id: the last entry with
+/// a hash wins, as the last entry with an id does. Two entries with one
+/// hash are compared by their ids (read from their lines): `None` when
+/// they differ.
+struct IdTable {
+    slots: Vec<u32>,
+    mask: usize,
+}
+
+impl IdTable {
+    const EMPTY: u32 = u32::MAX;
+
+    fn build(
+        records: &mut [Record],
+        reader: &dyn RandomRead,
+        path: &Path,
+        hasher: Hasher,
+    ) -> Result<Option<IdTable>> {
+        let cap = (records.len() * 2).next_power_of_two().max(16);
+        let mut t = IdTable {
+            slots: vec![Self::EMPTY; cap],
+            mask: cap - 1,
+        };
+        for i in 0..records.len() {
+            let mut s = t.slot(records[i].id);
+            loop {
+                let v = t.slots[s];
+                if v == Self::EMPTY {
+                    t.slots[s] = i as u32;
+                    break;
+                }
+                if records[v as usize].id == records[i].id {
+                    // A repeated id, or two ids with one hash.
+                    let a = record_entry(reader, path, &records[v as usize], hasher)?;
+                    let b = record_entry(reader, path, &records[i], hasher)?;
+                    if a.id != b.id {
+                        return Ok(None);
+                    }
+                    records[v as usize].flags |= SHADOWED;
+                    t.slots[s] = i as u32;
+                    break;
+                }
+                s = (s + 1) & t.mask;
+            }
+        }
+        Ok(Some(t))
+    }
+
+    fn slot(&self, hash: u64) -> usize {
+        // The hash is seeded: its low bits are as good as any.
+        (hash as usize) & self.mask
+    }
+
+    fn get(&self, records: &[Record], hash: u64) -> Option<u32> {
+        let mut s = self.slot(hash);
+        loop {
+            let v = self.slots[s];
+            if v == Self::EMPTY {
+                return None;
+            }
+            if records[v as usize].id == hash {
+                return Some(v);
+            }
+            s = (s + 1) & self.mask;
+        }
+    }
+}
+
+/// The path from the root to the last entry (root first), as
+/// [`crate::session::index::TreeIndex::path_to`] walks it: each entry's
+/// parent is the last entry with its `parentId`; the walk stops at a
+/// missing parent or the first entry it meets again.
+fn walk(records: &[Record], table: &IdTable) -> Vec<u32> {
+    const NEAR: u32 = 4;
+    let n = records.len();
+    let mut seen = vec![0u64; n.div_ceil(64)];
+    let mut path = Vec::new();
+    let mut cur = n.checked_sub(1).map(|i| i as u32);
+    while let Some(i) = cur {
+        let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
+        if seen[word] & bit != 0 {
+            break;
+        }
+        seen[word] |= bit;
+        path.push(i);
+        let r = &records[i as usize];
+        cur = if r.flags & HAS_PARENT != 0 {
+            // The parent is almost always just before its child: an entry
+            // there with the hash and no later namesake is the last entry
+            // with it, as the table would say (without its cache misses).
+            let near = (i.saturating_sub(NEAR)..i).rev().find(|&j| {
+                let q = &records[j as usize];
+                q.id == r.parent
+            });
+            match near {
+                Some(j) if records[j as usize].flags & SHADOWED == 0 => Some(j),
+                _ => table.get(records, r.parent),
+            }
+        } else {
+            None
+        };
+    }
+    path.reverse();
+    path
+}
+
+/// The path of a lean scan as context building reads it.
 struct LeanPath<'a> {
     records: &'a [Record],
-    path: ValidPath,
+    path: Vec<u32>,
+    names: &'a HashMap<u32, Arc<str>>,
     reader: &'a dyn RandomRead,
     file: &'a Path,
     hasher: Hasher,
@@ -65,52 +519,47 @@ struct LeanPath<'a> {
 
 impl PathView for LeanPath<'_> {
     fn len(&self) -> usize {
-        self.path.entries.len()
+        self.path.len()
     }
     fn kind(&self, pos: usize) -> EntryKind {
-        self.path.entries[pos].kind
+        self.records[self.path[pos] as usize].kind
     }
     fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>> {
-        let e = &self.path.entries[pos];
-        if e.flags & ASSISTANT != 0 {
-            let name = self
-                .path
-                .model(pos)
-                .ok_or_else(|| Error::Internal("a model name was not kept".into()))?;
-            return Ok(Cow::Owned(Facts::Message {
+        let r = &self.records[self.path[pos] as usize];
+        Ok(Cow::Owned(match r.kind {
+            EntryKind::Message if r.flags & ASSISTANT != 0 => Facts::Message {
                 role: Role::Assistant,
-                model: Some(name.clone()),
-            }));
-        }
-        if e.flags & RESET != 0 {
-            return Ok(Cow::Owned(Facts::Unknown(RESET_BOUNDARY.into())));
-        }
-        let facts = &self.path.facts;
-        Ok(
-            match facts.binary_search_by_key(&(pos as u32), |(p, _)| *p) {
-                Ok(k) => Cow::Borrowed(&facts[k].1),
-                // Facts the fold does not read.
-                Err(_) => Cow::Owned(Facts::None),
+                model: Some(
+                    self.names
+                        .get(&r.model)
+                        .cloned()
+                        .ok_or_else(|| Error::Internal("a model name was not kept".into()))?,
+                ),
             },
-        )
+            EntryKind::Unknown if r.flags & RESET != 0 => Facts::Unknown(RESET_BOUNDARY.into()),
+            EntryKind::ThinkingLevelChange
+            | EntryKind::ModelChange
+            | EntryKind::TtsrInjection
+            | EntryKind::ModeChange
+            | EntryKind::Compaction => record_entry(self.reader, self.file, r, self.hasher)?.facts,
+            // Facts the fold does not read.
+            _ => Facts::None,
+        }))
     }
     fn has_id(&self, pos: usize, id: &str) -> Result<bool> {
-        let r = &self.records[self.path.path[pos] as usize];
-        if r.id() != self.hasher.hash(id.as_bytes()) {
+        let r = &self.records[self.path[pos] as usize];
+        if r.id != self.hasher.hash(id) {
             return Ok(false);
         }
-        let line = record_line(self.reader, self.file, r)?;
-        match LineScanner::new().scan(&line) {
-            LineKind::Entry(e) => Ok(*e.id == *id),
-            _ => Err(changed(self.file)),
-        }
+        Ok(*record_entry(self.reader, self.file, r, self.hasher)?.id == *id)
     }
     fn read(&self, pos: usize) -> Read {
-        let idx = self.path.path[pos];
+        let i = self.path[pos];
+        let r = &self.records[i as usize];
         Read {
-            idx,
-            kind: self.path.entries[pos].kind,
-            len: self.records[idx as usize].len,
+            idx: i,
+            kind: r.kind,
+            len: r.len,
         }
     }
 }
@@ -147,7 +596,7 @@ impl LineSource for LeanLines<'_> {
     }
     /// Reads runs of neighbouring lines together, as
     /// [`crate::session::context::for_each_line_coalesced`] does, into one reused page-aligned
-    /// buffer from page-aligned file offsets (see `scan::read_range`).
+    /// buffer from page-aligned file offsets (see [`read_range`]).
     fn for_each_line(
         &self,
         idxs: &[u32],
@@ -217,69 +666,12 @@ pub fn write_last_context(
     keep: Option<KeepRendering<'_>>,
     out: &mut dyn std::io::Write,
 ) -> Result<bool> {
-    let tuning = Tuning {
-        parts: loader::parts(),
-        min_parallel: PARALLEL_MIN,
-        hash_mask: u64::MAX,
-        sketch: crate::session::json::sketch_line,
-    };
-    write_with(storage, path, blobs, pretty, keep, out, tuning)
+    let split = (loader::parts(), PARALLEL_MIN);
+    write_with(storage, path, blobs, pretty, keep, out, split)
 }
 
-/// The validated path to the last entry of a scan (`None`: no entry, the
-/// empty context), or `Ok(Err(()))` when the lean path declines.
-fn resolve_path(
-    records: &mut [Record],
-    reader: &dyn RandomRead,
-    file: &Path,
-    hasher: Hasher,
-    tuning: Tuning,
-) -> Result<std::result::Result<Option<ValidPath>, ()>> {
-    let table = IdTable::build(records);
-    let leaf = match find_leaf(records, reader, file, hasher)? {
-        Ok(Some(leaf)) => leaf,
-        Ok(None) => return Ok(Ok(None)),
-        Err(_) => return Ok(Err(())),
-    };
-    let split = (tuning.parts, tuning.min_parallel);
-    let (walked, end) = provisional_walk(records, &table, leaf);
-    // Only the exact walk needs the table again (it is rebuilt then).
-    drop(table);
-    let lines = LeanLines {
-        records,
-        reader,
-        file,
-        blobs: None,
-    };
-    match validate_path(&lines, walked, end, hasher, split)? {
-        Validation::Valid(v) => return Ok(Ok(Some(v))),
-        Validation::Disagrees => return Ok(Err(())),
-        Validation::Mismatch => {}
-    }
-    // A line on the provisional path is no entry, or another id with the
-    // same hash: the exact walk, then its lines validated.
-    let table = IdTable::build(records);
-    let walked = match exact_walk(records, &table, leaf, reader, file, hasher)? {
-        Ok(w) => w,
-        Err(_) => return Ok(Err(())),
-    };
-    drop(table);
-    let lines = LeanLines {
-        records,
-        reader,
-        file,
-        blobs: None,
-    };
-    match validate_path(&lines, walked, walk::End::Decided, hasher, split)? {
-        Validation::Valid(v) => Ok(Ok(Some(v))),
-        Validation::Disagrees => Ok(Err(())),
-        Validation::Mismatch => Err(Error::Internal(
-            "the exact path of the lean scan did not validate".into(),
-        )),
-    }
-}
-
-/// [`write_last_context`] with the work split as `tuning` says.
+/// [`write_last_context`] with the file scanned in `split.0` parts when it
+/// has at least `split.1` bytes.
 fn write_with(
     storage: &dyn Storage,
     path: &Path,
@@ -287,42 +679,36 @@ fn write_with(
     pretty: bool,
     keep: Option<KeepRendering<'_>>,
     out: &mut dyn std::io::Write,
-    tuning: Tuning,
+    split: (usize, u64),
 ) -> Result<bool> {
     let stat = match storage.stat(path) {
         Ok(s) if !s.is_dir && s.size > 0 => s,
         _ => return Ok(false),
     };
     let reader = storage.open_read(path).map_err(|e| Error::io(path, e))?;
-    let hasher = Hasher::new(tuning.hash_mask);
-    let split = (tuning.parts, tuning.min_parallel);
-    let Some(mut scanned) = scan::scan(
-        storage,
-        &*reader,
-        path,
-        stat.size,
-        split,
+    let Some(LeanScan {
+        scanned,
+        names,
         hasher,
-        tuning.sketch,
-    )?
+    }) = scan(storage, &*reader, path, stat.size, split)?
     else {
         return Ok(false);
     };
-    let Ok(valid) = resolve_path(&mut scanned.entries, &*reader, path, hasher, tuning)? else {
-        log::warn!(
-            "{}: the line sketch disagreed with a validated line; loading the session",
-            path.display()
-        );
+    let mut scanned = scanned;
+    let Some(table) = IdTable::build(&mut scanned.entries, &*reader, path, hasher)? else {
         return Ok(false);
     };
     let records = &scanned.entries;
-    let view = valid.map(|path_entries| LeanPath {
+    let lean_path = walk(records, &table);
+    drop(table);
+    let view = LeanPath {
         records,
-        path: path_entries,
+        path: lean_path,
+        names: &names,
         reader: &*reader,
         file: path,
         hasher,
-    });
+    };
     let lines = LeanLines {
         records,
         reader: &*reader,
@@ -346,7 +732,11 @@ fn write_with(
         }
         Ok(())
     };
-    let path_view = view.as_ref().map(|v| v as &dyn PathView);
+    let path_view: Option<&dyn PathView> = if records.is_empty() {
+        None
+    } else {
+        Some(&view)
+    };
     write_context_pieces(path_view, &lines, &mut |piece| {
         unresolved |= contains_ref_prefix(piece.as_bytes());
         if pretty {

@@ -241,12 +241,6 @@ pub(crate) trait LineRules: Send {
     type Entry: Send;
     /// Classifies the line (without its `\n`) at `offset`.
     fn classify(&mut self, offset: u64, line: &[u8]) -> Class<Self::Entry>;
-    /// Classifies the unterminated last piece of a stream (a line that may
-    /// be torn), as [`LineRules::classify`] unless the rules take
-    /// shortcuts that a torn line must not take.
-    fn classify_tail(&mut self, offset: u64, line: &[u8]) -> Class<Self::Entry> {
-        self.classify(offset, line)
-    }
 }
 
 impl LineRules for LineScanner {
@@ -276,7 +270,7 @@ struct Classifier<'a, R: LineRules> {
 }
 
 impl<R: LineRules> Classifier<'_, R> {
-    fn line(&mut self, offset: u64, bytes: &[u8], tail: bool) {
+    fn line(&mut self, offset: u64, bytes: &[u8]) {
         if self.error.is_some() {
             return;
         }
@@ -284,11 +278,7 @@ impl<R: LineRules> Classifier<'_, R> {
             self.out.blank += 1;
             return;
         }
-        let kind = if tail {
-            self.rules.classify_tail(offset, bytes)
-        } else {
-            self.rules.classify(offset, bytes)
-        };
+        let kind = self.rules.classify(offset, bytes);
         match (self.phase, kind) {
             (_, Class::Invalid) => self.out.skipped += 1,
             (Phase::BeforeHeader, Class::Title) => self.out.has_title = true,
@@ -360,7 +350,7 @@ pub(crate) fn scan_stream_with<R: LineRules>(
         scanned = scanned.max(offset + chunk.len() as u64);
         splitter.feed(offset, chunk, &mut |line_offset, line| {
             last_end = line_offset + line.len() as u64 + 1;
-            classifier.line(line_offset, line, false);
+            classifier.line(line_offset, line);
         });
         if let Some(&b) = chunk.last() {
             if b == b'\n' {
@@ -375,7 +365,7 @@ pub(crate) fn scan_stream_with<R: LineRules>(
         // A complete object without its newline counts; a torn one is dropped.
         let before = classifier.out.entries.len() + usize::from(classifier.out.header.is_some());
         let skipped_before = classifier.out.skipped;
-        classifier.line(offset, &piece, true);
+        classifier.line(offset, &piece);
         let after = classifier.out.entries.len() + usize::from(classifier.out.header.is_some());
         if after == before && classifier.out.skipped > skipped_before {
             classifier.out.skipped = skipped_before;

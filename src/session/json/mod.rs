@@ -12,15 +12,12 @@
 //! - `pretty`: re-indenting JSON text like `JSON.stringify(v, null, 2)`;
 //! - `scan`: the fast validating scanner that records member byte ranges;
 //! - `members`: `Members`, a line's top-level members from the scanner
-//!   or, for a line it declines, from serde;
-//! - `sketch`: `sketch_line`, a line's top-level `id` and `parentId`
-//!   found without validating it (exact for valid lines).
+//!   or, for a line it declines, from serde.
 
 mod members;
 mod pretty;
 mod raw;
 mod scan;
-mod sketch;
 
 // Public: what the adapters use (`docs/engine.md`, "Public surface").
 pub use pretty::{pretty, pretty_append};
@@ -36,9 +33,3 @@ pub(crate) use scan::agree as scanner_agrees_with_serde;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use scan::is_valid_json;
 pub(crate) use scan::{as_text, object_members, scan_object, Member, ObjectScan};
-#[cfg(any(test, feature = "testing"))]
-pub(crate) use sketch::check_line as check_sketch;
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use sketch::sketch_lines;
-pub(crate) use sketch::{sketch_line, Sketch, SketchParent};

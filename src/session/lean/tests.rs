@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::*;
-use crate::session::json::Sketch;
 use crate::session::manager::{OpenOptions, Session};
 use crate::session::storage::{FileStorage, Storage};
 
@@ -38,8 +37,6 @@ fn lean(
     blobs: &Path,
     pretty: bool,
     parts: usize,
-    hash_mask: u64,
-    sketch: scan::SketchFn,
 ) -> Option<Vec<u8>> {
     let store = BlobStore::new(storage.clone(), blobs);
     let mut out = Vec::new();
@@ -50,12 +47,7 @@ fn lean(
         pretty,
         None,
         &mut out,
-        Tuning {
-            parts,
-            min_parallel: 0,
-            hash_mask,
-            sketch,
-        },
+        (parts, 0),
     )
     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if !done {
@@ -66,8 +58,8 @@ fn lean(
 }
 
 #[test]
-fn a_record_is_28_bytes() {
-    assert_eq!(std::mem::size_of::<Record>(), 28);
+fn a_record_is_32_bytes() {
+    assert_eq!(std::mem::size_of::<Record>(), 32);
 }
 
 /// Counts of a differential run.
@@ -77,125 +69,14 @@ struct Tally {
     declined: usize,
 }
 
-/// The lean runs [`check`] compares, as (threads, hash mask, sketch):
-/// sequential and split in 2 and 3 parts; with full hashes and with hashes
-/// of two bits, where every id collides with a quarter of the others (the
-/// validation must then compare the ids themselves); with the sketch of
-/// the scan and with [`loose_sketch`], which reads invalid lines as
-/// entries (the validation must then find them out).
-const RUNS: [(usize, u64, scan::SketchFn); 7] = [
-    (1, u64::MAX, crate::session::json::sketch_line),
-    (2, u64::MAX, crate::session::json::sketch_line),
-    (3, u64::MAX, crate::session::json::sketch_line),
-    (1, 3, crate::session::json::sketch_line),
-    (2, 3, crate::session::json::sketch_line),
-    (1, u64::MAX, loose_sketch),
-    (2, 3, loose_sketch),
-];
-
-/// What a top-level member of a sketched line held so far.
-#[derive(Clone, Copy)]
-enum Seen<'a> {
-    None,
-    Plain(&'a [u8]),
-    Null,
-    Other,
-}
-
-/// A sketch that keeps the contract on valid lines (the last top-level
-/// `id` and `parentId`, escaped top-level keys left to the scanner) but
-/// reads any line shaped like an object, valid or not, by brackets and
-/// quotes alone: invalid lines with an id become records, as with a real
-/// structural sketch, and only validation finds them out.
-fn loose_sketch(line: &[u8]) -> Sketch<'_> {
-    use crate::session::json::SketchParent;
-    let n = line.len();
-    // The end of the string whose opening quote is at `i` (its closing
-    // quote, or `n`), and whether it holds a backslash.
-    let string_end = |i: usize| {
-        let mut j = i + 1;
-        let mut escaped = false;
-        while j < n && line[j] != b'"' {
-            if line[j] == b'\\' {
-                escaped = true;
-                j += 1;
-            }
-            j += 1;
-        }
-        (j.min(n), escaped)
-    };
-    let skip_ws = |mut i: usize| {
-        while i < n && line[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        i
-    };
-    if line.get(skip_ws(0)) != Some(&b'{') {
-        return Sketch::Classify;
-    }
-    let (mut id, mut parent) = (Seen::None, Seen::None);
-    let mut depth = 0usize;
-    let mut i = 0;
-    while i < n {
-        match line[i] {
-            b'"' => {
-                let (end, escaped) = string_end(i);
-                let text = &line[i + 1..end];
-                let after = skip_ws(end + 1);
-                i = end + 1;
-                if depth != 1 || line.get(after) != Some(&b':') {
-                    continue;
-                }
-                if escaped {
-                    return Sketch::Classify;
-                }
-                let slot = match text {
-                    b"id" => &mut id,
-                    b"parentId" => &mut parent,
-                    _ => continue,
-                };
-                let v = skip_ws(after + 1);
-                *slot = match line.get(v) {
-                    Some(b'"') => {
-                        let (vend, vescaped) = string_end(v);
-                        let value = &line[v + 1..vend];
-                        if !vescaped && value.iter().all(|b| (0x20..=0x7e).contains(b)) {
-                            Seen::Plain(value)
-                        } else {
-                            Seen::Other
-                        }
-                    }
-                    _ if line[v..].starts_with(b"null") => Seen::Null,
-                    _ => Seen::Other,
-                };
-                continue;
-            }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
-    }
-    let Seen::Plain(id) = id else {
-        return Sketch::Classify;
-    };
-    let parent = match parent {
-        Seen::None => SketchParent::Absent,
-        Seen::Null => SketchParent::Null,
-        Seen::Plain(p) => SketchParent::Str(p),
-        Seen::Other => SketchParent::Other,
-    };
-    Sketch::Entry { id, parent }
-}
-
 /// Compares the lean path with the oracle on one file, pretty and
-/// compact, in each of the [`RUNS`].
+/// compact, sequential and split in 2 and 3 parts.
 fn check(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path, tally: &mut Tally) {
     let text = storage.read(path).unwrap_or_default();
     for pretty in [true, false] {
         let want = oracle(storage, path, blobs, pretty);
-        for (parts, hash_mask, sketch) in RUNS {
-            match lean(storage, path, blobs, pretty, parts, hash_mask, sketch) {
+        for parts in [1, 2, 3] {
+            match lean(storage, path, blobs, pretty, parts) {
                 Some(got) => {
                     let Some(want) = &want else {
                         panic!(
@@ -206,7 +87,7 @@ fn check(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path, tally: &mut Tall
                     };
                     if &got != want {
                         panic!(
-                            "{} (pretty {pretty}, {parts} parts, hash mask {hash_mask:#x}): lean\n{}\n!= full\n{}\nfile:\n{}",
+                            "{} (pretty {pretty}, {parts} parts): lean\n{}\n!= full\n{}\nfile:\n{}",
                             path.display(),
                             String::from_utf8_lossy(&got),
                             String::from_utf8_lossy(want),
@@ -604,244 +485,4 @@ fn kept_rendering_is_the_printed_text() {
         }
     }
     assert!(kept >= 5, "{kept}");
-}
-
-/// One handwritten session: the header, then `lines`.
-fn session_of(lines: &[&str]) -> String {
-    let mut out = String::from(
-        "{\"type\":\"session\",\"version\":3,\"id\":\"s\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n",
-    );
-    for l in lines {
-        out.push_str(l);
-        out.push('\n');
-    }
-    out
-}
-
-/// A message entry line (`parent`: the raw JSON of `parentId`).
-fn msg(id: &str, parent: &str, role: &str, text: &str) -> String {
-    let model = if role == "assistant" {
-        ",\"provider\":\"p\",\"model\":\"m\""
-    } else {
-        ""
-    };
-    format!(
-        "{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{{\"role\":\"{role}\"{model},\"content\":\"{text}\"}}}}"
-    )
-}
-
-/// The cases deferred validation must get right (`docs/engine.md`, "The
-/// lean first-time path"): lines that look like entries to a sketch but
-/// are not, or are other entries than the sketch's hashes say.
-#[test]
-fn deferred_validation_cases() {
-    let (dir, storage) = temp_storage();
-    let blobs = dir.path().join("blobs");
-    let a = msg("a", "null", "user", "first");
-    let b = msg("b", "\"a\"", "assistant", "second");
-    let c = msg("c", "\"b\"", "user", "third");
-    let broken = |l: &str| format!("{l}x");
-    let cases: Vec<(&str, Vec<String>)> = vec![
-        // An invalid line carrying a path entry's id after it: the parent
-        // is the valid entry before it.
-        (
-            "invalid namesake after the parent",
-            vec![a.clone(), b.clone(), broken(&msg("b", "\"zz\"", "user", "bad")), c.clone()],
-        ),
-        // An invalid last line: the leaf is the entry before it.
-        (
-            "invalid last line",
-            vec![a.clone(), b.clone(), c.clone(), broken(&msg("d", "\"c\"", "user", "x"))],
-        ),
-        (
-            "every line after the first invalid",
-            vec![a.clone(), broken(&b), broken(&c)],
-        ),
-        // An invalid line in the middle of the path whose sketch looks
-        // like an entry: the walk ends at it (its child's parent is
-        // missing).
-        (
-            "invalid line in the middle of the path",
-            vec![
-                a.clone(),
-                msg("b", "\"a\"", "user", "x").replace("\"x\"", "tru"),
-                c.clone(),
-            ],
-        ),
-        (
-            "raw control character in a string",
-            vec![a.clone(), msg("b", "\"a\"", "user", "x\ty"), c.clone()],
-        ),
-        // An escaped duplicate `id` key: the unescaped last key wins, so
-        // the entry is `q`, not `b`.
-        (
-            "escaped duplicate id key",
-            vec![
-                a.clone(),
-                msg("b", "\"a\"", "user", "x").replace("\"id\":\"b\"", "\"id\":\"b\",\"\\u0069d\":\"q\""),
-                c.clone(),
-                msg("d", "\"q\"", "user", "under q"),
-            ],
-        ),
-        (
-            "escaped parentId key",
-            vec![
-                a.clone(),
-                msg("b", "\"zz\"", "user", "x").replace("\"parentId\"", "\"parentI\\u0064\""),
-                c.clone(),
-            ],
-        ),
-        // Duplicate top-level keys: the last wins.
-        (
-            "duplicate id and parentId keys",
-            vec![
-                a.clone(),
-                msg("b", "\"a\"", "user", "x").replace("\"id\":\"b\"", "\"id\":\"x\",\"id\":\"b\""),
-                msg("c", "\"b\"", "user", "y").replace("\"parentId\":\"b\"", "\"parentId\":\"b\",\"parentId\":\"a\""),
-            ],
-        ),
-        // A nested `id` is no entry id.
-        (
-            "nested id only",
-            vec![
-                a.clone(),
-                "{\"type\":\"message\",\"parentId\":\"a\",\"message\":{\"id\":\"b\",\"role\":\"user\",\"content\":\"n\"}}".to_string(),
-                c.clone(),
-            ],
-        ),
-        // Id-less objects after the header.
-        (
-            "id-less objects",
-            vec![a.clone(), "{\"type\":\"message\",\"parentId\":\"a\",\"n\":1}".to_string(), b.clone()],
-        ),
-        // Objects with an id that are no entries.
-        (
-            "objects that are no entries",
-            vec![
-                a.clone(),
-                b.clone(),
-                "{\"id\":\"b\",\"parentId\":\"a\"}".to_string(),
-                "{\"type\":7,\"id\":\"b\"}".to_string(),
-                "{\"type\":\"session\",\"id\":\"b\"}".to_string(),
-                "{\"type\":\"title\",\"id\":\"b\"}".to_string(),
-                c.clone(),
-            ],
-        ),
-        // A loop through an invalid namesake and a repeated id.
-        (
-            "loops",
-            vec![
-                msg("a", "\"c\"", "user", "x"),
-                msg("b", "\"a\"", "user", "y"),
-                broken(&msg("a", "\"b\"", "user", "z")),
-                msg("c", "\"b\"", "user", "w"),
-            ],
-        ),
-        (
-            "repeated id, the later one invalid",
-            vec![
-                a.clone(),
-                msg("b", "\"a\"", "user", "old"),
-                msg("b", "\"a\"", "user", "new"),
-                broken(&msg("b", "\"a\"", "user", "newer")),
-                c.clone(),
-            ],
-        ),
-        (
-            "a torn tail that looks like an entry",
-            vec![a.clone(), b.clone(), c[..c.len() - 2].to_string()],
-        ),
-    ];
-    let mut tally = Tally::default();
-    for (k, (name, lines)) in cases.iter().enumerate() {
-        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-        let mut text = session_of(&refs);
-        if name.contains("torn") {
-            text.pop();
-        }
-        let path = dir.path().join(format!("d{k}.jsonl"));
-        std::fs::write(&path, &text).unwrap();
-        check(&storage, &path, &blobs, &mut tally);
-    }
-    assert_eq!(tally.declined, 0, "{tally:?}");
-}
-
-/// Random sessions with copies of their entry lines broken so that a
-/// structural sketch still reads them as entries (a stray byte after the
-/// object, a bad literal, a raw control character, a cut value), put
-/// right after the original, anywhere after the header, or last.
-#[test]
-fn random_sessions_with_entry_like_garbage_match_the_full_path() {
-    let (dir, storage) = temp_storage();
-    let blobs = dir.path().join("blobs");
-    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
-    let mut tally = Tally::default();
-    for case in 0..150 {
-        let text = random_session(&mut rng);
-        let mut lines: Vec<String> = text.split('\n').map(str::to_string).collect();
-        let Some(header) = lines
-            .iter()
-            .position(|l| l.contains("\"type\":\"session\""))
-        else {
-            continue;
-        };
-        for _ in 0..1 + rng.below(6) {
-            let candidates: Vec<usize> = (header + 1..lines.len())
-                .filter(|&i| lines[i].starts_with('{') && lines[i].contains("\"id\""))
-                .collect();
-            if candidates.is_empty() {
-                break;
-            }
-            let from = candidates[rng.below(candidates.len())];
-            let l = &lines[from];
-            let bad = match rng.below(4) {
-                0 => format!("{l}x"),
-                1 => l.replacen(",\"timestamp\":", ",\"t\":tru,\"timestamp\":", 1),
-                2 => l.replacen("\"timestamp\":\"", "\"timestamp\":\"\u{1}", 1),
-                _ => l.replacen(",\"timestamp\":", ",\"timestamp\":,", 1),
-            };
-            let at = match rng.below(3) {
-                0 => from + 1,
-                1 => header + 1 + rng.below(lines.len() - header),
-                _ => lines.len(),
-            };
-            lines.insert(at.min(lines.len()), bad);
-        }
-        let path = dir.path().join(format!("g{case}.jsonl"));
-        std::fs::write(&path, lines.join("\n")).unwrap();
-        check(&storage, &path, &blobs, &mut tally);
-    }
-    assert!(tally.lean > 1000, "{tally:?}");
-}
-
-/// A sketch that breaks its contract on a line the lean path validates
-/// makes it decline (nothing written, the session is loaded instead)
-/// rather than print a context built on the wrong ids.
-#[test]
-fn a_sketch_caught_lying_makes_the_lean_path_decline() {
-    fn lying(line: &[u8]) -> Sketch<'_> {
-        match crate::session::json::sketch_line(line) {
-            Sketch::Entry { parent, .. } => Sketch::Entry {
-                id: b"not-its-id",
-                parent,
-            },
-            other => other,
-        }
-    }
-    let (dir, storage) = temp_storage();
-    let path = dir.path().join("lies.jsonl");
-    let a = msg("a", "null", "user", "first");
-    let b = msg("b", "\"a\"", "assistant", "second");
-    std::fs::write(&path, session_of(&[&a, &b])).unwrap();
-    for parts in [1, 2] {
-        let mut out = Vec::new();
-        let tuning = Tuning {
-            parts,
-            min_parallel: 0,
-            hash_mask: u64::MAX,
-            sketch: lying,
-        };
-        let done = write_with(&*storage, &path, None, true, None, &mut out, tuning).unwrap();
-        assert!(!done && out.is_empty(), "{}", String::from_utf8_lossy(&out));
-    }
 }

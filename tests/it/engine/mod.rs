@@ -14,7 +14,6 @@ mod model;
 mod persistence;
 mod reference_ports;
 mod reliability;
-mod sketch;
 mod spec_rules;
 mod team;
 mod timestamps;
