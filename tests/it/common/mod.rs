@@ -303,3 +303,28 @@ pub fn project_and_stem(file: &Path) -> (&str, &str) {
     let project = project.and_then(|p| p.to_str()).unwrap();
     (project, file.file_stem().and_then(|s| s.to_str()).unwrap())
 }
+
+/// A linear session of `pairs` user/assistant exchanges, ending at
+/// `a{pairs}`: the header names `id`, `cwd` and the day `date`
+/// (`YYYY-MM-DD`), and each question repeats `question {i} ` `repeat`
+/// times (long texts give a `context.json` of many pages).
+pub fn exchange_session(id: &str, cwd: &str, date: &str, pairs: usize, repeat: usize) -> String {
+    let mut t = format!(
+        r#"{{"type":"session","version":3,"id":"{id}","timestamp":"{date}T10:00:00.000Z","cwd":"{cwd}"}}"#
+    );
+    t.push('\n');
+    let mut parent = "null".to_string();
+    for i in 1..=pairs {
+        let text = format!("question {i} ").repeat(repeat);
+        t.push_str(&format!(
+            r#"{{"type":"message","id":"u{i}","parentId":{parent},"timestamp":"{date}T10:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
+        ));
+        t.push('\n');
+        t.push_str(&format!(
+            r#"{{"type":"message","id":"a{i}","parentId":"u{i}","timestamp":"{date}T10:00:02.000Z","message":{{"role":"assistant","provider":"p","model":"m","content":[{{"type":"text","text":"answer {i}"}}]}}}}"#
+        ));
+        t.push('\n');
+        parent = format!("\"a{i}\"");
+    }
+    t
+}

@@ -6,6 +6,7 @@
 //! stored file is replaced while a reader is open, and never a damaged
 //! stored rendering.
 
+use crate::common::exchange_session;
 use crate::common::fuse;
 use crate::common::live::write_session;
 
@@ -24,24 +25,7 @@ const LOG: &str = "warn,sessionfs::fs::tree=debug";
 /// A linear session whose context is about `pairs` KB (more than one
 /// piece of a stored rendering and many read requests).
 fn session(pairs: usize) -> String {
-    let mut t = String::from(
-        r#"{"type":"session","version":3,"id":"1212343412123434","timestamp":"2026-03-02T10:00:00.000Z","cwd":"/work/first"}"#,
-    );
-    t.push('\n');
-    let mut parent = "null".to_string();
-    for i in 1..=pairs {
-        let text = format!("question {i} ").repeat(40);
-        t.push_str(&format!(
-            r#"{{"type":"message","id":"u{i}","parentId":{parent},"timestamp":"2026-03-02T10:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
-        ));
-        t.push('\n');
-        t.push_str(&format!(
-            r#"{{"type":"message","id":"a{i}","parentId":"u{i}","timestamp":"2026-03-02T10:00:02.000Z","message":{{"role":"assistant","provider":"p","model":"m","content":[{{"type":"text","text":"answer {i}"}}]}}}}"#
-        ));
-        t.push('\n');
-        parent = format!("\"a{i}\"");
-    }
-    t
+    exchange_session("1212343412123434", "/work/first", "2026-03-02", pairs, 40)
 }
 
 /// `sessionfs context --no-index` of `file`: what the mount must show.

@@ -5,6 +5,7 @@
 //! readers, the unchanged beginning is not read through FUSE again, and
 //! the other files kept in the cache stay fresh.
 
+use crate::common::exchange_session;
 use crate::common::fuse;
 use crate::common::live::{plain_append, write_session};
 use crate::common::{js_json, message_texts};
@@ -23,24 +24,7 @@ const STEM: &str = "2026-03-01T10-00-00-000Z_7777888877778888";
 /// A linear session of `pairs` user/assistant exchanges with long texts
 /// (a `context.json` of many pages), ending at `a{pairs}`.
 fn big_session(pairs: usize) -> String {
-    let mut t = String::from(
-        r#"{"type":"session","version":3,"id":"7777888877778888","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/work/pages"}"#,
-    );
-    t.push('\n');
-    let mut parent = "null".to_string();
-    for i in 1..=pairs {
-        let text = format!("question {i} ").repeat(20);
-        t.push_str(&format!(
-            r#"{{"type":"message","id":"u{i}","parentId":{parent},"timestamp":"2026-03-01T10:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
-        ));
-        t.push('\n');
-        t.push_str(&format!(
-            r#"{{"type":"message","id":"a{i}","parentId":"u{i}","timestamp":"2026-03-01T10:00:02.000Z","message":{{"role":"assistant","provider":"p","model":"m","content":[{{"type":"text","text":"answer {i}"}}]}}}}"#
-        ));
-        t.push('\n');
-        parent = format!("\"a{i}\"");
-    }
-    t
+    exchange_session("7777888877778888", "/work/pages", "2026-03-01", pairs, 20)
 }
 
 /// One user message under `parent`.
