@@ -328,3 +328,33 @@ pub fn exchange_session(id: &str, cwd: &str, date: &str, pairs: usize, repeat: u
     }
     t
 }
+
+/// `sessionfs context --no-index FILE`: the text every `context.json`
+/// of the file's last entry must equal.
+pub fn cli_context_no_index(file: &Path) -> Vec<u8> {
+    stdout_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .arg("context")
+            .arg("--no-index")
+            .arg(file),
+    )
+}
+
+/// Panics unless `got == want`, explaining a mismatch without printing
+/// hundreds of KB: the lengths, where they first differ and 80 bytes of
+/// each from there.
+pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+        let show = |b: &[u8]| {
+            String::from_utf8_lossy(&b[at.min(b.len())..(at + 80).min(b.len())]).into_owned()
+        };
+        panic!(
+            "{what}: {} bytes read, {} expected, first difference at {at}: {:?} instead of {:?}",
+            got.len(),
+            want.len(),
+            show(got),
+            show(want)
+        );
+    }
+}

@@ -6,15 +6,14 @@
 //! stored file is replaced while a reader is open, and never a damaged
 //! stored rendering.
 
-use crate::common::exchange_session;
 use crate::common::fuse;
 use crate::common::live::write_session;
+use crate::common::{assert_same_bytes, cli_context_no_index, exchange_session};
 
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use fuse::{fuse_ok, Mount};
 
@@ -28,37 +27,17 @@ fn session(pairs: usize) -> String {
     exchange_session("1212343412123434", "/work/first", "2026-03-02", pairs, 40)
 }
 
-/// `sessionfs context --no-index` of `file`: what the mount must show.
-fn cli_context(file: &Path) -> Vec<u8> {
-    crate::common::stdout_ok(
-        Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-            .arg("context")
-            .arg("--no-index")
-            .arg(file),
-    )
-}
-
-/// The stored context renderings under the cache directory.
-fn stored_files(cache: &Path) -> Vec<PathBuf> {
+/// The files with the extension `ext` in the index cache under `cache`:
+/// `ctx` for stored context renderings, `idx` for indexes.
+fn cache_files(cache: &Path, ext: &str) -> Vec<PathBuf> {
     let dir = cache.join("sessionfs").join("index");
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "ctx"))
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
         .collect()
-}
-
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
-        panic!(
-            "{what}: {} bytes read, {} expected, first difference at {at}",
-            got.len(),
-            want.len()
-        );
-    }
 }
 
 #[test]
@@ -69,19 +48,19 @@ fn the_next_mount_serves_the_stored_rendering_from_its_file() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let file = write_session(tmp.path(), PROJECT, STEM, &session(1500));
-    let want = cli_context(&file);
+    let want = cli_context_no_index(&file);
     assert!(want.len() > 1 << 20, "a context of {} bytes", want.len());
     let rel = format!("{PROJECT}/{STEM}/context.json");
 
     // First mount: the lean path builds it, and stores it.
     {
         let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
-        same(&fs::read(m.join(&rel)).unwrap(), &want, "first mount");
+        assert_same_bytes(&fs::read(m.join(&rel)).unwrap(), &want, "first mount");
         let log = m.log_text();
         assert!(log.contains("built by the lean first-time path"), "{log}");
         assert!(!log.contains("from the stored rendering"), "{log}");
     }
-    let stored = stored_files(&cache);
+    let stored = cache_files(&cache, "ctx");
     assert_eq!(stored.len(), 1, "stored renderings: {stored:?}");
 
     // Second mount: served from the stored file, at any offset and size.
@@ -91,7 +70,7 @@ fn the_next_mount_serves_the_stored_rendering_from_its_file() {
     let f = fs::File::open(&ctx).unwrap();
     let mut head = vec![0u8; 1000];
     f.read_exact_at(&mut head, 0).unwrap();
-    same(&head, &want[..1000], "head");
+    assert_same_bytes(&head, &want[..1000], "head");
     // The stored file is replaced (another process storing a rendering)
     // while the descriptor is open: it keeps reading what it was opened
     // with.
@@ -115,7 +94,7 @@ fn the_next_mount_serves_the_stored_rendering_from_its_file() {
             got += n;
         }
         let end = (offset + size).min(want.len());
-        same(
+        assert_same_bytes(
             &buf[..got],
             &want[offset.min(end)..end],
             &format!("{size} bytes at {offset}"),
@@ -124,7 +103,7 @@ fn the_next_mount_serves_the_stored_rendering_from_its_file() {
     let mut rest = Vec::new();
     let mut g = fs::File::open(&ctx).unwrap();
     g.read_to_end(&mut rest).unwrap();
-    same(&rest, &want, "a second reader");
+    assert_same_bytes(&rest, &want, "a second reader");
     let log = m.log_text();
     assert!(log.contains("from the stored rendering"), "{log}");
     assert!(!log.contains("lean first-time path"), "{log}");
@@ -133,29 +112,17 @@ fn the_next_mount_serves_the_stored_rendering_from_its_file() {
 
     // A damaged stored rendering is never served: built again.
     let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
-    same(&fs::read(m.join(&rel)).unwrap(), &want, "after the store");
+    assert_same_bytes(&fs::read(m.join(&rel)).unwrap(), &want, "after the store");
     drop(m);
     let mut bytes = fs::read(&stored[0]).unwrap();
     let at = bytes.len() - 100;
     bytes[at] ^= 1;
     fs::write(&stored[0], &bytes).unwrap();
     let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
-    same(&fs::read(m.join(&rel)).unwrap(), &want, "damaged store");
+    assert_same_bytes(&fs::read(m.join(&rel)).unwrap(), &want, "damaged store");
     let log = m.log_text();
     assert!(log.contains("built by the lean first-time path"), "{log}");
     assert!(!log.contains("from the stored rendering"), "{log}");
-}
-
-/// The index files (`.idx`) under the cache directory.
-fn index_files(cache: &Path) -> Vec<PathBuf> {
-    let dir = cache.join("sessionfs").join("index");
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "idx"))
-        .collect()
 }
 
 /// The first `context.json` (its lookup, `stat`, reads) does not load the
@@ -169,21 +136,25 @@ fn the_first_context_json_does_not_load_the_session() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let file = write_session(tmp.path(), PROJECT, STEM, &session(300));
-    let want = cli_context(&file);
+    let want = cli_context_no_index(&file);
     let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
     let dir = m.join(format!("{PROJECT}/{STEM}"));
     assert_eq!(
         fs::metadata(dir.join("context.json")).unwrap().len(),
         want.len() as u64
     );
-    same(
+    assert_same_bytes(
         &fs::read(dir.join("context.json")).unwrap(),
         &want,
         "context.json",
     );
-    same(&fs::read(dir.join("context.json")).unwrap(), &want, "again");
-    assert!(index_files(&cache).is_empty(), "{:?}", index_files(&cache));
-    assert_eq!(stored_files(&cache).len(), 1);
+    assert_same_bytes(&fs::read(dir.join("context.json")).unwrap(), &want, "again");
+    assert!(
+        cache_files(&cache, "idx").is_empty(),
+        "{:?}",
+        cache_files(&cache, "idx")
+    );
+    assert_eq!(cache_files(&cache, "ctx").len(), 1);
     let before = m.log_text();
     assert!(
         before.contains("built by the lean first-time path"),
@@ -191,8 +162,12 @@ fn the_first_context_json_does_not_load_the_session() {
     );
     let names = fs::read_dir(dir.join("entries")).unwrap().count();
     assert_eq!(names, 600);
-    assert_eq!(index_files(&cache).len(), 1, "no index after the load");
-    same(
+    assert_eq!(
+        cache_files(&cache, "idx").len(),
+        1,
+        "no index after the load"
+    );
+    assert_same_bytes(
         &fs::read(dir.join("context.json")).unwrap(),
         &want,
         "after the load",

@@ -5,15 +5,14 @@
 //! readers, the unchanged beginning is not read through FUSE again, and
 //! the other files kept in the cache stay fresh.
 
-use crate::common::exchange_session;
 use crate::common::fuse;
 use crate::common::live::{plain_append, write_session};
+use crate::common::{assert_same_bytes, cli_context_no_index, exchange_session};
 use crate::common::{js_json, message_texts};
 
 use std::fs;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use fuse::{eventually, fuse_ok, Mount};
@@ -34,16 +33,6 @@ fn user_line(id: &str, parent: &str, text: &str) -> String {
     ) + "\n"
 }
 
-/// `sessionfs context --no-index` of `file`: what the mount must show.
-fn cli_context(file: &Path) -> Vec<u8> {
-    crate::common::stdout_ok(
-        Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-            .arg("context")
-            .arg("--no-index")
-            .arg(file),
-    )
-}
-
 fn setup(pairs: usize, args: &[&str]) -> (tempfile::TempDir, PathBuf, Mount, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let file = write_session(tmp.path(), PROJECT, STEM, &big_session(pairs));
@@ -52,33 +41,24 @@ fn setup(pairs: usize, args: &[&str]) -> (tempfile::TempDir, PathBuf, Mount, Pat
     (tmp, file, m, ctx)
 }
 
-/// Explains a mismatch without printing hundreds of KB.
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
-        let show = |b: &[u8]| {
-            String::from_utf8_lossy(&b[at.min(b.len())..(at + 80).min(b.len())]).into_owned()
-        };
-        panic!(
-            "{what}: {} bytes read, {} expected, first difference at {at}: {:?} instead of {:?}",
-            got.len(),
-            want.len(),
-            show(got),
-            show(want)
-        );
-    }
-}
-
 #[test]
 fn a_read_right_after_an_outside_append_is_the_grown_files_context() {
     if !fuse_ok("a_read_right_after_an_outside_append_is_the_grown_files_context") {
         return;
     }
     let (_tmp, file, m, ctx) = setup(400, &[]);
-    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "first read");
+    assert_same_bytes(
+        &fs::read(&ctx).unwrap(),
+        &cli_context_no_index(&file),
+        "first read",
+    );
     // Until the watch worker made the cache clean, and a read kept it.
     std::thread::sleep(Duration::from_millis(200));
-    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "second read");
+    assert_same_bytes(
+        &fs::read(&ctx).unwrap(),
+        &cli_context_no_index(&file),
+        "second read",
+    );
     let mut parent = "a400".to_string();
     for i in 0..40 {
         let id = format!("n{i}");
@@ -86,17 +66,17 @@ fn a_read_right_after_an_outside_append_is_the_grown_files_context() {
         // At once: most of these opens come before the worker has seen
         // the append (and some after, while it invalidates).
         let got = fs::read(&ctx).unwrap();
-        same(
+        assert_same_bytes(
             &got,
-            &cli_context(&file),
+            &cli_context_no_index(&file),
             &format!("read right after append {i}"),
         );
         if i % 4 == 3 {
             // And a read once the worker had time.
             std::thread::sleep(Duration::from_millis(100));
-            same(
+            assert_same_bytes(
                 &fs::read(&ctx).unwrap(),
-                &cli_context(&file),
+                &cli_context_no_index(&file),
                 &format!("read after append {i}"),
             );
         }
@@ -111,19 +91,19 @@ fn a_reader_of_an_older_rendering_leaves_no_bytes_for_later_readers() {
         return;
     }
     let (_tmp, file, m, ctx) = setup(400, &[]);
-    let before = cli_context(&file);
+    let before = cli_context_no_index(&file);
     assert!(
         before.len() > 100_000,
         "{} bytes: too few pages",
         before.len()
     );
     // A clean cache: the reader below keeps it.
-    same(&fs::read(&ctx).unwrap(), &before, "first read");
+    assert_same_bytes(&fs::read(&ctx).unwrap(), &before, "first read");
     std::thread::sleep(Duration::from_millis(200));
-    same(&fs::read(&ctx).unwrap(), &before, "second read");
+    assert_same_bytes(&fs::read(&ctx).unwrap(), &before, "second read");
     let mut parent = "a400".to_string();
     for round in 0..3 {
-        let want_old = cli_context(&file);
+        let want_old = cli_context_no_index(&file);
         // An old reader: open, read the beginning only.
         let mut old = fs::File::open(&ctx).unwrap();
         let mut head = vec![0u8; 8192];
@@ -132,7 +112,7 @@ fn a_reader_of_an_older_rendering_leaves_no_bytes_for_later_readers() {
         let id = format!("o{round}");
         plain_append(&file, &user_line(&id, &parent, &format!("older {round}")));
         parent = id;
-        let want_new = cli_context(&file);
+        let want_new = cli_context_no_index(&file);
         std::thread::sleep(Duration::from_millis(300));
         // While the old reader is open, `stat` shows its size.
         assert_eq!(
@@ -141,7 +121,7 @@ fn a_reader_of_an_older_rendering_leaves_no_bytes_for_later_readers() {
             "round {round}: size while an older rendering is read"
         );
         // Others read the new text meanwhile (not through the cache).
-        same(
+        assert_same_bytes(
             &fs::read(&ctx).unwrap(),
             &want_new,
             &format!("round {round}: a new reader"),
@@ -151,17 +131,17 @@ fn a_reader_of_an_older_rendering_leaves_no_bytes_for_later_readers() {
         let mut rest = Vec::new();
         old.read_to_end(&mut rest).unwrap();
         head.extend_from_slice(&rest);
-        same(&head, &want_old, &format!("round {round}: the old reader"));
+        assert_same_bytes(&head, &want_old, &format!("round {round}: the old reader"));
         drop(old);
         // Every later read is the new text, at once and after the worker.
-        same(
+        assert_same_bytes(
             &fs::read(&ctx).unwrap(),
             &want_new,
             &format!("round {round}: after close"),
         );
         std::thread::sleep(Duration::from_millis(300));
         for n in 0..3 {
-            same(
+            assert_same_bytes(
                 &fs::read(&ctx).unwrap(),
                 &want_new,
                 &format!("round {round}: read {n} after the worker"),
@@ -203,28 +183,36 @@ fn after_an_append_only_the_tail_is_read_through_fuse_again() {
     let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
     use std::os::unix::fs::MetadataExt;
     let ino = fs::metadata(&ctx).unwrap().ino();
-    let whole = cli_context(&file).len() as u64;
+    let whole = cli_context_no_index(&file).len() as u64;
     let cleaned = || m.log_text().matches("context.json pages clean").count();
-    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "first read");
+    assert_same_bytes(
+        &fs::read(&ctx).unwrap(),
+        &cli_context_no_index(&file),
+        "first read",
+    );
     assert!(
         eventually(|| cleaned() >= 1),
         "never clean:\n{}",
         m.log_text()
     );
     // Read once with the cache clean: kept.
-    same(&fs::read(&ctx).unwrap(), &cli_context(&file), "second read");
+    assert_same_bytes(
+        &fs::read(&ctx).unwrap(),
+        &cli_context_no_index(&file),
+        "second read",
+    );
     let mut parent = "a400".to_string();
     for i in 0..6 {
         let before = cleaned();
         let id = format!("t{i}");
         plain_append(&file, &user_line(&id, &parent, "tail"));
         parent = id;
-        let want = cli_context(&file);
+        let want = cli_context_no_index(&file);
         // The worker saw the append, extended the rendering and
         // invalidated its tail, with nobody reading in between.
         assert!(eventually(|| cleaned() > before), "round {i}: never clean");
         let from = m.log_text().len();
-        same(&fs::read(&ctx).unwrap(), &want, "read after the worker");
+        assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "read after the worker");
         // The first read after it takes the unchanged beginning from the
         // cache: less than a tenth of the text went through FUSE (the
         // rewritten tail, and what the kernel reads ahead there).
@@ -242,7 +230,11 @@ fn after_an_append_only_the_tail_is_read_through_fuse_again() {
         let id = format!("h{i}");
         plain_append(&file, &user_line(&id, &parent, "held"));
         parent = id;
-        same(&fs::read(&ctx).unwrap(), &cli_context(&file), "direct read");
+        assert_same_bytes(
+            &fs::read(&ctx).unwrap(),
+            &cli_context_no_index(&file),
+            "direct read",
+        );
     }
     let before = cleaned();
     drop(held);
@@ -251,9 +243,9 @@ fn after_an_append_only_the_tail_is_read_through_fuse_again() {
         "never clean after the close"
     );
     let from = m.log_text().len();
-    same(
+    assert_same_bytes(
         &fs::read(&ctx).unwrap(),
-        &cli_context(&file),
+        &cli_context_no_index(&file),
         "read after the close",
     );
     let through = read_bytes_logged(&m.log_text(), from, ino);
@@ -308,7 +300,9 @@ fn overlapping_readers_during_appends_each_read_one_whole_rendering() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     let (_tmp, file, m, ctx) = setup(300, &[]);
-    let initial = message_texts(&js_json(&String::from_utf8(cli_context(&file)).unwrap()));
+    let initial = message_texts(&js_json(
+        &String::from_utf8(cli_context_no_index(&file)).unwrap(),
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let appended = Arc::new(AtomicUsize::new(0));
     // Readers: whole reads at once, and slow ones in small pieces (a
@@ -389,9 +383,9 @@ fn overlapping_readers_during_appends_each_read_one_whole_rendering() {
         assert!(r.join().expect("a reader failed") > 0);
     }
     assert!(appended.load(Ordering::Relaxed) > 10);
-    same(
+    assert_same_bytes(
         &fs::read(&ctx).unwrap(),
-        &cli_context(&file),
+        &cli_context_no_index(&file),
         "the last read",
     );
     drop(m);
