@@ -29,7 +29,7 @@ use crate::session::context::{
 use crate::session::error::{Error, Result};
 use crate::session::format::{message_role, EntryKind, Facts, LineKind, LineScanner, Role};
 use crate::session::index::Loc;
-use crate::session::index_store::{fingerprint_of, IndexStore};
+use crate::session::index_store::{fingerprint_of, fingerprint_to_end, IndexStore};
 use crate::session::json::{pretty_append, scan_object, Member, Members, ObjectScan};
 use crate::session::loader::{
     self, ChunkSink, Class, LineRules, Scanned, DEFAULT_MAX_LINE, PARALLEL_MIN,
@@ -670,6 +670,23 @@ pub fn write_last_context(
     write_with(storage, path, blobs, pretty, keep, out, split)
 }
 
+/// [`write_last_context`] of the pretty text, also giving in `grow` what
+/// extends that text when lines are appended to the file (a
+/// [`LeanFold`]; `None` when the text cannot be extended: see
+/// [`LeanFold`]). The mount keeps it with its first `context.json` of a
+/// session (`docs/filesystem.md`, "Incremental contexts").
+pub fn write_last_context_growable(
+    storage: &dyn Storage,
+    path: &Path,
+    blobs: Option<&BlobStore>,
+    keep: Option<KeepRendering<'_>>,
+    out: &mut dyn std::io::Write,
+    grow: &mut Option<LeanFold>,
+) -> Result<bool> {
+    let split = (loader::parts(), PARALLEL_MIN);
+    write_with_fold(storage, path, blobs, true, keep, out, split, Some(grow))
+}
+
 /// [`write_last_context`] with the file scanned in `split.0` parts when it
 /// has at least `split.1` bytes.
 fn write_with(
@@ -680,6 +697,22 @@ fn write_with(
     keep: Option<KeepRendering<'_>>,
     out: &mut dyn std::io::Write,
     split: (usize, u64),
+) -> Result<bool> {
+    write_with_fold(storage, path, blobs, pretty, keep, out, split, None)
+}
+
+/// [`write_with`], also making the [`LeanFold`] of the pretty text in
+/// `grow` when asked.
+#[allow(clippy::too_many_arguments)]
+fn write_with_fold(
+    storage: &dyn Storage,
+    path: &Path,
+    blobs: Option<&BlobStore>,
+    pretty: bool,
+    keep: Option<KeepRendering<'_>>,
+    out: &mut dyn std::io::Write,
+    split: (usize, u64),
+    grow: Option<&mut Option<LeanFold>>,
 ) -> Result<bool> {
     let stat = match storage.stat(path) {
         Ok(s) if !s.is_dir && s.size > 0 => s,
@@ -700,7 +733,14 @@ fn write_with(
     };
     let records = &scanned.entries;
     let lean_path = walk(records, &table);
-    drop(table);
+    // Kept for a growable text only (`grow`): it finds the ids of
+    // appended entries.
+    let table = if grow.is_some() && pretty {
+        Some(table)
+    } else {
+        drop(table);
+        None
+    };
     let view = LeanPath {
         records,
         path: lean_path,
@@ -722,8 +762,15 @@ fn write_with(
         }),
         _ => None,
     };
+    let fingerprint = table
+        .as_ref()
+        .and_then(|_| fingerprint_to_end(storage, path, &stat, &scanned));
     let mut unresolved = false;
     let mut indent = 0;
+    // Bytes printed, and (bytes, depth) where the last piece began: after
+    // the last message, where a growing text is extended.
+    let mut printed = 0usize;
+    let mut last_piece = (0usize, 0usize);
     let mut text: Vec<u8> = Vec::with_capacity(if pretty { 96 << 10 } else { 0 });
     let mut emit = |piece: &[u8]| -> Result<()> {
         out.write_all(piece).map_err(|e| Error::io("<output>", e))?;
@@ -737,11 +784,13 @@ fn write_with(
     } else {
         Some(&view)
     };
-    write_context_pieces(path_view, &lines, &mut |piece| {
+    let fold = write_context_pieces(path_view, &lines, &mut |piece| {
         unresolved |= contains_ref_prefix(piece.as_bytes());
         if pretty {
             text.clear();
+            last_piece = (printed, indent);
             indent = pretty_append(piece, indent, &mut text);
+            printed += text.len();
             emit(&text)
         } else {
             emit(piece.as_bytes())
@@ -753,8 +802,30 @@ fn write_with(
             w.finish();
         }
     }
+    if let (Some(grow), Some(table), Some(fold), Some(fingerprint)) =
+        (grow, table, fold, fingerprint)
+    {
+        let root_parent = view
+            .path
+            .first()
+            .map(|&i| &records[i as usize])
+            .filter(|r| r.flags & HAS_PARENT != 0)
+            .map(|r| r.parent);
+        *grow = LeanFold::new(grow::Kept {
+            hasher,
+            ids: records.iter().map(|r| r.id).collect(),
+            table,
+            root_parent,
+            fold,
+            fingerprint,
+            cut: last_piece,
+        });
+    }
     Ok(true)
 }
+
+mod grow;
+pub use grow::{LeanFold, LeanGrowth};
 
 #[cfg(test)]
 mod tests;

@@ -61,7 +61,9 @@ pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
 pub use history::{HistoryEntry, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT};
 pub use index::{EntryMeta, Loc, TreeIndex, TreeRow};
 pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse, StoredText};
-pub use lean::{write_last_context, KeepRendering};
+pub use lean::{
+    write_last_context, write_last_context_growable, KeepRendering, LeanFold, LeanGrowth,
+};
 pub use manager::{LoadReport, OpenOptions, Refresh, Session};
 pub use paths::{session_id_from_file_name, AgentDir};
 pub use persistence::{atomic_write, clean_stale_temps, is_our_temp_name};

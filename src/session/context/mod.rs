@@ -448,14 +448,19 @@ pub(crate) fn build_context_fold(
 /// or at the end, never holding the whole text: the lean first-time path
 /// (`session::lean`) prints contexts this way. The concatenated pieces
 /// are the text [`build_session_context`] builds for the same path.
+/// Gives the fold at the path's last entry (none for the empty context),
+/// from which [`extend_path`] continues; when the context has messages,
+/// the last piece is all of the text after the last one (`]` and the
+/// members after `messages`): what an extension prints again.
 pub(crate) fn write_context_pieces(
     path: Option<&dyn PathView>,
     src: &dyn LineSource,
     out: &mut dyn FnMut(&str) -> Result<()>,
-) -> Result<()> {
+) -> Result<Option<ContextFold>> {
     const PIECE: usize = 64 << 10;
     let Some(path) = path else {
-        return out(&format!("{OPEN}],{EMPTY_STATE}}}"));
+        out(&format!("{OPEN}],{EMPTY_STATE}}}"))?;
+        return Ok(None);
     };
     let Plan {
         state,
@@ -479,9 +484,18 @@ pub(crate) fn write_context_pieces(
             Ok(())
         },
     )?;
+    if message_count > 0 {
+        out(&json)?;
+        json.clear();
+    }
     json.push(']');
     state.write_tail(&mut json);
-    out(&json)
+    out(&json)?;
+    Ok(Some(ContextFold {
+        state,
+        leaf: path.read(path.len() - 1).idx,
+        message_count,
+    }))
 }
 
 /// Extends the context of `fold`'s leaf to `new_leaf`, an entry below it,
@@ -506,25 +520,39 @@ pub(crate) fn extend_context(
     let Some(between) = index.path_below(fold.leaf, new_leaf) else {
         return Ok(None);
     };
-    let entries = index.entries();
-    if between.iter().any(|&i| {
-        let e = &entries[i as usize].entry;
-        e.kind == EntryKind::Compaction || is_reset(&e.facts)
-    }) {
+    let between = IndexPath {
+        index,
+        path: between,
+    };
+    extend_path(fold, &between, new_leaf, src)
+}
+
+/// [`extend_context`] over the entries `between` the fold's leaf
+/// (excluded) and `new_leaf` (included), in path order, however the
+/// caller found them (the lean path's growth, `session::lean::grow`,
+/// walks appended lines). `None` when a whole build is needed: the old
+/// context had no messages, or an entry in between is a compaction or a
+/// reset boundary.
+pub(crate) fn extend_path(
+    fold: &ContextFold,
+    between: &dyn PathView,
+    new_leaf: u32,
+    src: &dyn LineSource,
+) -> Result<Option<Extension>> {
+    if fold.message_count == 0 {
         return Ok(None);
     }
     let mut state = fold.state.clone();
-    for &i in &between {
-        state.apply(&entries[i as usize].entry.facts);
+    for pos in 0..between.len() {
+        let facts = between.facts(pos)?;
+        if between.kind(pos) == EntryKind::Compaction || is_reset(&facts) {
+            return Ok(None);
+        }
+        state.apply(&facts);
     }
-    let reads: Vec<Read> = between
-        .into_iter()
-        .filter(|&i| emits_message(entries[i as usize].entry.kind))
-        .map(|i| Read {
-            idx: i,
-            kind: entries[i as usize].entry.kind,
-            len: entries[i as usize].loc.len,
-        })
+    let reads: Vec<Read> = (0..between.len())
+        .filter(|&pos| emits_message(between.kind(pos)))
+        .map(|pos| between.read(pos))
         .collect();
     let mut messages = String::new();
     let mut message_count = fold.message_count;

@@ -386,6 +386,29 @@ pub(crate) fn fingerprint_of<E>(
     Fingerprint::compute(storage, path, stat, loaded.end, header_end).ok()
 }
 
+/// The fingerprint of the complete lines a scan result describes, also
+/// when a torn last line follows them (it is scanned again when it is
+/// completed): what the lean path's growth (`session::lean::grow`)
+/// continues from. `None` for an unterminated complete object at the end
+/// (it would count as a line until more is written to it), objects
+/// without ids, or a file that needs a migration.
+pub(crate) fn fingerprint_to_end<E>(
+    storage: &dyn Storage,
+    path: &Path,
+    stat: &FileStat,
+    loaded: &loader::Scanned<E>,
+) -> Option<Fingerprint> {
+    let header = loaded.header.as_ref()?;
+    if header.needs_migration()
+        || loaded.id_less_objects > 0
+        || (!loaded.ends_with_newline && !loaded.torn_tail)
+    {
+        return None;
+    }
+    let header_end = header_line_end(storage, path, loaded.header_offset)?;
+    Fingerprint::compute(storage, path, stat, loaded.end, header_end).ok()
+}
+
 /// The name of the stored rendering of the pretty context at the last
 /// entry with the blobs of `blobs_dir` (what `sessionfs context` prints and
 /// the mount's `context.json` holds).

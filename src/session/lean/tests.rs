@@ -15,7 +15,12 @@ fn root() -> PathBuf {
 
 /// The oracle: the session loaded the full way, its context at the leaf
 /// after opening (pretty with the CLI's final newline, or compact).
-fn oracle(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path, pretty: bool) -> Option<Vec<u8>> {
+pub(super) fn oracle(
+    storage: &Arc<dyn Storage>,
+    path: &Path,
+    blobs: &Path,
+    pretty: bool,
+) -> Option<Vec<u8>> {
     let store = BlobStore::new(storage.clone(), blobs);
     let session =
         Session::open(storage.clone(), Some(store), path, &OpenOptions::default()).ok()?;
@@ -120,7 +125,7 @@ fn check(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path, tally: &mut Tall
     }
 }
 
-fn temp_storage() -> (tempfile::TempDir, Arc<dyn Storage>) {
+pub(super) fn temp_storage() -> (tempfile::TempDir, Arc<dyn Storage>) {
     let dir = tempfile::tempdir().unwrap();
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
     (dir, storage)
@@ -176,19 +181,19 @@ fn golden_sessions_match_the_full_path() {
 }
 
 /// A small deterministic generator (xorshift).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(super) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
 }
@@ -197,7 +202,7 @@ impl Rng {
 /// small pool (repeated ids), parents earlier, later, missing, self and
 /// absent, escaped keys and ids, garbage and blank lines, and the leaf
 /// moved around by branches.
-fn random_session(rng: &mut Rng) -> String {
+pub(super) fn random_session(rng: &mut Rng) -> String {
     let mut out = String::new();
     if rng.chance(20) {
         out.push_str("{\"type\":\"title\",\"v\":1,\"title\":\"t\"}\n");
