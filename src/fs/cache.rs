@@ -24,9 +24,9 @@ use std::sync::Arc;
 use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
 use crate::fs::pages::ContextPages;
 use crate::fs::text::Text;
-use crate::session::ContextFold;
 use crate::session::Session;
 use crate::session::StatsTable;
+use crate::session::{ContextFold, LeanFold};
 
 /// Estimated memory of one indexed entry (metadata, id map, tree links).
 pub(crate) const BYTES_PER_ENTRY: usize = 320;
@@ -170,6 +170,11 @@ pub(crate) struct SlotState {
     /// `Tree::unloaded_context`). Counts as loaded in the budget (with the
     /// memory it holds: none for a stored rendering).
     pub stored_context: Option<(Fingerprint, Text)>,
+    /// What extends `stored_context` when it is the lean first-time
+    /// path's text and lines are appended to the file, without loading
+    /// the session (`Tree::grow_unloaded_context`; docs/filesystem.md,
+    /// "Incremental contexts"). Counted in the budget with its memory.
+    pub(crate) lean_fold: Option<LeanFold>,
     /// The text of `context.json` served while the session was not loaded
     /// (`stored_context`), kept across the load that replaced it until the
     /// loaded session renders `context.json`: that rendering is compared
@@ -225,6 +230,7 @@ impl SlotState {
         self.views = HashMap::new();
         self.stats = None;
         self.stored_context = None;
+        self.lean_fold = None;
     }
 
     fn estimate(&self) -> usize {
@@ -238,7 +244,8 @@ impl SlotState {
             .stored_context
             .as_ref()
             .map_or(0, |(_, c)| c.memory_bytes())
-            + self.served_context.as_ref().map_or(0, Text::memory_bytes);
+            + self.served_context.as_ref().map_or(0, Text::memory_bytes)
+            + self.lean_fold.as_ref().map_or(0, LeanFold::memory_bytes);
         512 + session + context + views + stats + stored + self.entry_sizes.len() * 48
     }
 

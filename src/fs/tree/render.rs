@@ -6,7 +6,7 @@
 use super::*;
 use crate::fs::pages::common_prefix;
 use crate::fs::text::Text;
-use crate::session::{write_last_context, KeepRendering};
+use crate::session::{write_last_context_growable, KeepRendering, LeanFold};
 
 /// At most this much address space is set aside for the lean path's
 /// text of `context.json` before it is built (see `Tree::lean_context`).
@@ -421,9 +421,13 @@ impl Tree {
                     let data = data.clone();
                     return Some(then(st, data));
                 }
+                if let Some(data) = self.grow_unloaded_context(key, st, &path, fp) {
+                    return Some(then(st, data));
+                }
                 first = false;
             }
             st.stored_context = None;
+            st.lean_fold = None;
             let variant = pretty_context_variant(Some(self.blobs.dir()));
             // A stored rendering is served from its file (checked whole
             // first): nothing of its size is allocated.
@@ -440,13 +444,15 @@ impl Tree {
                     Text::Stored(Arc::new(text))
                 }
                 None if first => {
-                    let text = self.lean_context(&path, store, &variant)?;
+                    let (text, fold) = self.lean_context(&path, store, &variant)?;
                     log::debug!(
-                        "{}/{}: context.json built by the lean first-time path, {} bytes",
+                        "{}/{}: context.json built by the lean first-time path, {} bytes{}",
                         key.project,
                         key.session,
-                        text.len()
+                        text.len(),
+                        if fold.is_some() { ", growable" } else { "" }
                     );
+                    st.lean_fold = fold;
                     Text::Memory(Arc::new(text))
                 }
                 None => return None,
@@ -458,16 +464,73 @@ impl Tree {
         })
     }
 
+    /// The lean first-time path's text of a session that is not loaded,
+    /// extended after lines were appended to its file (the slot's
+    /// `stored_context` is for the fingerprint before, `fp` is the file's
+    /// now): only the new lines are read, and the text is extended in
+    /// place from the end of its last message (copied once if an open
+    /// file still reads it), as a loaded session extends its context
+    /// (docs/filesystem.md, "Incremental contexts"). `None` when there is
+    /// nothing to extend (not the lean path's text) or the growth is not
+    /// an append under the old leaf (the fold is dropped; the caller
+    /// loads the session).
+    pub(super) fn grow_unloaded_context(
+        &self,
+        key: &SessionKey,
+        st: &mut SlotState,
+        path: &Path,
+        fp: Fingerprint,
+    ) -> Option<Text> {
+        let mut fold = st.lean_fold.take()?;
+        let Some((_, Text::Memory(data))) = &mut st.stored_context else {
+            return None;
+        };
+        let growth = match fold.grow(&*self.storage, path, Some(&self.blobs)) {
+            Ok(Some(growth)) => growth,
+            Ok(None) => {
+                log::debug!(
+                    "{}/{}: context.json: not an append under the leaf; loading the session",
+                    key.project,
+                    key.session
+                );
+                return None;
+            }
+            Err(e) => {
+                log::debug!("{}/{}: context.json: {e}", key.project, key.session);
+                return None;
+            }
+        };
+        let new_entries = growth.new_entries();
+        let changed = fold.apply(growth, Arc::make_mut(data));
+        let data = Text::Memory(data.clone());
+        log::debug!(
+            "{}/{}: context.json extended by the lean path ({new_entries} new entries), {} bytes",
+            key.project,
+            key.session,
+            data.len()
+        );
+        if let Some(from) = changed {
+            // The kernel's pages from the end of the kept messages on are
+            // stale (`fs::pages`).
+            st.context_pages.changed(from);
+            st.context_extensions += 1;
+        }
+        st.stored_context = Some((fp, data.clone()));
+        st.lean_fold = Some(fold);
+        Some(data)
+    }
+
     /// The context at the last entry of the session file `path`, pretty,
     /// built by the lean first-time path (and kept as its stored rendering
-    /// in `store`); `None` when that path declines or fails (the caller
-    /// loads the session, which reports any error).
+    /// in `store`), with what extends it after appends (when it can be);
+    /// `None` when that path declines or fails (the caller loads the
+    /// session, which reports any error).
     fn lean_context(
         &self,
         path: &Path,
         store: Option<&IndexStore>,
         variant: &str,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<(Vec<u8>, Option<LeanFold>)> {
         let keep = store.map(|store| KeepRendering { store, variant });
         // Room for the whole text at once, as address space: grown by
         // doubling, it would be copied on the way and touch about twice
@@ -479,18 +542,19 @@ impl Tree {
             let room = meta.size.saturating_add(meta.size / 4).min(LEAN_TEXT_ROOM);
             let _ = text.try_reserve_exact(usize::try_from(room).unwrap_or(0));
         }
-        let built = write_last_context(
+        let mut fold = None;
+        let built = write_last_context_growable(
             &*self.storage,
             path,
             Some(&self.blobs),
-            true,
             keep,
             &mut text,
+            &mut fold,
         );
         match built {
             Ok(true) => {
                 text.shrink_to_fit();
-                Some(text)
+                Some((text, fold))
             }
             Ok(false) => None,
             Err(e) => {

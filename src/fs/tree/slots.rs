@@ -79,6 +79,7 @@ impl Tree {
                 return Ok(Status::Broken);
             }
         }
+        log::debug!("{}/{}: loading the session", key.project, key.session);
         // Writes through the mount are acknowledged only once on disk.
         let options = OpenOptions {
             read_only: self.read_only,
@@ -223,6 +224,26 @@ impl Tree {
                 matches!(st.session, SessionState::Unloaded) && st.stored_context.is_some()
             })
             .unwrap_or(false);
+        // The lean first-time path's text grows with the new lines, without
+        // a load, when they were appended under its leaf.
+        let grown = self
+            .cache
+            .with_existing(key, |st| {
+                let fp = self.session_file_meta(key).map(|m| fingerprint(&m))?;
+                match &st.stored_context {
+                    Some((seen, _)) if *seen == fp => Some(()),
+                    Some(_) => self
+                        .grow_unloaded_context(key, st, &self.session_path(key), fp)
+                        .map(|_| ()),
+                    None => None,
+                }
+            })
+            .flatten()
+            .is_some();
+        if served && grown {
+            self.report(Change::ContextPages { key: key.clone() });
+            return;
+        }
         if served {
             let rendered = self.with_session(key, |st, s| match s {
                 Some(s) => {

@@ -7,13 +7,14 @@
 //! stored rendering.
 
 use crate::common::fuse;
-use crate::common::live::write_session;
+use crate::common::live::{plain_append, write_session};
 use crate::common::{assert_same_bytes, cli_context_no_index, exchange_session};
 
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use fuse::{fuse_ok, Mount};
 
@@ -172,4 +173,78 @@ fn the_first_context_json_does_not_load_the_session() {
         &want,
         "after the load",
     );
+}
+
+/// One user message under `parent`.
+fn user_line(id: &str, parent: &str, text: &str) -> String {
+    format!(
+        r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-03-02T10:00:03.000Z","message":{{"role":"user","content":"{text}"}}}}"#
+    ) + "\n"
+}
+
+/// After the first `context.json` came from the lean path, entries
+/// appended under the leaf by a writer that takes no lock grow it
+/// without loading the session (docs/filesystem.md, "Incremental
+/// contexts"): every read is the grown file's context, no load is
+/// logged and no index is written. An append elsewhere (a branch) loads
+/// it, as before. With the index off and on.
+#[test]
+fn appends_after_the_first_context_json_grow_it_without_a_load() {
+    if !fuse_ok("appends_after_the_first_context_json_grow_it_without_a_load") {
+        return;
+    }
+    for args in [&["--no-index"][..], &[]] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let file = write_session(tmp.path(), PROJECT, STEM, &session(300));
+        let m = Mount::start_with_cache(tmp.path(), args, LOG, &cache);
+        let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+        let first = fs::read(&ctx).unwrap();
+        assert_same_bytes(&first, &cli_context_no_index(&file), "first read");
+        let mut parent = "a300".to_string();
+        for i in 0..6 {
+            let id = format!("n{i}");
+            plain_append(&file, &user_line(&id, &parent, &format!("grown {i}")));
+            parent = id;
+            let want = cli_context_no_index(&file);
+            // At once (mostly before the watch worker saw the append),
+            // then once it had time.
+            assert_same_bytes(
+                &fs::read(&ctx).unwrap(),
+                &want,
+                &format!("{args:?} append {i}"),
+            );
+            if i % 2 == 1 {
+                std::thread::sleep(Duration::from_millis(200));
+                assert_same_bytes(
+                    &fs::read(&ctx).unwrap(),
+                    &want,
+                    &format!("{args:?} append {i}, after the worker"),
+                );
+                assert_eq!(fs::metadata(&ctx).unwrap().len(), want.len() as u64);
+            }
+        }
+        let log = m.log_text();
+        assert!(log.contains("built by the lean first-time path"), "{log}");
+        assert!(log.contains("extended by the lean path"), "{log}");
+        assert!(!log.contains("loading the session"), "{args:?}: {log}");
+        assert!(
+            cache_files(&cache, "idx").is_empty(),
+            "{:?}",
+            cache_files(&cache, "idx")
+        );
+        // A branch from an older entry: the session is loaded.
+        plain_append(&file, &user_line("b1", "a200", "a branch"));
+        assert_same_bytes(
+            &fs::read(&ctx).unwrap(),
+            &cli_context_no_index(&file),
+            &format!("{args:?} after a branch"),
+        );
+        assert!(
+            m.log_text().contains("loading the session"),
+            "{args:?}: {}",
+            m.log_text()
+        );
+        drop(m);
+    }
 }
