@@ -502,11 +502,13 @@ mod tests {
                 0,
                 Some(PageCache::Direct),
             ),
+            // The first open since mounting: the kernel holds no pages
+            // of it, none can be stale (`fs::pages`).
             (
                 file(&key, SessionFile::Context),
                 OpenMode::READ,
                 0,
-                Some(PageCache::Bypass),
+                Some(PageCache::Keep),
             ),
             (
                 entry(EntryFile::Entry),

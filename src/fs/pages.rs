@@ -33,7 +33,9 @@
 //!    read in progress and drop the cached pages beyond it.
 //!
 //! Nothing is trusted at the start (a new slot): the first invalidation,
-//! of the whole file, makes the state clean.
+//! of the whole file, makes the state clean; except that a file never
+//! opened since mounting has no pages in the kernel at all, so its first
+//! open is clean ([`ContextPages::never_opened`]).
 
 /// Open handles of one epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +97,15 @@ impl ContextPages {
     /// The rendering was dropped (the next one cannot be compared).
     pub(crate) fn forget(&mut self) {
         self.changed(0);
+    }
+
+    /// The file was never opened since mounting (the caller knows): the
+    /// kernel holds none of its pages, so none is stale. Only before any
+    /// handle is open.
+    pub(crate) fn never_opened(&mut self) {
+        if self.open.is_empty() {
+            self.stale_from = None;
+        }
     }
 
     /// Nothing cached may differ from the current rendering.
@@ -283,6 +294,21 @@ mod tests {
         assert_eq!(p.attr_size(7), 7);
         assert!(p.release(d.epoch, d.keep));
         assert_eq!(p.to_clean().map(|(_, f)| f), Some(0));
+    }
+
+    #[test]
+    fn a_file_never_opened_is_clean_at_its_first_open_only() {
+        let mut p = ContextPages::default();
+        p.changed(0);
+        p.never_opened();
+        let first = p.open(100);
+        assert!(first.keep && !first.clean_now);
+        // Not while a handle is open: it may have filled pages already.
+        let mut q = ContextPages::default();
+        let d = q.open(100);
+        assert!(!d.keep);
+        q.never_opened();
+        assert!(!q.is_clean());
     }
 
     #[test]

@@ -30,7 +30,7 @@ use slots::{fingerprint, new_entries};
 use stamps::{hash_of, Stamp, StampKey};
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 #[cfg(test)]
@@ -186,6 +186,9 @@ pub(crate) struct Tree {
     /// The working directory of each project seen (`by-cwd/`): a project
     /// directory's name encodes it, so it is read once.
     cwds: Mutex<HashMap<String, Option<String>>>,
+    /// The sessions whose `context.json` was opened since mounting: the
+    /// kernel can hold pages of no other (`Tree::open_context`).
+    context_opened: Mutex<HashSet<SessionKey>>,
 }
 
 type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
@@ -229,6 +232,7 @@ impl Tree {
             stamps: Mutex::new(HashMap::new()),
             problems: Mutex::new(HashMap::new()),
             cwds: Mutex::new(HashMap::new()),
+            context_opened: Mutex::new(HashSet::new()),
         }
     }
 

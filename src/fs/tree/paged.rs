@@ -12,12 +12,20 @@ impl Tree {
     /// Opens `context.json` of a session: its current rendering (rendered
     /// now, like `read`), and how the new handle is served. The handle is
     /// counted under the rendering's epoch until [`Tree::release_context`].
+    /// The first open since mounting reads through the page cache: the
+    /// kernel holds pages of the file only after an open (a read through
+    /// the cache, or an `mmap`), so none can be stale yet, and the pages
+    /// it keeps serve the `cat` after the next append (`fs::pages`).
     pub(crate) fn open_context(
         &self,
         held: &HeldSlot,
         key: &SessionKey,
     ) -> Result<(Text, PagedOpen)> {
+        let first = self.context_opened.lock().insert(key.clone());
         let stored = self.unloaded_context_then(key, |st, data| {
+            if first {
+                st.context_pages.never_opened();
+            }
             let opened = st.context_pages.open(data.len());
             (data, opened)
         });
@@ -32,6 +40,9 @@ impl Tree {
                     }
                     other => other?,
                 };
+                if first {
+                    st.context_pages.never_opened();
+                }
                 let opened = st.context_pages.open(data.len() as u64);
                 Ok((Text::Memory(data), opened))
             })?,

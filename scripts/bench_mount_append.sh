@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The mount's `cat context.json` after the first outside append that
+# follows a lean first read (issue 18: ≤ 1.5 ms, O(new entries)), on the
+# 100k-entry session of scripts/bench.sh. Every run restores the session
+# file, mounts afresh, reads `context.json` once (the lean first-time
+# path), appends one user message with `>>` (no lock), and measures the
+# mount process's CPU (`perf stat -e task-clock -p`) in three modes:
+#   after     the `cat` 0.3 s after the append (the watch worker has
+#             grown the text and invalidated the stale pages)
+#   together  append and `cat` in one command (`sh -c "echo L >> F; exec
+#             cat C"`): the worker's work and the `cat`, whichever first
+#   branch    as `after`, the message appended under an older entry (not
+#             under the leaf): the session is loaded, as every first
+#             append was before the text could grow
+# in two forms: `no-index` (`--no-index`) and `first-ever` (the index on,
+# its cache emptied before each mount). Every text is compared with
+# `sessionfs context --no-index` of the grown file.
+#
+#   scripts/bench_mount_append.sh [DATA_DIR]
+#
+# Environment: RUNS (runs per form and mode, default 10), BIN (a sessionfs
+# binary; default: build target/release/sessionfs), FORMS (default
+# "no-index first-ever"), MODES (default "after together branch").
+# Needs FUSE (fuse3), jq and perf.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RUNS=${RUNS:-10}
+FORMS=${FORMS:-no-index first-ever}
+MODES=${MODES:-after together branch}
+
+die() { echo "bench_mount_append.sh: $*" >&2; exit 1; }
+command -v perf >/dev/null || die "perf is missing"
+command -v jq >/dev/null || die "jq is missing (apt-get install jq)"
+
+(cd "$ROOT" && cargo build --release --example gen_sessions 2>&1 | tail -1)
+GEN=$ROOT/target/release/examples/gen_sessions
+if [ -z "${BIN:-}" ]; then
+    (cd "$ROOT" && cargo build --release --bin sessionfs 2>&1 | tail -1)
+    BIN=$ROOT/target/release/sessionfs
+fi
+
+CLEAN=
+if [ $# -ge 1 ]; then
+    DATA=$1
+    mkdir -p "$DATA"
+else
+    DATA=$(mktemp -d /tmp/sessionfs-append.XXXXXX)
+    CLEAN=$DATA
+fi
+DATA=$(cd "$DATA" && pwd)
+MNT=$DATA/mnt
+CACHE=$DATA/cache
+PID=$DATA/mount.pid
+mkdir -p "$MNT"
+
+cleanup() {
+    if grep -q " $MNT " /proc/self/mountinfo 2>/dev/null; then
+        "$BIN" umount "$MNT" >/dev/null 2>&1 || umount -l "$MNT" 2>/dev/null || true
+    fi
+    [ -n "$CLEAN" ] && rm -rf "$CLEAN"
+    return 0
+}
+trap cleanup EXIT INT TERM
+
+rm -rf "$DATA/sessions/--bench--"
+F=$("$GEN" --entries 100000 --out "$DATA" --seed 3)
+S=$(basename "$F" .jsonl)
+C=$MNT/--bench--/$S/context.json
+PRISTINE=$DATA/pristine.jsonl
+cp "$F" "$PRISTINE"
+LEAF=$(tail -n 1 "$F" | jq -r .id)
+OLDER=$(sed -n '1000p' "$F" | jq -r .id)
+[ "$LEAF" != null ] && [ "$OLDER" != null ] || die "no ids in $F"
+line() {
+    printf '{"type":"message","id":"bench-%s","parentId":"%s","timestamp":"2026-12-03T00:00:00.000Z","message":{"role":"user","content":"one more question"}}' "$RANDOM$RANDOM" "$1"
+}
+echo "session: $F ($(stat -c %s "$F") bytes), leaf $LEAF"
+
+mount_fresh() {
+    grep -q " $MNT " /proc/self/mountinfo && "$BIN" umount "$MNT"
+    cp "$PRISTINE" "$F"
+    local args=()
+    case "$1" in
+        no-index) args=(--no-index) ;;
+        first-ever) rm -rf "$CACHE" ;;
+    esac
+    XDG_CACHE_HOME=$CACHE "$BIN" mount --agent-dir "$DATA" --pid-file "$PID" "${args[@]}" "$MNT" >/dev/null 2>&1
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {if (NR) printf "%.2f", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A CPU
+for form in $FORMS; do
+    for mode in $MODES; do
+        cpus=()
+        for _ in $(seq "$RUNS"); do
+            mount_fresh "$form"
+            pid=$(cat "$PID")
+            cat "$C" > /dev/null
+            sleep 0.3
+            parent=$LEAF
+            [ "$mode" = branch ] && parent=$OLDER
+            L=$(line "$parent")
+            case "$mode" in
+                together)
+                    perf stat -x, -e task-clock -o "$DATA/perf.txt" -p "$pid" -- \
+                        sh -c "printf '%s\n' '$L' >> '$F'; exec cat '$C'" > "$DATA/out.json"
+                    ;;
+                *)
+                    printf '%s\n' "$L" >> "$F"
+                    sleep 0.3
+                    perf stat -x, -e task-clock -o "$DATA/perf.txt" -p "$pid" -- cat "$C" > "$DATA/out.json"
+                    ;;
+            esac
+            "$BIN" context --no-index "$F" > "$DATA/want.json"
+            cmp -s "$DATA/out.json" "$DATA/want.json" || die "$form/$mode: the text differs from sessionfs context --no-index"
+            cpus+=("$(grep task-clock "$DATA/perf.txt" | cut -d, -f1)")
+        done
+        sorted=$(printf '%s\n' "${cpus[@]}" | sort -n)
+        CPU[$form/$mode]="min $(head -1 <<<"$sorted") ms, median $(median <<<"$sorted") ms, max $(tail -1 <<<"$sorted") ms"
+    done
+done
+"$BIN" umount "$MNT" >/dev/null 2>&1 || true
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| form | mode | mount CPU ($RUNS runs) |"
+echo "|---|---|---|"
+for form in $FORMS; do
+    for mode in $MODES; do
+        echo "| $form | $mode | ${CPU[$form/$mode]} |"
+    done
+done
