@@ -9,7 +9,9 @@
 #             grown the text and invalidated the stale pages)
 #   together  append and `cat` in one command (`sh -c "echo L >> F; exec
 #             cat C"`): the worker's work and the `cat`, whichever first
-#   branch    as `after`, the message appended under an older entry (not
+#   window    the whole window: append, 0.3 s, `cat` in one command (the
+#             worker's growth of the text and invalidation, and the `cat`)
+#   branch    as `window`, the message appended under an older entry (not
 #             under the leaf): the session is loaded, as every first
 #             append was before the text could grow
 # in two forms: `no-index` (`--no-index`) and `first-ever` (the index on,
@@ -20,14 +22,14 @@
 #
 # Environment: RUNS (runs per form and mode, default 10), BIN (a sessionfs
 # binary; default: build target/release/sessionfs), FORMS (default
-# "no-index first-ever"), MODES (default "after together branch").
+# "no-index first-ever"), MODES (default "after together window branch").
 # Needs FUSE (fuse3), jq and perf.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${RUNS:-10}
 FORMS=${FORMS:-no-index first-ever}
-MODES=${MODES:-after together branch}
+MODES=${MODES:-after together window branch}
 
 die() { echo "bench_mount_append.sh: $*" >&2; exit 1; }
 command -v perf >/dev/null || die "perf is missing"
@@ -107,6 +109,10 @@ for form in $FORMS; do
                 together)
                     perf stat -x, -e task-clock -o "$DATA/perf.txt" -p "$pid" -- \
                         sh -c "printf '%s\n' '$L' >> '$F'; exec cat '$C'" > "$DATA/out.json"
+                    ;;
+                window | branch)
+                    perf stat -x, -e task-clock -o "$DATA/perf.txt" -p "$pid" -- \
+                        sh -c "printf '%s\n' '$L' >> '$F'; sleep 0.3; exec cat '$C'" > "$DATA/out.json"
                     ;;
                 *)
                     printf '%s\n' "$L" >> "$F"
