@@ -24,13 +24,14 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use crate::session::blobrefs::contains_ref_prefix;
 use crate::session::blobs::{resolve_from_store, BlobStore};
 use crate::session::context::{
-    line_run, write_context_pieces, LineSource, PathView, Read, RESET_BOUNDARY,
+    self, line_run, write_context_rendered, LineSource, PathView, Read, CONTEXT_CHUNK,
+    RESET_BOUNDARY,
 };
 use crate::session::error::{Error, Result};
 use crate::session::format::{message_role, EntryKind, Facts, LineKind, LineScanner, Role};
 use crate::session::index::Loc;
 use crate::session::index_store::{fingerprint_of, fingerprint_to_end, IndexStore};
-use crate::session::json::{pretty_append, scan_object, Member, Members, ObjectScan};
+use crate::session::json::{scan_object, Member, Members, ObjectScan};
 use crate::session::loader::{
     self, ChunkSink, Class, LineRules, Scanned, DEFAULT_MAX_LINE, PARALLEL_MIN,
 };
@@ -282,18 +283,24 @@ const PIECE: usize = 256 << 10;
 const LINES_RUN: u64 = 256 << 10;
 const PAGE: usize = 4096;
 
+/// Parts of the file per scanning thread.
+const PARTS_PER_THREAD: usize = 4;
+
 /// Feeds `[start, end)` of a file to `sink` in reads of [`PIECE`] bytes at
-/// page-aligned file offsets into one reused, page-aligned buffer (a read
-/// into a buffer 16 bytes past a page boundary, where `malloc` puts big
-/// blocks, copies ~2.8× slower: `docs/benchmarks.md`).
+/// page-aligned file offsets into one reused, page-aligned buffer, `block`
+/// (a read into a buffer 16 bytes past a page boundary, where `malloc`
+/// puts big blocks, copies ~2.8× slower: `docs/benchmarks.md`).
 fn read_range(
     reader: &dyn RandomRead,
     path: &Path,
     start: u64,
     end: Option<u64>,
+    block: &mut Vec<u8>,
     sink: &mut ChunkSink<'_>,
 ) -> Result<()> {
-    let mut block = vec![0u8; PIECE + PAGE];
+    if block.len() < PIECE + PAGE {
+        block.resize(PIECE + PAGE, 0);
+    }
     let skew = block.as_ptr().align_offset(PAGE).min(PAGE);
     let buf = &mut block[skew..skew + PIECE];
     let mut at = start - start % PAGE as u64;
@@ -338,17 +345,19 @@ fn scan(
 ) -> Result<Option<LeanScan>> {
     let names = Names::default();
     let hasher = Hasher::new();
-    let hints = loader::split_hints(size, parts, min_parallel);
-    let scanned = match loader::split_scan(storage, path, &hints, &|start, end, phase| {
+    // More parts than threads: a thread that is slowed down takes fewer.
+    let hints = loader::split_hints(size, parts * PARTS_PER_THREAD, min_parallel);
+    let scan_part = |start, end, phase, scratch: &mut Vec<u8>| {
         loader::scan_stream_with(
             path,
             start,
             phase,
             DEFAULT_MAX_LINE,
             LeanRules::new(&names, hasher),
-            &mut |sink| read_range(reader, path, start, end, sink),
+            &mut |sink| read_range(reader, path, start, end, scratch, sink),
         )
-    }) {
+    };
+    let scanned = match loader::split_scan(storage, path, &hints, parts, &scan_part) {
         Ok(s) => s,
         Err(Error::Unreadable { .. }) => return Ok(None),
         Err(e) => return Err(e),
@@ -511,7 +520,9 @@ fn walk(records: &[Record], table: &IdTable) -> Vec<u32> {
 struct LeanPath<'a> {
     records: &'a [Record],
     path: Vec<u32>,
-    names: &'a HashMap<u32, Arc<str>>,
+    /// The facts of an assistant message by the hash of its model, sorted
+    /// by hash (sessions name few models).
+    models: Vec<(u32, Facts)>,
     reader: &'a dyn RandomRead,
     file: &'a Path,
     hasher: Hasher,
@@ -525,33 +536,43 @@ impl PathView for LeanPath<'_> {
         self.records[self.path[pos] as usize].kind
     }
     fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>> {
+        // Called for every entry of the path: the facts of assistant
+        // messages are made once per model, the ones the fold ignores
+        // never.
+        static NONE: Facts = Facts::None;
         let r = &self.records[self.path[pos] as usize];
-        Ok(Cow::Owned(match r.kind {
-            EntryKind::Message if r.flags & ASSISTANT != 0 => Facts::Message {
-                role: Role::Assistant,
-                model: Some(
-                    self.names
-                        .get(&r.model)
-                        .cloned()
-                        .ok_or_else(|| Error::Internal("a model name was not kept".into()))?,
-                ),
-            },
-            EntryKind::Unknown if r.flags & RESET != 0 => Facts::Unknown(RESET_BOUNDARY.into()),
+        Ok(match r.kind {
+            EntryKind::Message if r.flags & ASSISTANT != 0 => {
+                let at = self
+                    .models
+                    .binary_search_by_key(&r.model, |(hash, _)| *hash)
+                    .map_err(|_| Error::Internal("a model name was not kept".into()))?;
+                Cow::Borrowed(&self.models[at].1)
+            }
+            EntryKind::Unknown if r.flags & RESET != 0 => {
+                Cow::Owned(Facts::Unknown(RESET_BOUNDARY.into()))
+            }
             EntryKind::ThinkingLevelChange
             | EntryKind::ModelChange
             | EntryKind::TtsrInjection
             | EntryKind::ModeChange
-            | EntryKind::Compaction => record_entry(self.reader, self.file, r, self.hasher)?.facts,
+            | EntryKind::Compaction => {
+                Cow::Owned(record_entry(self.reader, self.file, r, self.hasher)?.facts)
+            }
             // Facts the fold does not read.
-            _ => Facts::None,
-        }))
+            _ => Cow::Borrowed(&NONE),
+        })
     }
-    fn has_id(&self, pos: usize, id: &str) -> Result<bool> {
-        let r = &self.records[self.path[pos] as usize];
-        if r.id != self.hasher.hash(id) {
-            return Ok(false);
+    fn find_id(&self, id: &str, end: usize) -> Result<Option<usize>> {
+        let hash = self.hasher.hash(id);
+        for (pos, &i) in self.path[..end].iter().enumerate() {
+            let r = &self.records[i as usize];
+            // Equal hashes are compared by the ids themselves.
+            if r.id == hash && *record_entry(self.reader, self.file, r, self.hasher)?.id == *id {
+                return Ok(Some(pos));
+            }
         }
-        Ok(*record_entry(self.reader, self.file, r, self.hasher)?.id == *id)
+        Ok(None)
     }
     fn read(&self, pos: usize) -> Read {
         let i = self.path[pos];
@@ -564,32 +585,67 @@ impl PathView for LeanPath<'_> {
     }
 }
 
-/// The lines of a lean scan's entries, with blob refs resolved from the
-/// blob store.
+/// The lines of the entries a context shows (by record number, sorted),
+/// with blob refs resolved from the blob store.
 struct LeanLines<'a> {
-    records: &'a [Record],
+    locs: Vec<(u32, Loc)>,
     reader: &'a dyn RandomRead,
     file: &'a Path,
     blobs: Option<&'a BlobStore>,
+    /// Read buffers to reuse.
+    blocks: Mutex<Vec<Vec<u8>>>,
 }
 
-impl LeanLines<'_> {
+impl<'a> LeanLines<'a> {
+    /// The lines of the entries `reads` names.
+    fn of_reads(
+        records: &[Record],
+        reads: &[Read],
+        reader: &'a dyn RandomRead,
+        file: &'a Path,
+        blobs: Option<&'a BlobStore>,
+    ) -> Self {
+        let mut locs: Vec<(u32, Loc)> = reads
+            .iter()
+            .filter_map(|r| {
+                let rec = records.get(r.idx as usize)?;
+                let loc = Loc {
+                    offset: rec.offset(),
+                    len: rec.len,
+                    in_memory: false,
+                };
+                Some((r.idx, loc))
+            })
+            .collect();
+        locs.sort_unstable_by_key(|(i, _)| *i);
+        LeanLines {
+            locs,
+            reader,
+            file,
+            blobs,
+            blocks: Mutex::new(Vec::new()),
+        }
+    }
+
     fn loc(&self, i: u32) -> Option<Loc> {
-        self.records.get(i as usize).map(|r| Loc {
-            offset: r.offset(),
-            len: r.len,
-            in_memory: false,
-        })
+        let at = self.locs.binary_search_by_key(&i, |(j, _)| *j).ok()?;
+        Some(self.locs[at].1)
     }
 }
 
 impl LineSource for LeanLines<'_> {
     fn line(&self, idx: u32) -> Result<Cow<'_, [u8]>> {
-        let r = self
-            .records
-            .get(idx as usize)
+        let loc = self
+            .loc(idx)
             .ok_or_else(|| Error::EntryNotFound(format!("#{idx}")))?;
-        record_line(self.reader, self.file, r).map(Cow::Owned)
+        let line = self
+            .reader
+            .read_at(loc.offset, loc.len as usize)
+            .map_err(|e| Error::io(self.file, e))?;
+        if line.len() != loc.len as usize {
+            return Err(changed(self.file));
+        }
+        Ok(Cow::Owned(line))
     }
     fn resolve_blobs(&self, key: &str, json: &str) -> Option<String> {
         resolve_from_store(self.blobs?, Some(key), json)
@@ -602,11 +658,28 @@ impl LineSource for LeanLines<'_> {
         idxs: &[u32],
         f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
     ) -> Result<()> {
+        // A buffer of an earlier call when there is one (calls come from
+        // two threads, see `context::write_context_rendered`): a fresh
+        // big block costs a page fault per page.
+        let mut block: Vec<u8> = self.blocks.lock().pop().unwrap_or_default();
+        let res = self.read_runs(idxs, &mut block, f);
+        self.blocks.lock().push(block);
+        res
+    }
+}
+
+impl LeanLines<'_> {
+    /// [`LineSource::for_each_line`] with `block` as the read buffer.
+    fn read_runs(
+        &self,
+        idxs: &[u32],
+        block: &mut Vec<u8>,
+        f: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
+    ) -> Result<()> {
         let loc = |i: u32| {
             self.loc(i)
                 .ok_or_else(|| Error::EntryNotFound(format!("#{i}")))
         };
-        let mut block: Vec<u8> = Vec::new();
         let mut k = 0;
         while k < idxs.len() {
             let (n, start, end) = line_run(&loc, &idxs[k..], LINES_RUN)?;
@@ -666,8 +739,12 @@ pub fn write_last_context(
     keep: Option<KeepRendering<'_>>,
     out: &mut dyn std::io::Write,
 ) -> Result<bool> {
-    let split = (loader::parts(), PARALLEL_MIN);
-    write_with(storage, path, blobs, pretty, keep, out, split)
+    let tuning = Tuning {
+        parts: loader::parts(),
+        min_parallel: PARALLEL_MIN,
+        chunk: CONTEXT_CHUNK,
+    };
+    write_with(storage, path, blobs, pretty, keep, out, tuning)
 }
 
 /// [`write_last_context`] of the pretty text, also giving in `grow` what
@@ -683,12 +760,27 @@ pub fn write_last_context_growable(
     out: &mut dyn std::io::Write,
     grow: &mut Option<LeanFold>,
 ) -> Result<bool> {
-    let split = (loader::parts(), PARALLEL_MIN);
-    write_with_fold(storage, path, blobs, true, keep, out, split, Some(grow))
+    let tuning = Tuning {
+        parts: loader::parts(),
+        min_parallel: PARALLEL_MIN,
+        chunk: CONTEXT_CHUNK,
+    };
+    write_with_fold(storage, path, blobs, true, keep, out, tuning, Some(grow))
 }
 
-/// [`write_last_context`] with the file scanned in `split.0` parts when it
-/// has at least `split.1` bytes.
+/// How [`write_with`] shares its work among threads.
+#[derive(Debug, Clone, Copy)]
+struct Tuning {
+    /// Threads: the file is scanned in this many parts, the messages are
+    /// assembled on this many threads (at most two).
+    parts: usize,
+    /// Files below this size are scanned in one part.
+    min_parallel: u64,
+    /// Bytes of entry lines per chunk of messages.
+    chunk: u64,
+}
+
+/// [`write_last_context`] with its work shared as `tuning` says.
 fn write_with(
     storage: &dyn Storage,
     path: &Path,
@@ -696,9 +788,9 @@ fn write_with(
     pretty: bool,
     keep: Option<KeepRendering<'_>>,
     out: &mut dyn std::io::Write,
-    split: (usize, u64),
+    tuning: Tuning,
 ) -> Result<bool> {
-    write_with_fold(storage, path, blobs, pretty, keep, out, split, None)
+    write_with_fold(storage, path, blobs, pretty, keep, out, tuning, None)
 }
 
 /// [`write_with`], also making the [`LeanFold`] of the pretty text in
@@ -711,7 +803,7 @@ fn write_with_fold(
     pretty: bool,
     keep: Option<KeepRendering<'_>>,
     out: &mut dyn std::io::Write,
-    split: (usize, u64),
+    tuning: Tuning,
     grow: Option<&mut Option<LeanFold>>,
 ) -> Result<bool> {
     let stat = match storage.stat(path) {
@@ -723,37 +815,19 @@ fn write_with_fold(
         scanned,
         names,
         hasher,
-    }) = scan(storage, &*reader, path, stat.size, split)?
+    }) = scan(
+        storage,
+        &*reader,
+        path,
+        stat.size,
+        (tuning.parts, tuning.min_parallel),
+    )?
     else {
         return Ok(false);
     };
     let mut scanned = scanned;
     let Some(table) = IdTable::build(&mut scanned.entries, &*reader, path, hasher)? else {
         return Ok(false);
-    };
-    let records = &scanned.entries;
-    let lean_path = walk(records, &table);
-    // Kept for a growable text only (`grow`): it finds the ids of
-    // appended entries.
-    let table = if grow.is_some() && pretty {
-        Some(table)
-    } else {
-        drop(table);
-        None
-    };
-    let view = LeanPath {
-        records,
-        path: lean_path,
-        names: &names,
-        reader: &*reader,
-        file: path,
-        hasher,
-    };
-    let lines = LeanLines {
-        records,
-        reader: &*reader,
-        file: path,
-        blobs,
     };
     let mut keep_writer = match keep {
         Some(k) if pretty => fingerprint_of(storage, path, &stat, &scanned).and_then(|fp| {
@@ -762,63 +836,97 @@ fn write_with_fold(
         }),
         _ => None,
     };
-    let fingerprint = table
-        .as_ref()
-        .and_then(|_| fingerprint_to_end(storage, path, &stat, &scanned));
+    let growable = grow.is_some() && pretty;
+    let fingerprint = if growable {
+        fingerprint_to_end(storage, path, &stat, &scanned)
+    } else {
+        None
+    };
+    let records = std::mem::take(&mut scanned.entries);
+    drop(scanned);
+    let lean_path = walk(&records, &table);
+    // Kept for a growable text only: it finds the ids of appended
+    // entries, as do the ids of all entries and the root's parent.
+    let root_parent = lean_path
+        .first()
+        .map(|&i| &records[i as usize])
+        .filter(|r| r.flags & HAS_PARENT != 0)
+        .map(|r| r.parent);
+    let kept_ids = match (growable, &fingerprint) {
+        (true, Some(_)) => Some((records.iter().map(|r| r.id).collect::<Vec<u64>>(), table)),
+        _ => {
+            drop(table);
+            None
+        }
+    };
+    let mut models: Vec<(u32, Facts)> = names
+        .into_iter()
+        .map(|(hash, name)| {
+            let facts = Facts::Message {
+                role: Role::Assistant,
+                model: Some(name),
+            };
+            (hash, facts)
+        })
+        .collect();
+    models.sort_unstable_by_key(|(hash, _)| *hash);
+    let plan = if records.is_empty() {
+        None
+    } else {
+        let view = LeanPath {
+            records: &records,
+            path: lean_path,
+            models,
+            reader: &*reader,
+            file: path,
+            hasher,
+        };
+        Some(context::plan(&view)?)
+    };
+    let lines = LeanLines::of_reads(
+        &records,
+        plan.as_ref().map_or(&[], |p| &p.reads),
+        &*reader,
+        path,
+        blobs,
+    );
+    // The records are not needed any more: the memory of the path's
+    // messages takes their place (peak RSS, docs/benchmarks.md).
+    drop(records);
     let mut unresolved = false;
-    let mut indent = 0;
-    // Bytes printed, and (bytes, depth) where the last piece began: after
-    // the last message, where a growing text is extended.
-    let mut printed = 0usize;
-    let mut last_piece = (0usize, 0usize);
-    let mut text: Vec<u8> = Vec::with_capacity(if pretty { 96 << 10 } else { 0 });
     let mut emit = |piece: &[u8]| -> Result<()> {
+        // Blob refs are inside strings, which rendering leaves as they are.
+        unresolved |= contains_ref_prefix(piece);
         out.write_all(piece).map_err(|e| Error::io("<output>", e))?;
         if let Some(w) = keep_writer.as_mut() {
             std::io::Write::write_all(w, piece).map_err(|e| Error::io("<output>", e))?;
         }
         Ok(())
     };
-    let path_view: Option<&dyn PathView> = if records.is_empty() {
-        None
-    } else {
-        Some(&view)
-    };
-    let fold = write_context_pieces(path_view, &lines, &mut |piece| {
-        unresolved |= contains_ref_prefix(piece.as_bytes());
-        if pretty {
-            text.clear();
-            last_piece = (printed, indent);
-            indent = pretty_append(piece, indent, &mut text);
-            printed += text.len();
-            emit(&text)
-        } else {
-            emit(piece.as_bytes())
-        }
-    })?;
+    let rendered = write_context_rendered(
+        plan,
+        &lines,
+        pretty,
+        (tuning.parts, tuning.chunk),
+        &mut emit,
+    )?;
     emit(b"\n")?;
     if let Some(w) = keep_writer {
         if !unresolved {
             w.finish();
         }
     }
-    if let (Some(grow), Some(table), Some(fold), Some(fingerprint)) =
-        (grow, table, fold, fingerprint)
+    if let (Some(grow), Some((ids, table)), Some(fold), Some(fingerprint)) =
+        (grow, kept_ids, rendered.fold, fingerprint)
     {
-        let root_parent = view
-            .path
-            .first()
-            .map(|&i| &records[i as usize])
-            .filter(|r| r.flags & HAS_PARENT != 0)
-            .map(|r| r.parent);
         *grow = LeanFold::new(grow::Kept {
             hasher,
-            ids: records.iter().map(|r| r.id).collect(),
+            ids,
             table,
             root_parent,
             fold,
             fingerprint,
-            cut: last_piece,
+            cut: rendered.cut,
         });
     }
     Ok(true)

@@ -6,6 +6,7 @@
 //! header is reported as unreadable and never modified.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::session::error::{Error, Result};
 use crate::session::format::{HeaderInfo, LineKind, LineScanner, ScannedEntry};
@@ -523,22 +524,27 @@ pub(crate) fn load_file_split(
     max_line: usize,
     hints: &[u64],
 ) -> Result<Loaded> {
-    split_scan(storage, path, hints, &|start, end, phase| {
+    let threads = hints.len() + 1;
+    split_scan(storage, path, hints, threads, &|start, end, phase, _| {
         scan_range(storage, path, start, end, phase, max_line)
     })
 }
 
 /// Scans `[start, end)` of a file (`end`: `None` for the end of file) in
-/// the given phase.
+/// the given phase; the buffer is the scanning thread's, kept across the
+/// parts it scans (fresh memory costs a page fault per page).
 pub(crate) type RangeScan<'a, E> =
-    dyn Fn(u64, Option<u64>, Phase) -> Result<Scanned<E>> + Sync + 'a;
+    dyn Fn(u64, Option<u64>, Phase, &mut Vec<u8>) -> Result<Scanned<E>> + Sync + 'a;
 
 /// [`load_file_split`] with the scans of the parts done by `scan` (other
-/// rules, other reads).
+/// rules, other reads) on `threads` threads (the calling one included),
+/// each taking the next part not yet taken, so that a thread that is
+/// slowed down (by the machine, by denser lines) takes fewer parts.
 pub(crate) fn split_scan<E: Send>(
     storage: &dyn Storage,
     path: &Path,
     hints: &[u64],
+    threads: usize,
     scan: &RangeScan<'_, E>,
 ) -> Result<Scanned<E>> {
     let mut bounds = vec![0u64];
@@ -549,7 +555,7 @@ pub(crate) fn split_scan<E: Send>(
             }
         }
     }
-    let sequential = || scan(0, None, Phase::BeforeHeader);
+    let sequential = || scan(0, None, Phase::BeforeHeader, &mut Vec::new());
     if bounds.len() < 2 {
         return sequential();
     }
@@ -558,21 +564,41 @@ pub(crate) fn split_scan<E: Send>(
         .enumerate()
         .map(|(k, &start)| (start, bounds.get(k + 1).copied()))
         .collect();
-    let results: Vec<Result<Scanned<E>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = ranges[1..]
-            .iter()
-            .map(|&(start, end)| scope.spawn(move || scan(start, end, Phase::AfterHeader)))
-            .collect();
-        let (start, end) = ranges[0];
-        let mut results = vec![scan(start, end, Phase::BeforeHeader)];
-        for h in handles {
-            results.push(
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::Internal("a loader thread panicked".into()))),
-            );
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut scratch = Vec::new();
+        let mut done = Vec::new();
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(start, end)) = ranges.get(k) else {
+                return done;
+            };
+            let phase = if k == 0 {
+                Phase::BeforeHeader
+            } else {
+                Phase::AfterHeader
+            };
+            done.push((k, scan(start, end, phase, &mut scratch)));
         }
-        results
+    };
+    let mut taken: Vec<(usize, Result<Scanned<E>>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads.clamp(1, ranges.len()))
+            .map(|_| scope.spawn(work))
+            .collect();
+        let mut all = work();
+        for h in handles {
+            match h.join() {
+                Ok(done) => all.extend(done),
+                Err(_) => all.push((
+                    usize::MAX,
+                    Err(Error::Internal("a loader thread panicked".into())),
+                )),
+            }
+        }
+        all
     });
+    taken.sort_by_key(|(k, _)| *k);
+    let results: Vec<Result<Scanned<E>>> = taken.into_iter().map(|(_, r)| r).collect();
     // Any error of any part but a broken header rule (`Unreadable`) is the
     // load's error: I/O, a panicked thread. Header rules are decided below.
     if let Some(e) = results

@@ -15,11 +15,13 @@ use crate::session::json::{json_string, pretty, write_pretty};
 
 mod lines;
 mod messages;
+mod split;
 
 #[cfg(test)]
 use lines::MAX_GAP;
 pub(crate) use lines::{for_each_line_coalesced, line_run, LineSource};
 use messages::{emit_messages, push_member, truthy};
+pub(crate) use split::{write_context_rendered, CONTEXT_CHUNK};
 
 /// Which leaf to build the context at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +102,20 @@ pub(crate) fn resolve_leaf(index: &TreeIndex, leaf: LeafSel<'_>) -> Option<u32> 
     }
 }
 
+/// True when `json` is the JSON string [`json_string`] makes of `s`
+/// (decided without allocating when `s` needs no escapes).
+fn is_json_string_of(json: &str, s: &str) -> bool {
+    let plain = !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\');
+    if plain {
+        json.len() == s.len() + 2
+            && json.starts_with('"')
+            && json.ends_with('"')
+            && &json[1..json.len() - 1] == s
+    } else {
+        json == json_string(s)
+    }
+}
+
 /// True for entry kinds that can contribute a message.
 fn emits_message(kind: EntryKind) -> bool {
     matches!(
@@ -165,7 +181,17 @@ impl FoldState {
                 role: Role::Assistant,
                 model: Some(m),
             } if !self.default_from_change => {
-                self.set_model("default", Some(json_string(m).into()));
+                // Most assistant messages name the model the one before
+                // named: compared in place, nothing is allocated for them.
+                let same = self
+                    .models
+                    .iter()
+                    .find(|(k, _)| &**k == "default")
+                    .and_then(|(_, v)| v.as_deref())
+                    .is_some_and(|v| is_json_string_of(v, m));
+                if !same {
+                    self.set_model("default", Some(json_string(m).into()));
+                }
             }
             Facts::Ttsr(names) => {
                 for name in names {
@@ -267,8 +293,8 @@ pub(crate) trait PathView {
     /// the compaction's `first_kept` and reset boundaries): a view may
     /// give `Facts::None` for the facts the fold ignores.
     fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>>;
-    /// True when the entry at `pos` has the id `id`.
-    fn has_id(&self, pos: usize, id: &str) -> Result<bool>;
+    /// The first position before `end` whose entry has the id `id`.
+    fn find_id(&self, id: &str, end: usize) -> Result<Option<usize>>;
     /// What the [`LineSource`] reads for the entry at `pos`.
     fn read(&self, pos: usize) -> Read;
 }
@@ -291,8 +317,11 @@ impl PathView for IndexPath<'_> {
             &self.index.entries()[self.path[pos] as usize].entry.facts,
         ))
     }
-    fn has_id(&self, pos: usize, id: &str) -> Result<bool> {
-        Ok(self.index.entries()[self.path[pos] as usize].id() == id)
+    fn find_id(&self, id: &str, end: usize) -> Result<Option<usize>> {
+        let entries = self.index.entries();
+        Ok(self.path[..end]
+            .iter()
+            .position(|&i| entries[i as usize].id() == id))
     }
     fn read(&self, pos: usize) -> Read {
         let i = self.path[pos];
@@ -307,17 +336,20 @@ impl PathView for IndexPath<'_> {
 
 /// What a context at a leaf consists of: the fold over the whole path and
 /// the entries whose messages it shows.
-struct Plan {
+pub(crate) struct Plan {
     state: FoldState,
-    reads: Vec<Read>,
+    /// The entries whose messages the context shows, in output order.
+    pub(crate) reads: Vec<Read>,
     /// The entry whose summary opens the context (`reads[0]`).
     compaction: Option<u32>,
+    /// The path's last entry.
+    leaf: u32,
 }
 
 /// Folds the path and picks the entries whose messages the context shows,
 /// in output order: the latest compaction's summary, the kept entries
 /// before it, then everything after it.
-fn plan(path: &dyn PathView) -> Result<Plan> {
+pub(crate) fn plan(path: &dyn PathView) -> Result<Plan> {
     let mut state = FoldState::new();
     let mut compaction_at: Option<usize> = None;
     let mut reset_at: Option<usize> = None;
@@ -346,14 +378,7 @@ fn plan(path: &dyn PathView) -> Result<Plan> {
     } else if let Some(c) = compaction_at {
         reads.push(path.read(c));
         if let Some(first_kept) = first_kept {
-            let mut start = None;
-            for pos in 0..c {
-                if path.has_id(pos, &first_kept)? {
-                    start = Some(pos);
-                    break;
-                }
-            }
-            if let Some(start) = start {
+            if let Some(start) = path.find_id(&first_kept, c)? {
                 reads.extend((start..c).filter(wanted).map(|p| path.read(p)));
             }
         }
@@ -362,10 +387,16 @@ fn plan(path: &dyn PathView) -> Result<Plan> {
         reads.extend((0..path.len()).filter(wanted).map(|p| path.read(p)));
     }
     let compaction = compaction_at.map(|_| reads[0].idx);
+    let leaf = path
+        .len()
+        .checked_sub(1)
+        .map(|last| path.read(last).idx)
+        .ok_or_else(|| crate::session::error::Error::Internal("the context of no path".into()))?;
     Ok(Plan {
         state,
         reads,
         compaction,
+        leaf,
     })
 }
 
@@ -406,6 +437,7 @@ pub(crate) fn build_context_fold(
         state,
         reads,
         compaction,
+        ..
     } = plan(&path)?;
     drop(path);
 
@@ -441,61 +473,6 @@ pub(crate) fn build_context_fold(
         },
         Some(fold),
     ))
-}
-
-/// The compact context of the path `path` (`None`: the empty context)
-/// given to `out` in pieces of about 64 KiB, each ending after a message
-/// or at the end, never holding the whole text: the lean first-time path
-/// (`session::lean`) prints contexts this way. The concatenated pieces
-/// are the text [`build_session_context`] builds for the same path.
-/// Gives the fold at the path's last entry (none for the empty context),
-/// from which [`extend_path`] continues; when the context has messages,
-/// the last piece is all of the text after the last one (`]` and the
-/// members after `messages`): what an extension prints again.
-pub(crate) fn write_context_pieces(
-    path: Option<&dyn PathView>,
-    src: &dyn LineSource,
-    out: &mut dyn FnMut(&str) -> Result<()>,
-) -> Result<Option<ContextFold>> {
-    const PIECE: usize = 64 << 10;
-    let Some(path) = path else {
-        out(&format!("{OPEN}],{EMPTY_STATE}}}"))?;
-        return Ok(None);
-    };
-    let Plan {
-        state,
-        reads,
-        compaction,
-    } = plan(path)?;
-    let mut json = String::with_capacity(PIECE + (1 << 12));
-    json.push_str(OPEN);
-    let mut message_count = 0;
-    emit_messages(
-        &reads,
-        compaction,
-        src,
-        &mut json,
-        &mut message_count,
-        &mut |json| {
-            if json.len() >= PIECE {
-                out(json)?;
-                json.clear();
-            }
-            Ok(())
-        },
-    )?;
-    if message_count > 0 {
-        out(&json)?;
-        json.clear();
-    }
-    json.push(']');
-    state.write_tail(&mut json);
-    out(&json)?;
-    Ok(Some(ContextFold {
-        state,
-        leaf: path.read(path.len() - 1).idx,
-        message_count,
-    }))
 }
 
 /// Extends the context of `fold`'s leaf to `new_leaf`, an entry below it,

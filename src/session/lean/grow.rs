@@ -140,7 +140,16 @@ impl LeanFold {
                 start,
                 Phase::AfterHeader,
                 DEFAULT_MAX_LINE,
-                &mut |sink| read_range(&*reader, path, start, Some(stat.size), sink),
+                &mut |sink| {
+                    read_range(
+                        &*reader,
+                        path,
+                        start,
+                        Some(stat.size),
+                        &mut Vec::new(),
+                        sink,
+                    )
+                },
             )?
         } else {
             loader::Scanned {
@@ -345,8 +354,8 @@ impl PathView for NewPath<'_> {
     fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>> {
         Ok(Cow::Borrowed(&self.entry(pos).entry.facts))
     }
-    fn has_id(&self, pos: usize, id: &str) -> Result<bool> {
-        Ok(*self.entry(pos).entry.id == *id)
+    fn find_id(&self, id: &str, end: usize) -> Result<Option<usize>> {
+        Ok((0..end).find(|&pos| *self.entry(pos).entry.id == *id))
     }
     fn read(&self, pos: usize) -> Read {
         let e = self.entry(pos);

@@ -45,6 +45,18 @@ fn lean(
 ) -> Option<Vec<u8>> {
     let store = BlobStore::new(storage.clone(), blobs);
     let mut out = Vec::new();
+    // Split, the messages come in chunks of one entry (two parts) or a
+    // few (three), so the helper thread assembles every other one.
+    let chunk = match parts {
+        1 => CONTEXT_CHUNK,
+        2 => 1,
+        _ => 256,
+    };
+    let tuning = Tuning {
+        parts,
+        min_parallel: 0,
+        chunk,
+    };
     let done = write_with(
         &**storage,
         path,
@@ -52,7 +64,7 @@ fn lean(
         pretty,
         None,
         &mut out,
-        (parts, 0),
+        tuning,
     )
     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if !done {

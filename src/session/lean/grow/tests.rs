@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::super::tests::{oracle, random_session, temp_storage, Rng};
-use super::super::write_with_fold;
+use super::super::{write_with_fold, Tuning};
 use super::*;
 
 const HEADER: &str =
@@ -56,7 +56,13 @@ fn build(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path) -> (Vec<u8>, Opt
         true,
         None,
         &mut out,
-        (2, 0),
+        // Two threads, one entry per chunk: the cut is found whichever
+        // thread printed the last message.
+        Tuning {
+            parts: 2,
+            min_parallel: 0,
+            chunk: 1,
+        },
         Some(&mut fold),
     )
     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));

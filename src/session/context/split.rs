@@ -1,0 +1,316 @@
+//! A context printed in rendered pieces, its messages assembled on up to
+//! two threads (`docs/engine.md`, "The lean first-time path"): the lean
+//! first-time path prints contexts this way, never holding the whole text.
+//!
+//! The entries whose messages the context shows are cut into chunks of
+//! about [`CONTEXT_CHUNK`] bytes of lines. The calling thread assembles and renders
+//! the even chunks and writes everything, in order; a helper thread
+//! assembles and renders the odd ones ahead into a buffer. A chunk the
+//! helper renders starts after a message (it opens with `,`, at the depth
+//! of the messages array), which holds whenever a message was written
+//! before it; in the rare case none was (every entry before it emitted
+//! nothing), the calling thread assembles that chunk again itself. The
+//! concatenated output is the one text [`super::build_session_context`]
+//! builds for the same path, rendered.
+
+use std::sync::mpsc;
+
+use super::messages::emit_messages;
+use super::{ContextFold, LineSource, Plan, Read, EMPTY_STATE, OPEN};
+use crate::session::error::{Error, Result};
+use crate::session::json::pretty_append;
+
+/// Bytes of entry lines per chunk (the helper's lead, and the memory its
+/// buffers hold, is about twice this).
+pub(crate) const CONTEXT_CHUNK: u64 = 128 << 10;
+/// Compact text assembled before it is rendered and written.
+const PIECE: usize = 64 << 10;
+/// The pretty printer's depth between two messages: inside the object
+/// and its `messages` array.
+const MESSAGE_DEPTH: usize = 2;
+
+/// How pieces of compact text become output.
+#[derive(Debug, Clone, Copy)]
+struct Render {
+    pretty: bool,
+}
+
+impl Render {
+    /// Appends the rendering of `piece` (printed from depth `indent`) to
+    /// `out`; returns the depth at its end.
+    fn append(self, piece: &str, indent: usize, out: &mut Vec<u8>) -> usize {
+        if self.pretty {
+            pretty_append(piece, indent, out)
+        } else {
+            out.extend_from_slice(piece.as_bytes());
+            indent
+        }
+    }
+}
+
+/// A chunk rendered by the helper: its number, its text, the messages it
+/// holds and the depth its rendering ends at.
+struct Done {
+    chunk: usize,
+    text: Vec<u8>,
+    messages: usize,
+    indent: usize,
+}
+
+/// What [`write_context_rendered`] printed: the fold at the path's last
+/// entry (none for the empty context), from which
+/// [`super::extend_path`] continues, and where the text after the last
+/// message begins (bytes printed before it, the printer's depth there):
+/// the last piece is all of that text (`]` and the members after
+/// `messages`), what an extension prints again.
+pub(crate) struct Rendered {
+    pub(crate) fold: Option<ContextFold>,
+    pub(crate) cut: (usize, usize),
+}
+
+/// The context of the [`plan`] of a path (`None`: the empty context),
+/// compact or pretty (`pretty`; without the final newline), given to `out`
+/// in pieces of rendered text; with `threads` above 1, a helper thread
+/// assembles and renders every other chunk of about `chunk_bytes` bytes of
+/// lines ([`CONTEXT_CHUNK`]).
+pub(crate) fn write_context_rendered(
+    plan: Option<Plan>,
+    src: &(dyn LineSource + Sync),
+    pretty: bool,
+    (threads, chunk_bytes): (usize, u64),
+    out: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<Rendered> {
+    let render = Render { pretty };
+    let Some(Plan {
+        state,
+        reads,
+        compaction,
+        leaf,
+    }) = plan
+    else {
+        let mut text = Vec::new();
+        render.append(&format!("{OPEN}],{EMPTY_STATE}}}"), 0, &mut text);
+        out(&text)?;
+        return Ok(Rendered {
+            fold: None,
+            cut: (0, 0),
+        });
+    };
+    let chunks = chunks(&reads, chunk_bytes);
+    let mut w = Writer {
+        render,
+        json: String::with_capacity(PIECE + (4 << 10)),
+        text: Vec::with_capacity(PIECE + PIECE / 2),
+        indent: 0,
+        messages: 0,
+        printed: 0,
+        out,
+    };
+    w.json.push_str(OPEN);
+    if threads < 2 || chunks.len() < 2 {
+        w.chunk(&reads, compaction, src)?;
+    } else {
+        std::thread::scope(|scope| -> Result<()> {
+            let (done_tx, done_rx) = mpsc::sync_channel::<Result<Done>>(1);
+            let (free_tx, free_rx) = mpsc::channel::<Vec<u8>>();
+            let odd: Vec<(usize, &[Read])> = chunks
+                .iter()
+                .enumerate()
+                .skip(1)
+                .step_by(2)
+                .map(|(k, c)| (k, &reads[c.clone()]))
+                .collect();
+            scope.spawn(move || {
+                let mut json = String::with_capacity(PIECE + (4 << 10));
+                let mut buffers = 0;
+                for (chunk, chunk_reads) in odd {
+                    // Two buffers go round (one filled here, one written):
+                    // fresh big blocks would cost a page fault per page.
+                    let text = match free_rx.try_recv() {
+                        Ok(text) => text,
+                        Err(_) if buffers < 2 => {
+                            buffers += 1;
+                            Vec::with_capacity(2 * chunk_bytes.min(CONTEXT_CHUNK) as usize)
+                        }
+                        Err(_) => match free_rx.recv() {
+                            Ok(text) => text,
+                            // The writer stopped early.
+                            Err(_) => return,
+                        },
+                    };
+                    let done = assemble_alone(
+                        render,
+                        chunk,
+                        chunk_reads,
+                        compaction,
+                        src,
+                        &mut json,
+                        text,
+                    );
+                    let failed = done.is_err();
+                    // The receiver is gone when the writer stopped early.
+                    if done_tx.send(done).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            for (k, range) in chunks.iter().enumerate() {
+                let chunk_reads = &reads[range.clone()];
+                if k % 2 == 0 {
+                    w.chunk(chunk_reads, compaction, src)?;
+                    continue;
+                }
+                let done = done_rx
+                    .recv()
+                    .map_err(|_| Error::Internal("the context helper thread stopped".into()))??;
+                debug_assert_eq!(done.chunk, k);
+                if w.messages == 0 || (pretty && w.indent != MESSAGE_DEPTH) {
+                    // Nothing before it ended a message: assembled again here,
+                    // where the text so far is.
+                    w.chunk(chunk_reads, compaction, src)?;
+                } else if done.messages > 0 {
+                    w.write(&done.text)?;
+                    w.messages += done.messages;
+                    w.indent = done.indent;
+                }
+                let _ = free_tx.send(done.text);
+            }
+            Ok(())
+        })?;
+    }
+    // Every chunk ended by writing its last message: the text left is the
+    // opening alone (no message at all), or nothing.
+    let cut = (w.printed, w.indent);
+    w.json.push(']');
+    state.write_tail(&mut w.json);
+    w.flush()?;
+    Ok(Rendered {
+        fold: Some(ContextFold {
+            state,
+            leaf,
+            message_count: w.messages,
+        }),
+        cut,
+    })
+}
+
+/// The chunks of `reads`: consecutive ranges of about `chunk` bytes of
+/// lines each (at least one entry).
+fn chunks(reads: &[Read], chunk: u64) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    for (k, r) in reads.iter().enumerate() {
+        bytes += u64::from(r.len);
+        if bytes >= chunk {
+            out.push(start..k + 1);
+            start = k + 1;
+            bytes = 0;
+        }
+    }
+    if start < reads.len() {
+        out.push(start..reads.len());
+    }
+    out
+}
+
+/// The writing thread's state: the compact text not yet rendered, the
+/// rendering buffer, the printer's depth and the messages written.
+struct Writer<'o> {
+    render: Render,
+    json: String,
+    text: Vec<u8>,
+    indent: usize,
+    messages: usize,
+    /// Bytes written.
+    printed: usize,
+    out: &'o mut dyn FnMut(&[u8]) -> Result<()>,
+}
+
+impl Writer<'_> {
+    /// Assembles the messages of `reads` after the text so far, writing
+    /// whole pieces; at the end of the chunk, everything up to its last
+    /// message is written.
+    fn chunk(
+        &mut self,
+        reads: &[Read],
+        compaction: Option<u32>,
+        src: &dyn LineSource,
+    ) -> Result<()> {
+        let Writer {
+            render,
+            json,
+            text,
+            indent,
+            messages,
+            printed,
+            out,
+        } = self;
+        let mut flush = |json: &mut String| -> Result<()> {
+            text.clear();
+            *indent = render.append(json, *indent, text);
+            json.clear();
+            *printed += text.len();
+            out(text)
+        };
+        emit_messages(reads, compaction, src, json, messages, &mut |json| {
+            if json.len() >= PIECE {
+                flush(json)?;
+            }
+            Ok(())
+        })?;
+        // A chunk ends after a message (the text holds none yet when only
+        // the opening is there: it waits for the first message).
+        if *messages > 0 && !json.is_empty() {
+            flush(json)?;
+        }
+        Ok(())
+    }
+
+    /// Renders and writes the rest of the text.
+    fn flush(&mut self) -> Result<()> {
+        self.text.clear();
+        self.indent = self.render.append(&self.json, self.indent, &mut self.text);
+        self.json.clear();
+        self.printed += self.text.len();
+        (self.out)(&self.text)
+    }
+
+    /// Writes rendered text.
+    fn write(&mut self, text: &[u8]) -> Result<()> {
+        self.printed += text.len();
+        (self.out)(text)
+    }
+}
+
+/// Assembles and renders the messages of `reads` on their own, as if a
+/// message came before them, into `text` (`json`: scratch space).
+fn assemble_alone(
+    render: Render,
+    chunk: usize,
+    reads: &[Read],
+    compaction: Option<u32>,
+    src: &dyn LineSource,
+    json: &mut String,
+    mut text: Vec<u8>,
+) -> Result<Done> {
+    text.clear();
+    json.clear();
+    // One message "before": each message of the chunk opens with `,`.
+    let mut count = 1;
+    let mut indent = MESSAGE_DEPTH;
+    emit_messages(reads, compaction, src, json, &mut count, &mut |json| {
+        if json.len() >= PIECE {
+            indent = render.append(json, indent, &mut text);
+            json.clear();
+        }
+        Ok(())
+    })?;
+    indent = render.append(json, indent, &mut text);
+    Ok(Done {
+        chunk,
+        text,
+        messages: count - 1,
+        indent,
+    })
+}
