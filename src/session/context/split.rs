@@ -68,7 +68,7 @@ pub(crate) struct Rendered {
     pub(crate) cut: (usize, usize),
 }
 
-/// The context of the [`plan`] of a path (`None`: the empty context),
+/// The context of the [`plan`](super::plan) of a path (`None`: the empty context),
 /// compact or pretty (`pretty`; without the final newline), given to `out`
 /// in pieces of rendered text; with `threads` above 1, a helper thread
 /// assembles and renders every other chunk of about `chunk_bytes` bytes of
