@@ -186,8 +186,9 @@ fn user_line(id: &str, parent: &str, text: &str) -> String {
 /// appended under the leaf by a writer that takes no lock grow it
 /// without loading the session (docs/filesystem.md, "Incremental
 /// contexts"): every read is the grown file's context, no load is
-/// logged and no index is written. An append elsewhere (a branch) loads
-/// it, as before. With the index off and on.
+/// logged and no index is written, also when a line is read torn and
+/// completed later. An append elsewhere (a branch) loads it, as before.
+/// With the index off and on.
 #[test]
 fn appends_after_the_first_context_json_grow_it_without_a_load() {
     if !fuse_ok("appends_after_the_first_context_json_grow_it_without_a_load") {
@@ -204,7 +205,21 @@ fn appends_after_the_first_context_json_grow_it_without_a_load() {
         let mut parent = "a300".to_string();
         for i in 0..6 {
             let id = format!("n{i}");
-            plain_append(&file, &user_line(&id, &parent, &format!("grown {i}")));
+            let line = user_line(&id, &parent, &format!("grown {i}"));
+            if i == 2 {
+                // Torn first (the writer's line half written): the
+                // context is the file's without it, then completed.
+                let (head, tail) = line.split_at(50);
+                plain_append(&file, head);
+                assert_same_bytes(
+                    &fs::read(&ctx).unwrap(),
+                    &cli_context_no_index(&file),
+                    &format!("{args:?} torn line"),
+                );
+                plain_append(&file, tail);
+            } else {
+                plain_append(&file, &line);
+            }
             parent = id;
             let want = cli_context_no_index(&file);
             // At once (mostly before the watch worker saw the append),
