@@ -284,7 +284,7 @@ const LINES_RUN: u64 = 256 << 10;
 const PAGE: usize = 4096;
 
 /// Parts of the file per scanning thread.
-const PARTS_PER_THREAD: usize = 4;
+const PARTS_PER_THREAD: usize = 8;
 
 /// Feeds `[start, end)` of a file to `sink` in reads of [`PIECE`] bytes at
 /// page-aligned file offsets into one reused, page-aligned buffer, `block`
@@ -565,7 +565,11 @@ impl PathView for LeanPath<'_> {
     }
     fn find_id(&self, id: &str, end: usize) -> Result<Option<usize>> {
         let hash = self.hasher.hash(id);
-        for (pos, &i) in self.path[..end].iter().enumerate() {
+        // Searched from the end (the first kept entry is usually just
+        // before the compaction): every entry of the path is the last
+        // entry with its id (the leaf is the last entry of all, the others
+        // are found as such by `walk`), so an id is on the path once.
+        for (pos, &i) in self.path[..end].iter().enumerate().rev() {
             let r = &self.records[i as usize];
             // Equal hashes are compared by the ids themselves.
             if r.id == hash && *record_entry(self.reader, self.file, r, self.hasher)?.id == *id {
@@ -573,6 +577,30 @@ impl PathView for LeanPath<'_> {
             }
         }
         Ok(None)
+    }
+    fn fold_positions(&self) -> Option<Vec<usize>> {
+        let mut out = Vec::new();
+        let mut last_model = None;
+        for (pos, &i) in self.path.iter().enumerate() {
+            let r = &self.records[i as usize];
+            let wanted = match r.kind {
+                EntryKind::Message if r.flags & ASSISTANT != 0 => {
+                    last_model.replace(r.model) != Some(r.model)
+                }
+                EntryKind::Unknown => r.flags & RESET != 0,
+                EntryKind::ThinkingLevelChange
+                | EntryKind::ModelChange
+                | EntryKind::TtsrInjection
+                | EntryKind::ModeChange
+                | EntryKind::Compaction => true,
+                // What `facts` gives `Facts::None` for.
+                _ => false,
+            };
+            if wanted {
+                out.push(pos);
+            }
+        }
+        Some(out)
     }
     fn read(&self, pos: usize) -> Read {
         let i = self.path[pos];

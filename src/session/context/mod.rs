@@ -136,7 +136,22 @@ struct FoldState {
     rules: Vec<Box<str>>,
     mode: Option<Box<str>>,
     mode_data: Option<Box<str>>,
+    last_model: LastModel,
 }
+
+/// The model of the last assistant message the fold applied, as shared
+/// by the entries naming it (`Facts::Message`): the next message naming
+/// the same one changes nothing. A cache, so any two are equal.
+#[derive(Debug, Clone, Default)]
+struct LastModel(Option<std::sync::Arc<str>>);
+
+impl PartialEq for LastModel {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for LastModel {}
 
 impl FoldState {
     fn new() -> Self {
@@ -147,6 +162,7 @@ impl FoldState {
             rules: Vec::new(),
             mode: Some("\"none\"".into()),
             mode_data: None,
+            last_model: LastModel::default(),
         }
     }
 
@@ -181,6 +197,18 @@ impl FoldState {
                 role: Role::Assistant,
                 model: Some(m),
             } if !self.default_from_change => {
+                // Only a model change (which ends this rule) sets the
+                // default model otherwise: the model applied last is
+                // still the default.
+                if self
+                    .last_model
+                    .0
+                    .as_ref()
+                    .is_some_and(|last| std::sync::Arc::ptr_eq(last, m))
+                {
+                    return;
+                }
+                self.last_model.0 = Some(m.clone());
                 // Most assistant messages name the model the one before
                 // named: compared in place, nothing is allocated for them.
                 let same = self
@@ -295,6 +323,14 @@ pub(crate) trait PathView {
     fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>>;
     /// The first position before `end` whose entry has the id `id`.
     fn find_id(&self, id: &str, end: usize) -> Result<Option<usize>>;
+    /// The positions, in order, whose facts the fold must see, when the
+    /// view can tell them cheaply (`None`: all of them). The others are
+    /// entries whose facts the fold ignores, and assistant messages that
+    /// name the model the assistant message before them on the path named
+    /// (applying it again changes nothing, see `FoldState::apply`).
+    fn fold_positions(&self) -> Option<Vec<usize>> {
+        None
+    }
     /// What the [`LineSource`] reads for the entry at `pos`.
     fn read(&self, pos: usize) -> Read;
 }
@@ -354,7 +390,12 @@ pub(crate) fn plan(path: &dyn PathView) -> Result<Plan> {
     let mut compaction_at: Option<usize> = None;
     let mut reset_at: Option<usize> = None;
     let mut first_kept: Option<Box<str>> = None;
-    for pos in 0..path.len() {
+    let positions = path.fold_positions();
+    let positions: &mut dyn Iterator<Item = usize> = match &positions {
+        Some(p) => &mut p.iter().copied(),
+        None => &mut (0..path.len()),
+    };
+    for pos in positions {
         let facts = path.facts(pos)?;
         state.apply(&facts);
         if path.kind(pos) == EntryKind::Compaction {
