@@ -772,7 +772,7 @@ pub fn write_last_context(
         min_parallel: PARALLEL_MIN,
         chunk: CONTEXT_CHUNK,
     };
-    write_with(storage, path, blobs, pretty, keep, out, tuning)
+    write_with_fold(storage, path, blobs, pretty, keep, out, tuning, None)
 }
 
 /// [`write_last_context`] of the pretty text, also giving in `grow` what
@@ -796,7 +796,7 @@ pub fn write_last_context_growable(
     write_with_fold(storage, path, blobs, true, keep, out, tuning, Some(grow))
 }
 
-/// How [`write_with`] shares its work among threads.
+/// How [`write_with_fold`] shares its work among threads.
 #[derive(Debug, Clone, Copy)]
 struct Tuning {
     /// Threads: the file is scanned in this many parts, the messages are
@@ -808,21 +808,8 @@ struct Tuning {
     chunk: u64,
 }
 
-/// [`write_last_context`] with its work shared as `tuning` says.
-fn write_with(
-    storage: &dyn Storage,
-    path: &Path,
-    blobs: Option<&BlobStore>,
-    pretty: bool,
-    keep: Option<KeepRendering<'_>>,
-    out: &mut dyn std::io::Write,
-    tuning: Tuning,
-) -> Result<bool> {
-    write_with_fold(storage, path, blobs, pretty, keep, out, tuning, None)
-}
-
-/// [`write_with`], also making the [`LeanFold`] of the pretty text in
-/// `grow` when asked.
+/// [`write_last_context`] with its work shared as `tuning` says, also
+/// making the [`LeanFold`] of the pretty text in `grow` when asked.
 #[allow(clippy::too_many_arguments)]
 fn write_with_fold(
     storage: &dyn Storage,

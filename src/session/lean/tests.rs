@@ -57,7 +57,7 @@ fn lean(
         min_parallel: 0,
         chunk,
     };
-    let done = write_with(
+    let done = write_with_fold(
         &**storage,
         path,
         Some(&store),
@@ -65,6 +65,7 @@ fn lean(
         None,
         &mut out,
         tuning,
+        None,
     )
     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if !done {
