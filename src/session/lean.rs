@@ -377,13 +377,18 @@ fn scan(
     }))
 }
 
-/// Reads the line of a record (the file changed under the scan when it
-/// is not there whole: `Error::Stale`).
+/// Reads the line of a record ([`read_line`]).
 fn record_line(reader: &dyn RandomRead, path: &Path, r: &Record) -> Result<Vec<u8>> {
+    read_line(reader, path, r.offset(), r.len)
+}
+
+/// The `len` bytes of a line at `offset` (the file changed under the scan
+/// when they are not there whole: `Error::Stale`).
+fn read_line(reader: &dyn RandomRead, path: &Path, offset: u64, len: u32) -> Result<Vec<u8>> {
     let line = reader
-        .read_at(r.offset(), r.len as usize)
+        .read_at(offset, len as usize)
         .map_err(|e| Error::io(path, e))?;
-    if line.len() != r.len as usize {
+    if line.len() != len as usize {
         return Err(changed(path));
     }
     Ok(line)
@@ -552,11 +557,7 @@ impl PathView for LeanPath<'_> {
             EntryKind::Unknown if r.flags & RESET != 0 => {
                 Cow::Owned(Facts::Unknown(RESET_BOUNDARY.into()))
             }
-            EntryKind::ThinkingLevelChange
-            | EntryKind::ModelChange
-            | EntryKind::TtsrInjection
-            | EntryKind::ModeChange
-            | EntryKind::Compaction => {
+            kind if facts_from_line(kind) => {
                 Cow::Owned(record_entry(self.reader, self.file, r, self.hasher)?.facts)
             }
             // Facts the fold does not read.
@@ -588,13 +589,8 @@ impl PathView for LeanPath<'_> {
                     last_model.replace(r.model) != Some(r.model)
                 }
                 EntryKind::Unknown => r.flags & RESET != 0,
-                EntryKind::ThinkingLevelChange
-                | EntryKind::ModelChange
-                | EntryKind::TtsrInjection
-                | EntryKind::ModeChange
-                | EntryKind::Compaction => true,
-                // What `facts` gives `Facts::None` for.
-                _ => false,
+                // What `facts` gives `Facts::None` for is left out.
+                kind => facts_from_line(kind),
             };
             if wanted {
                 out.push(pos);
@@ -611,6 +607,19 @@ impl PathView for LeanPath<'_> {
             len: r.len,
         }
     }
+}
+
+/// The kinds whose facts the fold reads and the records do not keep:
+/// [`LeanPath`] reads their lines.
+fn facts_from_line(kind: EntryKind) -> bool {
+    matches!(
+        kind,
+        EntryKind::ThinkingLevelChange
+            | EntryKind::ModelChange
+            | EntryKind::TtsrInjection
+            | EntryKind::ModeChange
+            | EntryKind::Compaction
+    )
 }
 
 /// The lines of the entries a context shows (by record number, sorted),
@@ -666,14 +675,7 @@ impl LineSource for LeanLines<'_> {
         let loc = self
             .loc(idx)
             .ok_or_else(|| Error::EntryNotFound(format!("#{idx}")))?;
-        let line = self
-            .reader
-            .read_at(loc.offset, loc.len as usize)
-            .map_err(|e| Error::io(self.file, e))?;
-        if line.len() != loc.len as usize {
-            return Err(changed(self.file));
-        }
-        Ok(Cow::Owned(line))
+        read_line(self.reader, self.file, loc.offset, loc.len).map(Cow::Owned)
     }
     fn resolve_blobs(&self, key: &str, json: &str) -> Option<String> {
         resolve_from_store(self.blobs?, Some(key), json)
@@ -767,11 +769,7 @@ pub fn write_last_context(
     keep: Option<KeepRendering<'_>>,
     out: &mut dyn std::io::Write,
 ) -> Result<bool> {
-    let tuning = Tuning {
-        parts: loader::parts(),
-        min_parallel: PARALLEL_MIN,
-        chunk: CONTEXT_CHUNK,
-    };
+    let tuning = Tuning::of_machine();
     write_with_fold(storage, path, blobs, pretty, keep, out, tuning, None)
 }
 
@@ -788,11 +786,7 @@ pub fn write_last_context_growable(
     out: &mut dyn std::io::Write,
     grow: &mut Option<LeanFold>,
 ) -> Result<bool> {
-    let tuning = Tuning {
-        parts: loader::parts(),
-        min_parallel: PARALLEL_MIN,
-        chunk: CONTEXT_CHUNK,
-    };
+    let tuning = Tuning::of_machine();
     write_with_fold(storage, path, blobs, true, keep, out, tuning, Some(grow))
 }
 
@@ -806,6 +800,17 @@ struct Tuning {
     min_parallel: u64,
     /// Bytes of entry lines per chunk of messages.
     chunk: u64,
+}
+
+impl Tuning {
+    /// One thread per core (see [`loader::parts`]).
+    fn of_machine() -> Self {
+        Tuning {
+            parts: loader::parts(),
+            min_parallel: PARALLEL_MIN,
+            chunk: CONTEXT_CHUNK,
+        }
+    }
 }
 
 /// [`write_last_context`] with its work shared as `tuning` says, also
@@ -851,8 +856,8 @@ fn write_with_fold(
         }),
         _ => None,
     };
-    let growable = grow.is_some() && pretty;
-    let fingerprint = if growable {
+    // Only a growable text needs it (and what comes with it below).
+    let fingerprint = if grow.is_some() && pretty {
         fingerprint_to_end(storage, path, &stat, &scanned)
     } else {
         None
@@ -860,16 +865,17 @@ fn write_with_fold(
     let records = std::mem::take(&mut scanned.entries);
     drop(scanned);
     let lean_path = walk(&records, &table);
-    // Kept for a growable text only: it finds the ids of appended
-    // entries, as do the ids of all entries and the root's parent.
+    // Kept for a growable text only (it has a fingerprint): it finds the
+    // ids of appended entries, as do the ids of all entries and the
+    // root's parent.
     let root_parent = lean_path
         .first()
         .map(|&i| &records[i as usize])
         .filter(|r| r.flags & HAS_PARENT != 0)
         .map(|r| r.parent);
-    let kept_ids = match (growable, &fingerprint) {
-        (true, Some(_)) => Some((records.iter().map(|r| r.id).collect::<Vec<u64>>(), table)),
-        _ => {
+    let kept_ids = match fingerprint {
+        Some(_) => Some((records.iter().map(|r| r.id).collect::<Vec<u64>>(), table)),
+        None => {
             drop(table);
             None
         }

@@ -102,20 +102,6 @@ pub(crate) fn resolve_leaf(index: &TreeIndex, leaf: LeafSel<'_>) -> Option<u32> 
     }
 }
 
-/// True when `json` is the JSON string [`json_string`] makes of `s`
-/// (decided without allocating when `s` needs no escapes).
-fn is_json_string_of(json: &str, s: &str) -> bool {
-    let plain = !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\');
-    if plain {
-        json.len() == s.len() + 2
-            && json.starts_with('"')
-            && json.ends_with('"')
-            && &json[1..json.len() - 1] == s
-    } else {
-        json == json_string(s)
-    }
-}
-
 /// True for entry kinds that can contribute a message.
 fn emits_message(kind: EntryKind) -> bool {
     matches!(
@@ -209,17 +195,7 @@ impl FoldState {
                     return;
                 }
                 self.last_model.0 = Some(m.clone());
-                // Most assistant messages name the model the one before
-                // named: compared in place, nothing is allocated for them.
-                let same = self
-                    .models
-                    .iter()
-                    .find(|(k, _)| &**k == "default")
-                    .and_then(|(_, v)| v.as_deref())
-                    .is_some_and(|v| is_json_string_of(v, m));
-                if !same {
-                    self.set_model("default", Some(json_string(m).into()));
-                }
+                self.set_model("default", Some(json_string(m).into()));
             }
             Facts::Ttsr(names) => {
                 for name in names {

@@ -98,13 +98,15 @@ pub(crate) fn write_context_rendered(
     };
     let chunks = chunks(&reads, chunk_bytes);
     let mut w = Writer {
-        render,
         json: String::with_capacity(PIECE + (4 << 10)),
-        text: Vec::with_capacity(PIECE + PIECE / 2),
-        indent: 0,
         messages: 0,
-        printed: 0,
-        out,
+        sink: Sink {
+            render,
+            text: Vec::with_capacity(PIECE + PIECE / 2),
+            indent: 0,
+            printed: 0,
+            out,
+        },
     };
     w.json.push_str(OPEN);
     if threads < 2 || chunks.len() < 2 {
@@ -164,14 +166,14 @@ pub(crate) fn write_context_rendered(
                     .recv()
                     .map_err(|_| Error::Internal("the context helper thread stopped".into()))??;
                 debug_assert_eq!(done.chunk, k);
-                if w.messages == 0 || (pretty && w.indent != MESSAGE_DEPTH) {
+                if w.messages == 0 || (pretty && w.sink.indent != MESSAGE_DEPTH) {
                     // Nothing before it ended a message: assembled again here,
                     // where the text so far is.
                     w.chunk(chunk_reads, compaction, src)?;
                 } else if done.messages > 0 {
-                    w.write(&done.text)?;
+                    w.sink.write(&done.text)?;
                     w.messages += done.messages;
-                    w.indent = done.indent;
+                    w.sink.indent = done.indent;
                 }
                 let _ = free_tx.send(done.text);
             }
@@ -180,10 +182,10 @@ pub(crate) fn write_context_rendered(
     }
     // Every chunk ended by writing its last message: the text left is the
     // opening alone (no message at all), or nothing.
-    let cut = (w.printed, w.indent);
+    let cut = (w.sink.printed, w.sink.indent);
     w.json.push(']');
     state.write_tail(&mut w.json);
-    w.flush()?;
+    w.sink.flush(&mut w.json)?;
     Ok(Rendered {
         fold: Some(ContextFold {
             state,
@@ -215,14 +217,19 @@ fn chunks(reads: &[Read], chunk: u64) -> Vec<std::ops::Range<usize>> {
 }
 
 /// The writing thread's state: the compact text not yet rendered, the
-/// rendering buffer, the printer's depth and the messages written.
+/// messages written, and where rendered text goes.
 struct Writer<'o> {
-    render: Render,
     json: String,
+    messages: usize,
+    sink: Sink<'o>,
+}
+
+/// Renders compact text and writes it: the rendering buffer, the
+/// printer's depth and the bytes written.
+struct Sink<'o> {
+    render: Render,
     text: Vec<u8>,
     indent: usize,
-    messages: usize,
-    /// Bytes written.
     printed: usize,
     out: &'o mut dyn FnMut(&[u8]) -> Result<()>,
 }
@@ -237,41 +244,35 @@ impl Writer<'_> {
         compaction: Option<u32>,
         src: &dyn LineSource,
     ) -> Result<()> {
-        let Writer {
-            render,
-            json,
-            text,
-            indent,
-            messages,
-            printed,
-            out,
-        } = self;
-        let mut flush = |json: &mut String| -> Result<()> {
-            text.clear();
-            *indent = render.append(json, *indent, text);
-            json.clear();
-            *printed += text.len();
-            out(text)
-        };
-        emit_messages(reads, compaction, src, json, messages, &mut |json| {
-            if json.len() >= PIECE {
-                flush(json)?;
-            }
-            Ok(())
-        })?;
+        let sink = &mut self.sink;
+        emit_messages(
+            reads,
+            compaction,
+            src,
+            &mut self.json,
+            &mut self.messages,
+            &mut |json| {
+                if json.len() >= PIECE {
+                    sink.flush(json)?;
+                }
+                Ok(())
+            },
+        )?;
         // A chunk ends after a message (the text holds none yet when only
         // the opening is there: it waits for the first message).
-        if *messages > 0 && !json.is_empty() {
-            flush(json)?;
+        if self.messages > 0 && !self.json.is_empty() {
+            self.sink.flush(&mut self.json)?;
         }
         Ok(())
     }
+}
 
-    /// Renders and writes the rest of the text.
-    fn flush(&mut self) -> Result<()> {
+impl Sink<'_> {
+    /// Renders `json`, writes it and clears it.
+    fn flush(&mut self, json: &mut String) -> Result<()> {
         self.text.clear();
-        self.indent = self.render.append(&self.json, self.indent, &mut self.text);
-        self.json.clear();
+        self.indent = self.render.append(json, self.indent, &mut self.text);
+        json.clear();
         self.printed += self.text.len();
         (self.out)(&self.text)
     }
