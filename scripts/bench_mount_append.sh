@@ -31,44 +31,9 @@ RUNS=${RUNS:-10}
 FORMS=${FORMS:-no-index first-ever}
 MODES=${MODES:-after together window branch}
 
-die() { echo "bench_mount_append.sh: $*" >&2; exit 1; }
-command -v perf >/dev/null || die "perf is missing"
-command -v jq >/dev/null || die "jq is missing (apt-get install jq)"
-
-(cd "$ROOT" && cargo build --release --example gen_sessions 2>&1 | tail -1)
-GEN=$ROOT/target/release/examples/gen_sessions
-if [ -z "${BIN:-}" ]; then
-    (cd "$ROOT" && cargo build --release --bin sessionfs 2>&1 | tail -1)
-    BIN=$ROOT/target/release/sessionfs
-fi
-
-CLEAN=
-if [ $# -ge 1 ]; then
-    DATA=$1
-    mkdir -p "$DATA"
-else
-    DATA=$(mktemp -d /tmp/sessionfs-append.XXXXXX)
-    CLEAN=$DATA
-fi
-DATA=$(cd "$DATA" && pwd)
-MNT=$DATA/mnt
-CACHE=$DATA/cache
-PID=$DATA/mount.pid
-mkdir -p "$MNT"
-
-cleanup() {
-    if grep -q " $MNT " /proc/self/mountinfo 2>/dev/null; then
-        "$BIN" umount "$MNT" >/dev/null 2>&1 || umount -l "$MNT" 2>/dev/null || true
-    fi
-    [ -n "$CLEAN" ] && rm -rf "$CLEAN"
-    return 0
-}
-trap cleanup EXIT INT TERM
-
-rm -rf "$DATA/sessions/--bench--"
-F=$("$GEN" --entries 100000 --out "$DATA" --seed 3)
-S=$(basename "$F" .jsonl)
-C=$MNT/--bench--/$S/context.json
+NAME=bench_mount_append.sh
+NEEDS="perf jq"
+. "$ROOT/scripts/bench_mount_common.sh"
 PRISTINE=$DATA/pristine.jsonl
 cp "$F" "$PRISTINE"
 LEAF=$(tail -n 1 "$F" | jq -r .id)
@@ -89,8 +54,6 @@ mount_fresh() {
     esac
     XDG_CACHE_HOME=$CACHE "$BIN" mount --agent-dir "$DATA" --pid-file "$PID" "${args[@]}" "$MNT" >/dev/null 2>&1
 }
-
-median() { sort -n | awk '{a[NR]=$1} END {if (NR) printf "%.2f", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A CPU

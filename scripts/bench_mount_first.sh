@@ -28,44 +28,9 @@ RUNS=${RUNS:-20}
 CPU_RUNS=${CPU_RUNS:-10}
 FORMS=${FORMS:-no-index first-ever index}
 
-die() { echo "bench_mount_first.sh: $*" >&2; exit 1; }
-command -v hyperfine >/dev/null || die "hyperfine is missing (apt-get install hyperfine)"
-command -v jq >/dev/null || die "jq is missing (apt-get install jq)"
-
-(cd "$ROOT" && cargo build --release --example gen_sessions 2>&1 | tail -1)
-GEN=$ROOT/target/release/examples/gen_sessions
-if [ -z "${BIN:-}" ]; then
-    (cd "$ROOT" && cargo build --release --bin sessionfs 2>&1 | tail -1)
-    BIN=$ROOT/target/release/sessionfs
-fi
-
-CLEAN=
-if [ $# -ge 1 ]; then
-    DATA=$1
-    mkdir -p "$DATA"
-else
-    DATA=$(mktemp -d /tmp/sessionfs-first.XXXXXX)
-    CLEAN=$DATA
-fi
-DATA=$(cd "$DATA" && pwd)
-MNT=$DATA/mnt
-CACHE=$DATA/cache
-PID=$DATA/mount.pid
-mkdir -p "$MNT"
-
-cleanup() {
-    if grep -q " $MNT " /proc/self/mountinfo 2>/dev/null; then
-        "$BIN" umount "$MNT" >/dev/null 2>&1 || umount -l "$MNT" 2>/dev/null || true
-    fi
-    [ -n "$CLEAN" ] && rm -rf "$CLEAN"
-    return 0
-}
-trap cleanup EXIT INT TERM
-
-rm -rf "$DATA/sessions/--bench--"
-F=$("$GEN" --entries 100000 --out "$DATA" --seed 3)
-S=$(basename "$F" .jsonl)
-C=$MNT/--bench--/$S/context.json
+NAME=bench_mount_first.sh
+NEEDS="hyperfine jq"
+. "$ROOT/scripts/bench_mount_common.sh"
 WANT=$DATA/want.json
 "$BIN" context --no-index "$F" > "$WANT"
 echo "session: $F ($(stat -c %s "$F") bytes), context.json $(stat -c %s "$WANT") bytes"
@@ -85,8 +50,6 @@ esac
 exec '$BIN' mount --agent-dir '$DATA' --pid-file '$PID' "\$@" '$MNT' >/dev/null 2>&1
 EOF
 chmod +x "$REMOUNT"
-
-median() { sort -n | awk '{a[NR]=$1} END {if (NR) printf "%.2f", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A WALL CPU
