@@ -680,6 +680,11 @@ impl LineSource for LeanLines<'_> {
     fn resolve_blobs(&self, key: &str, json: &str) -> Option<String> {
         resolve_from_store(self.blobs?, Some(key), json)
     }
+    /// Every line of a record was validated by the scan (a record is made
+    /// of a valid entry line only).
+    fn validated(&self) -> bool {
+        true
+    }
     /// Reads runs of neighbouring lines together, as
     /// [`crate::session::context::for_each_line_coalesced`] does, into one reused page-aligned
     /// buffer from page-aligned file offsets (see [`read_range`]).
@@ -916,8 +921,11 @@ fn write_with_fold(
     drop(records);
     let mut unresolved = false;
     let mut emit = |piece: &[u8]| -> Result<()> {
-        // Blob refs are inside strings, which rendering leaves as they are.
-        unresolved |= contains_ref_prefix(piece);
+        // Blob refs are inside strings, which rendering leaves as they are;
+        // only a kept text asks.
+        if keep_writer.is_some() {
+            unresolved |= contains_ref_prefix(piece);
+        }
         out.write_all(piece).map_err(|e| Error::io("<output>", e))?;
         if let Some(w) = keep_writer.as_mut() {
             std::io::Write::write_all(w, piece).map_err(|e| Error::io("<output>", e))?;

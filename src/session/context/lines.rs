@@ -14,6 +14,12 @@ pub(crate) trait LineSource {
     /// Resolves image blob refs in `json`, the value of the entry member
     /// `key` (see [`crate::session::blobrefs`]). `None` when nothing changed.
     fn resolve_blobs(&self, key: &str, json: &str) -> Option<String>;
+    /// Whether the lines it gives were validated as JSON when they were
+    /// found (the lean scan's): their members are then located without a
+    /// second validation (`context::locate`).
+    fn validated(&self) -> bool {
+        false
+    }
     /// Calls `f` with the line of each entry of `idxs`, in that order.
     /// The default reads them one by one; sources backed by a file read
     /// neighbouring lines together (see [`for_each_line_coalesced`]).

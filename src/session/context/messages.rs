@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use super::lines::stale;
+use super::locate::{locate, Located};
 use super::{LineSource, Read};
 use crate::session::error::Result;
 use crate::session::format::EntryKind;
@@ -19,9 +20,29 @@ pub(super) struct LineParser {
 }
 
 impl LineParser {
-    /// Parses (and validates) an entry line; a line that no longer parses
-    /// means the file changed under the index.
-    fn parse<'a, 's>(&'s mut self, bytes: &'a [u8], idx: u32) -> Result<Members<'a, 's>> {
+    /// Parses an entry line, validating it unless `validated` (the line's
+    /// source validated it: [`LineSource::validated`]; its members are
+    /// then located); a line that no longer parses means the file changed
+    /// under the index.
+    fn parse<'a, 's>(
+        &'s mut self,
+        bytes: &'a [u8],
+        idx: u32,
+        validated: bool,
+    ) -> Result<Members<'a, 's>> {
+        if validated {
+            match locate(bytes, &mut self.top) {
+                Located::Members => {
+                    return Ok(Members::Scanned {
+                        text: bytes,
+                        top: &self.top,
+                    })
+                }
+                Located::Broken => return Err(stale(idx)),
+                // Keys are decoded on the validating path.
+                Located::EscapedKey => {}
+            }
+        }
         match scan_object(bytes, b"", &mut self.top, &mut self.nested) {
             ObjectScan::Valid { .. } => Ok(Members::Scanned {
                 text: bytes,
@@ -76,11 +97,12 @@ pub(super) fn emit_messages(
     flush: &mut dyn FnMut(&mut String) -> Result<()>,
 ) -> Result<()> {
     let mut parser = LineParser::default();
+    let validated = src.validated();
     let idxs: Vec<u32> = reads.iter().map(|r| r.idx).collect();
     let mut next = reads.iter();
     src.for_each_line(&idxs, &mut |i, bytes| {
         let kind = next.next().map_or(EntryKind::Unknown, |r| r.kind);
-        let line = parser.parse(bytes, i)?;
+        let line = parser.parse(bytes, i, validated)?;
         let start = json.len();
         if *message_count > 0 {
             json.push(',');

@@ -14,6 +14,7 @@ use crate::session::index::TreeIndex;
 use crate::session::json::{json_string, pretty, write_pretty};
 
 mod lines;
+mod locate;
 mod messages;
 mod split;
 
