@@ -64,6 +64,110 @@ impl Record {
     }
 }
 
+/// The records of a scan, kept in the parts its threads made (joining
+/// them copied every record once more, into fresh pages: 3.2 MB and
+/// ~1.5 ms for the 100k bench file, `docs/benchmarks.md`): a record's
+/// number counts across the parts, in file order.
+struct Records {
+    parts: Vec<Vec<Record>>,
+    /// The number of the first record of each part, then the total.
+    starts: Vec<u32>,
+    /// For every [`SPAN`] numbers, the part that holds the first.
+    spans: Vec<u32>,
+}
+
+/// Record numbers per entry of [`Records::spans`].
+const SPAN: u32 = 1 << 10;
+
+impl Records {
+    /// The records of `parts`, in order; `None` when they are too many to
+    /// number with a `u32` below [`IdTable::EMPTY`].
+    fn new(parts: Vec<Vec<Record>>) -> Option<Self> {
+        let parts: Vec<Vec<Record>> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        let mut starts = Vec::with_capacity(parts.len() + 1);
+        let mut total = 0u32;
+        for p in &parts {
+            starts.push(total);
+            total = u32::try_from(p.len())
+                .ok()
+                .and_then(|n| total.checked_add(n))
+                .filter(|&t| t < IdTable::EMPTY)?;
+        }
+        starts.push(total);
+        let mut spans = Vec::with_capacity(total.div_ceil(SPAN) as usize);
+        let mut part = 0;
+        for k in 0..total.div_ceil(SPAN) {
+            while starts[part + 1] <= k * SPAN {
+                part += 1;
+            }
+            spans.push(part as u32);
+        }
+        Some(Records {
+            parts,
+            starts,
+            spans,
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.starts.last().map_or(0, |&n| n as usize)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The part holding record `i` (below [`Records::len`]) and the
+    /// record's place in it.
+    #[inline]
+    fn place(&self, i: u32) -> (usize, usize) {
+        let mut p = self.spans[(i / SPAN) as usize] as usize;
+        while self.starts[p + 1] <= i {
+            p += 1;
+        }
+        (p, (i - self.starts[p]) as usize)
+    }
+
+    /// [`Records::place`], trying the part `hint` first (walks over a
+    /// path stay in one part for thousands of records).
+    #[inline]
+    fn place_near(&self, hint: usize, i: u32) -> (usize, usize) {
+        match (self.starts.get(hint), self.starts.get(hint + 1)) {
+            (Some(&start), Some(&end)) if start <= i && i < end => (hint, (i - start) as usize),
+            _ => self.place(i),
+        }
+    }
+
+    fn get(&self, i: u32) -> Option<&Record> {
+        ((i as usize) < self.len()).then(|| &self[i])
+    }
+
+    fn last(&self) -> Option<&Record> {
+        self.parts.last().and_then(|p| p.last())
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Record> {
+        self.parts.iter().flatten()
+    }
+}
+
+impl std::ops::Index<u32> for Records {
+    type Output = Record;
+    #[inline]
+    fn index(&self, i: u32) -> &Record {
+        let (p, k) = self.place(i);
+        &self.parts[p][k]
+    }
+}
+
+impl std::ops::IndexMut<u32> for Records {
+    #[inline]
+    fn index_mut(&mut self, i: u32) -> &mut Record {
+        let (p, k) = self.place(i);
+        &mut self.parts[p][k]
+    }
+}
+
 /// Offsets a [`Record`] holds.
 const MAX_OFFSET: u64 = 1 << 48;
 
@@ -328,7 +432,9 @@ fn read_range(
 
 /// A scanned file: the records and what the path walk and the fold need.
 struct LeanScan {
+    /// The scan's summary (its `entries` empty: they are `records`).
     scanned: Scanned<Record>,
+    records: Records,
     names: HashMap<u32, Arc<str>>,
     hasher: Hasher,
 }
@@ -357,7 +463,8 @@ fn scan(
             &mut |sink| read_range(reader, path, start, end, scratch, sink),
         )
     };
-    let scanned = match loader::split_scan(storage, path, &hints, parts, &scan_part) {
+    let (scanned, parts) = match loader::split_scan_parts(storage, path, &hints, parts, &scan_part)
+    {
         Ok(s) => s,
         Err(Error::Unreadable { .. }) => return Ok(None),
         Err(e) => return Err(e),
@@ -366,12 +473,16 @@ fn scan(
         .header
         .as_ref()
         .is_some_and(|h| !h.needs_migration());
-    let far = scanned.entries.last().is_some_and(|r| r.flags & FAR != 0);
+    let Some(records) = Records::new(parts) else {
+        return Ok(None);
+    };
+    let far = records.last().is_some_and(|r| r.flags & FAR != 0);
     if !usable || far || names.collided.load(Ordering::Relaxed) {
         return Ok(None);
     }
     Ok(Some(LeanScan {
         scanned,
+        records,
         names: names.map.into_inner(),
         hasher,
     }))
@@ -428,7 +539,7 @@ impl IdTable {
     const EMPTY: u32 = u32::MAX;
 
     fn build(
-        records: &mut [Record],
+        records: &mut Records,
         reader: &dyn RandomRead,
         path: &Path,
         hasher: Hasher,
@@ -438,27 +549,36 @@ impl IdTable {
             slots: vec![Self::EMPTY; cap],
             mask: cap - 1,
         };
-        for i in 0..records.len() {
-            let mut s = t.slot(records[i].id);
-            loop {
-                let v = t.slots[s];
-                if v == Self::EMPTY {
-                    t.slots[s] = i as u32;
-                    break;
-                }
-                if records[v as usize].id == records[i].id {
-                    // A repeated id, or two ids with one hash.
-                    let a = record_entry(reader, path, &records[v as usize], hasher)?;
-                    let b = record_entry(reader, path, &records[i], hasher)?;
-                    if a.id != b.id {
-                        return Ok(None);
+        let mut repeated = Vec::new();
+        let mut i = 0u32;
+        for part in &records.parts {
+            for r in part {
+                let mut s = t.slot(r.id);
+                loop {
+                    let v = t.slots[s];
+                    if v == Self::EMPTY {
+                        t.slots[s] = i;
+                        break;
                     }
-                    records[v as usize].flags |= SHADOWED;
-                    t.slots[s] = i as u32;
-                    break;
+                    if records[v].id == r.id {
+                        // A repeated id, or two ids with one hash: the
+                        // later one wins, the ids are compared below.
+                        repeated.push((v, i));
+                        t.slots[s] = i;
+                        break;
+                    }
+                    s = (s + 1) & t.mask;
                 }
-                s = (s + 1) & t.mask;
+                i += 1;
             }
+        }
+        for (v, i) in repeated {
+            let a = record_entry(reader, path, &records[v], hasher)?;
+            let b = record_entry(reader, path, &records[i], hasher)?;
+            if a.id != b.id {
+                return Ok(None);
+            }
+            records[v].flags |= SHADOWED;
         }
         Ok(Some(t))
     }
@@ -468,14 +588,14 @@ impl IdTable {
         (hash as usize) & self.mask
     }
 
-    fn get(&self, records: &[Record], hash: u64) -> Option<u32> {
+    fn get(&self, records: &Records, hash: u64) -> Option<u32> {
         let mut s = self.slot(hash);
         loop {
             let v = self.slots[s];
             if v == Self::EMPTY {
                 return None;
             }
-            if records[v as usize].id == hash {
+            if records[v].id == hash {
                 return Some(v);
             }
             s = (s + 1) & self.mask;
@@ -487,12 +607,13 @@ impl IdTable {
 /// [`crate::session::index::TreeIndex::path_to`] walks it: each entry's
 /// parent is the last entry with its `parentId`; the walk stops at a
 /// missing parent or the first entry it meets again.
-fn walk(records: &[Record], table: &IdTable) -> Vec<u32> {
+fn walk(records: &Records, table: &IdTable) -> Vec<u32> {
     const NEAR: u32 = 4;
     let n = records.len();
     let mut seen = vec![0u64; n.div_ceil(64)];
     let mut path = Vec::new();
     let mut cur = n.checked_sub(1).map(|i| i as u32);
+    let mut p = records.parts.len().saturating_sub(1);
     while let Some(i) = cur {
         let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
         if seen[word] & bit != 0 {
@@ -500,17 +621,28 @@ fn walk(records: &[Record], table: &IdTable) -> Vec<u32> {
         }
         seen[word] |= bit;
         path.push(i);
-        let r = &records[i as usize];
+        let k;
+        (p, k) = records.place_near(p, i);
+        let part = &records.parts[p];
+        let r = &part[k];
         cur = if r.flags & HAS_PARENT != 0 {
             // The parent is almost always just before its child: an entry
             // there with the hash and no later namesake is the last entry
             // with it, as the table would say (without its cache misses).
-            let near = (i.saturating_sub(NEAR)..i).rev().find(|&j| {
-                let q = &records[j as usize];
-                q.id == r.parent
-            });
+            let near = if k >= NEAR as usize {
+                // In the child's part.
+                part[k - NEAR as usize..k]
+                    .iter()
+                    .rposition(|q| q.id == r.parent)
+                    .map(|x| (i - NEAR + x as u32, &part[k - NEAR as usize + x]))
+            } else {
+                (i.saturating_sub(NEAR)..i)
+                    .rev()
+                    .map(|j| (j, &records[j]))
+                    .find(|(_, q)| q.id == r.parent)
+            };
             match near {
-                Some(j) if records[j as usize].flags & SHADOWED == 0 => Some(j),
+                Some((j, q)) if q.flags & SHADOWED == 0 => Some(j),
                 _ => table.get(records, r.parent),
             }
         } else {
@@ -523,7 +655,7 @@ fn walk(records: &[Record], table: &IdTable) -> Vec<u32> {
 
 /// The path of a lean scan as context building reads it.
 struct LeanPath<'a> {
-    records: &'a [Record],
+    records: &'a Records,
     path: Vec<u32>,
     /// The facts of an assistant message by the hash of its model, sorted
     /// by hash (sessions name few models).
@@ -538,14 +670,14 @@ impl PathView for LeanPath<'_> {
         self.path.len()
     }
     fn kind(&self, pos: usize) -> EntryKind {
-        self.records[self.path[pos] as usize].kind
+        self.records[self.path[pos]].kind
     }
     fn facts(&self, pos: usize) -> Result<Cow<'_, Facts>> {
         // Called for every entry of the path: the facts of assistant
         // messages are made once per model, the ones the fold ignores
         // never.
         static NONE: Facts = Facts::None;
-        let r = &self.records[self.path[pos] as usize];
+        let r = &self.records[self.path[pos]];
         Ok(match r.kind {
             EntryKind::Message if r.flags & ASSISTANT != 0 => {
                 let at = self
@@ -571,7 +703,7 @@ impl PathView for LeanPath<'_> {
         // entry with its id (the leaf is the last entry of all, the others
         // are found as such by `walk`), so an id is on the path once.
         for (pos, &i) in self.path[..end].iter().enumerate().rev() {
-            let r = &self.records[i as usize];
+            let r = &self.records[i];
             // Equal hashes are compared by the ids themselves.
             if r.id == hash && *record_entry(self.reader, self.file, r, self.hasher)?.id == *id {
                 return Ok(Some(pos));
@@ -582,8 +714,11 @@ impl PathView for LeanPath<'_> {
     fn fold_positions(&self) -> Option<Vec<usize>> {
         let mut out = Vec::new();
         let mut last_model = None;
+        let mut p = 0;
         for (pos, &i) in self.path.iter().enumerate() {
-            let r = &self.records[i as usize];
+            let k;
+            (p, k) = self.records.place_near(p, i);
+            let r = &self.records.parts[p][k];
             let wanted = match r.kind {
                 EntryKind::Message if r.flags & ASSISTANT != 0 => {
                     last_model.replace(r.model) != Some(r.model)
@@ -600,7 +735,7 @@ impl PathView for LeanPath<'_> {
     }
     fn read(&self, pos: usize) -> Read {
         let i = self.path[pos];
-        let r = &self.records[i as usize];
+        let r = &self.records[i];
         Read {
             idx: i,
             kind: r.kind,
@@ -636,7 +771,7 @@ struct LeanLines<'a> {
 impl<'a> LeanLines<'a> {
     /// The lines of the entries `reads` names.
     fn of_reads(
-        records: &[Record],
+        records: &Records,
         reads: &[Read],
         reader: &'a dyn RandomRead,
         file: &'a Path,
@@ -645,7 +780,7 @@ impl<'a> LeanLines<'a> {
         let mut locs: Vec<(u32, Loc)> = reads
             .iter()
             .filter_map(|r| {
-                let rec = records.get(r.idx as usize)?;
+                let rec = records.get(r.idx)?;
                 let loc = Loc {
                     offset: rec.offset(),
                     len: rec.len,
@@ -838,6 +973,7 @@ fn write_with_fold(
     let reader = storage.open_read(path).map_err(|e| Error::io(path, e))?;
     let Some(LeanScan {
         scanned,
+        mut records,
         names,
         hasher,
     }) = scan(
@@ -850,8 +986,7 @@ fn write_with_fold(
     else {
         return Ok(false);
     };
-    let mut scanned = scanned;
-    let Some(table) = IdTable::build(&mut scanned.entries, &*reader, path, hasher)? else {
+    let Some(table) = IdTable::build(&mut records, &*reader, path, hasher)? else {
         return Ok(false);
     };
     let mut keep_writer = match keep {
@@ -867,7 +1002,6 @@ fn write_with_fold(
     } else {
         None
     };
-    let records = std::mem::take(&mut scanned.entries);
     drop(scanned);
     let lean_path = walk(&records, &table);
     // Kept for a growable text only (it has a fingerprint): it finds the
@@ -875,7 +1009,7 @@ fn write_with_fold(
     // root's parent.
     let root_parent = lean_path
         .first()
-        .map(|&i| &records[i as usize])
+        .map(|&i| &records[i])
         .filter(|r| r.flags & HAS_PARENT != 0)
         .map(|r| r.parent);
     let kept_ids = match fingerprint {

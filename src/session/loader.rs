@@ -547,6 +547,33 @@ pub(crate) fn split_scan<E: Send>(
     threads: usize,
     scan: &RangeScan<'_, E>,
 ) -> Result<Scanned<E>> {
+    let (mut joined, parts) = split_scan_parts(storage, path, hints, threads, scan)?;
+    let mut parts = parts.into_iter();
+    joined.entries = parts.next().unwrap_or_default();
+    let rest: Vec<Vec<E>> = parts.collect();
+    joined
+        .entries
+        .reserve_exact(rest.iter().map(Vec::len).sum());
+    for mut part in rest {
+        joined.entries.append(&mut part);
+    }
+    Ok(joined)
+}
+
+/// [`split_scan`] without joining the entries of the parts: the scan's
+/// summary (its `entries` empty) and the entries of each part, in file
+/// order (one part when the file was scanned whole).
+pub(crate) fn split_scan_parts<E: Send>(
+    storage: &dyn Storage,
+    path: &Path,
+    hints: &[u64],
+    threads: usize,
+    scan: &RangeScan<'_, E>,
+) -> Result<(Scanned<E>, Vec<Vec<E>>)> {
+    let whole = |mut s: Scanned<E>| {
+        let entries = std::mem::take(&mut s.entries);
+        (s, vec![entries])
+    };
     let mut bounds = vec![0u64];
     for &near in hints {
         if let Some(start) = line_start_after(storage, path, near.max(1))? {
@@ -555,7 +582,7 @@ pub(crate) fn split_scan<E: Send>(
             }
         }
     }
-    let sequential = || scan(0, None, Phase::BeforeHeader, &mut Vec::new());
+    let sequential = || scan(0, None, Phase::BeforeHeader, &mut Vec::new()).map(whole);
     if bounds.len() < 2 {
         return sequential();
     }
@@ -609,7 +636,7 @@ pub(crate) fn split_scan<E: Send>(
         return Err(e.clone());
     }
     let mut parts = results.into_iter();
-    let first = match parts.next() {
+    let mut first = match parts.next() {
         Some(Ok(first)) => first,
         // A header error in the first part is the sequential scan's error too.
         Some(Err(e)) => return Err(e),
@@ -632,12 +659,11 @@ pub(crate) fn split_scan<E: Send>(
     {
         return sequential();
     }
+    let mut entries = Vec::with_capacity(rest.len() + 1);
+    entries.push(std::mem::take(&mut first.entries));
     let mut joined = first;
-    joined
-        .entries
-        .reserve_exact(rest.iter().map(|l| l.entries.len()).sum());
     for mut part in rest {
-        joined.entries.append(&mut part.entries);
+        entries.push(std::mem::take(&mut part.entries));
         joined.id_less_objects += part.id_less_objects;
         joined.skipped += part.skipped;
         joined.blank += part.blank;
@@ -647,7 +673,7 @@ pub(crate) fn split_scan<E: Send>(
         joined.scanned = part.scanned;
         joined.ends_with_newline = part.ends_with_newline;
     }
-    Ok(joined)
+    Ok((joined, entries))
 }
 
 /// Scans bytes held in memory with the whole-file rules; `path` is the file

@@ -75,6 +75,46 @@ fn lean(
     Some(out)
 }
 
+/// Records kept in the scan's parts are numbered across them, in order,
+/// empty parts and parts longer than a span of the lookup included.
+#[test]
+fn records_are_numbered_across_parts() {
+    let mut n = 0u32;
+    let parts: Vec<Vec<Record>> = [3usize, 0, 1, 2500, 0, 5, 1030, 1]
+        .iter()
+        .map(|&len| {
+            (0..len)
+                .map(|_| {
+                    n += 1;
+                    Record {
+                        id: u64::from(n - 1),
+                        parent: 0,
+                        offset_lo: n - 1,
+                        offset_hi: 0,
+                        kind: EntryKind::Message,
+                        flags: 0,
+                        len: 1,
+                        model: 0,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let mut records = Records::new(parts).unwrap();
+    assert_eq!(records.len(), n as usize);
+    for i in 0..n {
+        assert_eq!(records[i].id, u64::from(i));
+        assert_eq!(records.get(i).map(|r| r.offset()), Some(u64::from(i)));
+    }
+    assert!(records.get(n).is_none());
+    let ids: Vec<u64> = records.iter().map(|r| r.id).collect();
+    assert_eq!(ids, (0..u64::from(n)).collect::<Vec<_>>());
+    assert_eq!(records.last().map(|r| r.id), Some(u64::from(n) - 1));
+    records[2503].flags |= SHADOWED;
+    assert_eq!(records.parts[2][2499].flags, SHADOWED);
+    assert!(Records::new(vec![Vec::new()]).unwrap().is_empty());
+}
+
 #[test]
 fn a_record_is_32_bytes() {
     assert_eq!(std::mem::size_of::<Record>(), 32);
