@@ -22,6 +22,8 @@ mod split;
 use lines::MAX_GAP;
 pub(crate) use lines::{for_each_line_coalesced, line_run, LineSource};
 use messages::{emit_messages, push_member, truthy};
+#[cfg(test)]
+pub(crate) use split::HELPER_CHUNKS;
 pub(crate) use split::{write_context_rendered, CONTEXT_CHUNK};
 
 /// Which leaf to build the context at.

@@ -3,16 +3,23 @@
 //! first-time path prints contexts this way, never holding the whole text.
 //!
 //! The entries whose messages the context shows are cut into chunks of
-//! about [`CONTEXT_CHUNK`] bytes of lines. The calling thread assembles and renders
-//! the even chunks and writes everything, in order; a helper thread
-//! assembles and renders the odd ones ahead into a buffer. A chunk the
-//! helper renders starts after a message (it opens with `,`, at the depth
-//! of the messages array), which holds whenever a message was written
-//! before it; in the rare case none was (every entry before it emitted
-//! nothing), the calling thread assembles that chunk again itself. The
-//! concatenated output is the one text [`super::build_session_context`]
-//! builds for the same path, rendered.
+//! about [`CONTEXT_CHUNK`] bytes of lines. The calling thread assembles
+//! and renders the even chunks and writes everything, in order; a helper
+//! thread assembles and renders the odd ones ahead into a buffer, each
+//! one it takes before the calling thread reaches it: an odd chunk the
+//! helper has not taken by then (it starts ~0.2 ms late here, or is kept
+//! off its core) the calling thread assembles itself instead of waiting.
+//! A chunk the helper renders
+//! starts after a message (it opens with `,`, at the depth of the
+//! messages array), which holds whenever a message was written before it;
+//! in the rare case none was (every entry before it emitted nothing), the
+//! calling thread assembles that chunk again itself. The concatenated
+//! output is the one text [`super::build_session_context`] builds for the
+//! same path, rendered.
 
+#[cfg(test)]
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use super::messages::emit_messages;
@@ -23,6 +30,10 @@ use crate::session::json::pretty_append;
 /// Bytes of entry lines per chunk (the helper's lead, and the memory its
 /// buffers hold, is about twice this).
 pub(crate) const CONTEXT_CHUNK: u64 = 128 << 10;
+/// Chunks the helper thread assembled that were written (for the tests).
+#[cfg(test)]
+pub(crate) static HELPER_CHUNKS: AtomicUsize = AtomicUsize::new(0);
+
 /// Compact text assembled before it is rendered and written.
 const PIECE: usize = 64 << 10;
 /// The pretty printer's depth between two messages: inside the object
@@ -71,8 +82,8 @@ pub(crate) struct Rendered {
 /// The context of the [`plan`](super::plan) of a path (`None`: the empty context),
 /// compact or pretty (`pretty`; without the final newline), given to `out`
 /// in pieces of rendered text; with `threads` above 1, a helper thread
-/// assembles and renders every other chunk of about `chunk_bytes` bytes of
-/// lines ([`CONTEXT_CHUNK`]).
+/// assembles and renders chunks of about `chunk_bytes` bytes of lines
+/// ([`CONTEXT_CHUNK`]) ahead (see the module's comment).
 pub(crate) fn write_context_rendered(
     plan: Option<Plan>,
     src: &(dyn LineSource + Sync),
@@ -112,20 +123,22 @@ pub(crate) fn write_context_rendered(
     if threads < 2 || chunks.len() < 2 {
         w.chunk(&reads, compaction, src)?;
     } else {
+        // Whether each chunk was taken (by the helper, or by the writer
+        // before the helper came to it).
+        let taken: Vec<AtomicBool> = chunks.iter().map(|_| AtomicBool::new(false)).collect();
         std::thread::scope(|scope| -> Result<()> {
             let (done_tx, done_rx) = mpsc::sync_channel::<Result<Done>>(1);
             let (free_tx, free_rx) = mpsc::channel::<Vec<u8>>();
-            let odd: Vec<(usize, &[Read])> = chunks
-                .iter()
-                .enumerate()
-                .skip(1)
-                .step_by(2)
-                .map(|(k, c)| (k, &reads[c.clone()]))
-                .collect();
+            let (taken, chunks, reads) = (&taken, &chunks, &reads);
             scope.spawn(move || {
                 let mut json = String::with_capacity(PIECE + (4 << 10));
                 let mut buffers = 0;
-                for (chunk, chunk_reads) in odd {
+                for (chunk, range) in chunks.iter().enumerate().skip(1).step_by(2) {
+                    if taken[chunk].swap(true, Ordering::SeqCst) {
+                        // The writer came first.
+                        continue;
+                    }
+                    let chunk_reads = &reads[range.clone()];
                     // Two buffers go round (one filled here, one written):
                     // fresh big blocks would cost a page fault per page.
                     let text = match free_rx.try_recv() {
@@ -158,7 +171,7 @@ pub(crate) fn write_context_rendered(
             });
             for (k, range) in chunks.iter().enumerate() {
                 let chunk_reads = &reads[range.clone()];
-                if k % 2 == 0 {
+                if k % 2 == 0 || !taken[k].swap(true, Ordering::SeqCst) {
                     w.chunk(chunk_reads, compaction, src)?;
                     continue;
                 }
@@ -171,6 +184,8 @@ pub(crate) fn write_context_rendered(
                     // where the text so far is.
                     w.chunk(chunk_reads, compaction, src)?;
                 } else if done.messages > 0 {
+                    #[cfg(test)]
+                    HELPER_CHUNKS.fetch_add(1, Ordering::Relaxed);
                     w.sink.write(&done.text)?;
                     w.messages += done.messages;
                     w.sink.indent = done.indent;

@@ -544,3 +544,77 @@ fn kept_rendering_is_the_printed_text() {
     }
     assert!(kept >= 5, "{kept}");
 }
+
+/// A writer whose first write takes a while: the helper thread takes
+/// chunks meanwhile, and the writer takes the ones it has not taken.
+struct SlowFirstWrite {
+    out: Vec<u8>,
+    waited: bool,
+}
+
+impl std::io::Write for SlowFirstWrite {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.waited {
+            self.waited = true;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Chunks of the messages taken by the helper thread and by the writer,
+/// in any mix, give the full path's text.
+#[test]
+fn chunks_taken_by_either_thread_give_the_same_text() {
+    let (dir, storage) = temp_storage();
+    let blobs = dir.path().join("blobs");
+    let path = dir.path().join("long.jsonl");
+    let mut text = String::from(
+        "{\"type\":\"session\",\"version\":3,\"id\":\"s\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n",
+    );
+    let mut parent = "null".to_string();
+    for i in 0..400 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        text.push_str(&format!(
+            "{{\"type\":\"message\",\"id\":\"e{i}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{{\"role\":\"{role}\",\"content\":[{{\"type\":\"text\",\"text\":\"m{i} {}\"}}]}}}}\n",
+            "x".repeat(i % 50)
+        ));
+        parent = format!("\"e{i}\"");
+    }
+    std::fs::write(&path, &text).unwrap();
+    let before = crate::session::context::HELPER_CHUNKS.load(Ordering::Relaxed);
+    for pretty in [true, false] {
+        let want = oracle(&storage, &path, &blobs, pretty).unwrap();
+        let store = BlobStore::new(storage.clone(), &blobs);
+        let mut out = SlowFirstWrite {
+            out: Vec::new(),
+            waited: false,
+        };
+        let tuning = Tuning {
+            parts: 2,
+            min_parallel: 0,
+            chunk: 512,
+        };
+        let done = write_with_fold(
+            &*storage,
+            &path,
+            Some(&store),
+            pretty,
+            None,
+            &mut out,
+            tuning,
+            None,
+        )
+        .unwrap();
+        assert!(done);
+        assert_eq!(
+            String::from_utf8_lossy(&out.out),
+            String::from_utf8_lossy(&want)
+        );
+    }
+    assert!(crate::session::context::HELPER_CHUNKS.load(Ordering::Relaxed) > before);
+}
