@@ -1,10 +1,25 @@
 //! Fuzz target: the persistent index's decoder and its verification
 //! against a session file, over arbitrary index-file bytes. Nothing may
 //! panic; an index that does not verify changes nothing.
+//!
+//! An index names the engine build that wrote it, so no corpus is
+//! committed: with `SESSIONFS_FUZZ_SEED=DIR` set, the target first writes
+//! the valid index of its session file into `DIR` (give the corpus
+//! directory), so that the run starts from an index this build accepts.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    sessionfs::session::fuzzing::exercise_index_file(data);
-});
+fuzz_target!(
+    init: {
+        if let Some(dir) = std::env::var_os("SESSIONFS_FUZZ_SEED") {
+            if let Some(bytes) = sessionfs::session::fuzzing::index_fixture_bytes() {
+                let _ = std::fs::create_dir_all(&dir);
+                let _ = std::fs::write(std::path::Path::new(&dir).join("valid-index"), bytes);
+            }
+        }
+    },
+    |data: &[u8]| {
+        sessionfs::session::fuzzing::exercise_index_file(data);
+    }
+);
