@@ -168,7 +168,8 @@ mod index_file {
 #[test]
 fn committed_fuzz_corpora_replay() {
     let corpora = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
-    let targets: [(&str, fn(&[u8])); 3] = [
+    type Exercise = fn(&[u8]);
+    let targets: [(&str, Exercise); 3] = [
         ("commands", |data| {
             sessionfs::fs::fuzzing::exercise_commands(data);
             if let Ok(text) = std::str::from_utf8(data) {
