@@ -189,13 +189,17 @@ pub fn index_fixture_bytes() -> Option<Vec<u8>> {
 }
 
 /// Scans arbitrary bytes as a line with the fast scanner and parses them
-/// with serde; panics when the two disagree (the scanner may only decline).
-/// Also tries them as the value of a member, where most bytes land.
+/// with serde; panics when the two disagree (the scanner may only decline),
+/// or when the lean path's locator (`context/locate.rs`) finds other
+/// members than the scanner in a line the scanner accepts. Also tries
+/// them as the value of a member, where most bytes land.
 pub fn exercise_json_scanner(data: &[u8]) {
-    crate::session::json::scanner_agrees_with_serde(data);
     let mut line = b"{\"a\":".to_vec();
     line.extend_from_slice(data);
-    crate::session::json::scanner_agrees_with_serde(&line);
+    for bytes in [data, &line[..]] {
+        crate::session::json::scanner_agrees_with_serde(bytes);
+        crate::session::context::locator_agrees(bytes);
+    }
 }
 
 /// Pretty-prints arbitrary bytes with every classifier of this CPU; panics

@@ -365,68 +365,76 @@ fn skip_blocks<C: Classify>(b: &[u8], i: usize) -> Option<(usize, bool)> {
     None
 }
 
+/// Panics unless, on every line the validating scanner accepts,
+/// [`locate`] finds the same members (spans, and values read through
+/// `Members` alike) with every classifier; where the scanner declines an
+/// escaped key, so does it. The check of the tests below and of the
+/// `json_scanner` fuzz target.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn locator_agrees(line: &[u8]) {
+    agrees_with::<Portable>(line);
+    #[cfg(target_arch = "x86_64")]
+    agrees_with::<Sse2>(line);
+    // `locate` itself: AVX2 where the CPU has it.
+    let mut located = Vec::new();
+    let mut portable = Vec::new();
+    assert_eq!(
+        locate(line, &mut located),
+        locate_with::<Portable>(line, &mut portable)
+    );
+    assert_eq!(located, portable);
+}
+
+#[cfg(any(test, feature = "testing"))]
+fn agrees_with<C: Classify>(line: &[u8]) {
+    use crate::session::json::{scan_object, Members, ObjectScan};
+    let (mut top, mut nested) = (Vec::new(), Vec::new());
+    let mut located = Vec::new();
+    let outcome = locate_with::<C>(line, &mut located);
+    match scan_object(line, b"message", &mut top, &mut nested) {
+        ObjectScan::Valid { .. } => {
+            assert_eq!(
+                outcome,
+                Located::Members,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(located.len(), top.len());
+            for (a, b) in located.iter().zip(&top) {
+                assert_eq!((a.key, a.value), (b.key, b.value));
+                // The scanner leaves the nested key's value unmarked.
+                if a.key.of(line) != b"message" {
+                    assert_eq!(a.plain_string, b.plain_string);
+                }
+            }
+            let (l, s) = (
+                Members::Scanned {
+                    text: line,
+                    top: &located,
+                },
+                Members::Scanned {
+                    text: line,
+                    top: &top,
+                },
+            );
+            for m in &top {
+                let key = std::str::from_utf8(m.key.of(line)).unwrap();
+                assert_eq!(l.get(key), s.get(key));
+                assert_eq!(l.get_str(key), s.get_str(key));
+            }
+        }
+        ObjectScan::Unsure => assert_eq!(outcome, Located::EscapedKey),
+        // Bytes that are no object may still have its structure.
+        ObjectScan::Invalid => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::json::{scan_object, Members, ObjectScan};
 
-    /// On every line the validating scanner accepts, [`locate`] finds the
-    /// same members (spans, and values read through [`Members`] alike);
-    /// where the scanner declines an escaped key, so does it.
     fn agrees(line: &[u8]) {
-        agrees_with::<Portable>(line);
-        #[cfg(target_arch = "x86_64")]
-        agrees_with::<Sse2>(line);
-        // `locate` itself: AVX2 where the CPU has it.
-        let mut located = Vec::new();
-        let mut portable = Vec::new();
-        assert_eq!(
-            locate(line, &mut located),
-            locate_with::<Portable>(line, &mut portable)
-        );
-        assert_eq!(located, portable);
-    }
-
-    fn agrees_with<C: Classify>(line: &[u8]) {
-        let (mut top, mut nested) = (Vec::new(), Vec::new());
-        let mut located = Vec::new();
-        let outcome = locate_with::<C>(line, &mut located);
-        match scan_object(line, b"message", &mut top, &mut nested) {
-            ObjectScan::Valid { .. } => {
-                assert_eq!(
-                    outcome,
-                    Located::Members,
-                    "{}",
-                    String::from_utf8_lossy(line)
-                );
-                assert_eq!(located.len(), top.len());
-                for (a, b) in located.iter().zip(&top) {
-                    assert_eq!((a.key, a.value), (b.key, b.value));
-                    // The scanner leaves the nested key's value unmarked.
-                    if a.key.of(line) != b"message" {
-                        assert_eq!(a.plain_string, b.plain_string);
-                    }
-                }
-                let (l, s) = (
-                    Members::Scanned {
-                        text: line,
-                        top: &located,
-                    },
-                    Members::Scanned {
-                        text: line,
-                        top: &top,
-                    },
-                );
-                for m in &top {
-                    let key = std::str::from_utf8(m.key.of(line)).unwrap();
-                    assert_eq!(l.get(key), s.get(key));
-                    assert_eq!(l.get_str(key), s.get_str(key));
-                }
-            }
-            ObjectScan::Unsure => assert_eq!(outcome, Located::EscapedKey),
-            // Bytes that are no object may still have its structure.
-            ObjectScan::Invalid => {}
-        }
+        locator_agrees(line);
     }
 
     #[test]

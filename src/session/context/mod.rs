@@ -21,6 +21,8 @@ mod split;
 #[cfg(test)]
 use lines::MAX_GAP;
 pub(crate) use lines::{for_each_line_coalesced, line_run, LineSource};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use locate::locator_agrees;
 use messages::{emit_messages, push_member, truthy};
 #[cfg(test)]
 pub(crate) use split::HELPER_CHUNKS;
