@@ -34,6 +34,26 @@ pub(super) fn oracle(
     Some(text.into_bytes())
 }
 
+/// The lean path's text of `path` written to `out`, the file split for
+/// `parts` threads and the messages cut into chunks of `chunk` bytes
+/// (nothing kept, nothing to grow).
+fn write_lean(
+    storage: &dyn Storage,
+    path: &Path,
+    store: &BlobStore,
+    pretty: bool,
+    out: &mut dyn std::io::Write,
+    parts: usize,
+    chunk: u64,
+) -> crate::session::Result<bool> {
+    let tuning = Tuning {
+        parts,
+        min_parallel: 0,
+        chunk,
+    };
+    write_with_fold(storage, path, Some(store), pretty, None, out, tuning, None)
+}
+
 /// The lean text, `None` when the lean path declined (checking that it
 /// wrote nothing then), with the file split for `parts` threads.
 fn lean(
@@ -52,22 +72,8 @@ fn lean(
         2 => 1,
         _ => 256,
     };
-    let tuning = Tuning {
-        parts,
-        min_parallel: 0,
-        chunk,
-    };
-    let done = write_with_fold(
-        &**storage,
-        path,
-        Some(&store),
-        pretty,
-        None,
-        &mut out,
-        tuning,
-        None,
-    )
-    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let done = write_lean(&**storage, path, &store, pretty, &mut out, parts, chunk)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if !done {
         assert!(out.is_empty(), "{}: declined after writing", path.display());
         return None;
@@ -594,22 +600,7 @@ fn chunks_taken_by_either_thread_give_the_same_text() {
             out: Vec::new(),
             waited: false,
         };
-        let tuning = Tuning {
-            parts: 2,
-            min_parallel: 0,
-            chunk: 512,
-        };
-        let done = write_with_fold(
-            &*storage,
-            &path,
-            Some(&store),
-            pretty,
-            None,
-            &mut out,
-            tuning,
-            None,
-        )
-        .unwrap();
+        let done = write_lean(&*storage, &path, &store, pretty, &mut out, 2, 512).unwrap();
         assert!(done);
         assert_eq!(
             String::from_utf8_lossy(&out.out),
