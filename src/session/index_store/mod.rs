@@ -373,17 +373,8 @@ pub(crate) fn fingerprint_of<E>(
     stat: &FileStat,
     loaded: &loader::Scanned<E>,
 ) -> Option<Fingerprint> {
-    let header = loaded.header.as_ref()?;
-    if header.needs_migration()
-        || loaded.id_less_objects > 0
-        || !loaded.ends_with_newline
-        || loaded.torn_tail
-        || loaded.end != loaded.scanned
-    {
-        return None;
-    }
-    let header_end = header_line_end(storage, path, loaded.header_offset)?;
-    Fingerprint::compute(storage, path, stat, loaded.end, header_end).ok()
+    let complete = loaded.ends_with_newline && !loaded.torn_tail && loaded.end == loaded.scanned;
+    fingerprint_if(complete, storage, path, stat, loaded)
 }
 
 /// The fingerprint of the complete lines a scan result describes, also
@@ -398,11 +389,22 @@ pub(crate) fn fingerprint_to_end<E>(
     stat: &FileStat,
     loaded: &loader::Scanned<E>,
 ) -> Option<Fingerprint> {
+    let tail_ok = loaded.ends_with_newline || loaded.torn_tail;
+    fingerprint_if(tail_ok, storage, path, stat, loaded)
+}
+
+/// The fingerprint of a scan result whose end `tail_ok` accepts, when its
+/// header needs no migration and every object has an id (what both
+/// fingerprints above require).
+fn fingerprint_if<E>(
+    tail_ok: bool,
+    storage: &dyn Storage,
+    path: &Path,
+    stat: &FileStat,
+    loaded: &loader::Scanned<E>,
+) -> Option<Fingerprint> {
     let header = loaded.header.as_ref()?;
-    if header.needs_migration()
-        || loaded.id_less_objects > 0
-        || (!loaded.ends_with_newline && !loaded.torn_tail)
-    {
+    if !tail_ok || header.needs_migration() || loaded.id_less_objects > 0 {
         return None;
     }
     let header_end = header_line_end(storage, path, loaded.header_offset)?;
