@@ -433,10 +433,6 @@ fn agrees_with<C: Classify>(line: &[u8]) {
 mod tests {
     use super::*;
 
-    fn agrees(line: &[u8]) {
-        locator_agrees(line);
-    }
-
     #[test]
     fn members_of_valid_lines_are_the_scanners() {
         let lines: &[&[u8]] = &[
@@ -453,7 +449,7 @@ mod tests {
             br#"{"a":1,"esc\"":2}"#,
         ];
         for line in lines {
-            agrees(line);
+            locator_agrees(line);
         }
     }
 
@@ -464,7 +460,7 @@ mod tests {
             std::fs::read_to_string(root.join("fixtures/differential/sessions.txt")).unwrap();
         let mut n = 0;
         for line in text.lines() {
-            agrees(line.as_bytes());
+            locator_agrees(line.as_bytes());
             n += 1;
         }
         assert!(n > 1000, "{n} lines");
@@ -476,15 +472,15 @@ mod tests {
     fn altered_lines_never_panic() {
         let line = br#"{"type":"message","id":"a\"b","n":[1,{"x":"}"}],"message":{"role":"user","content":"c\\"}, "t" : true }"#;
         for cut in 0..=line.len() {
-            agrees(&line[..cut]);
+            locator_agrees(&line[..cut]);
         }
         for at in 0..line.len() {
             for &c in b"{}[]\",:x \\0" {
                 let mut b = line.to_vec();
                 b[at] = c;
-                agrees(&b);
+                locator_agrees(&b);
                 b.insert(at, c);
-                agrees(&b);
+                locator_agrees(&b);
             }
         }
     }
@@ -503,7 +499,7 @@ mod tests {
                     format!("{{\"a\":\"{x}{slashes}\",\"b\":[\"]}}\",{{}}]}}"),
                     format!("[\"{x}\",[[{{\"{slashes}\":\"{slashes}\\\"\"}}]],\"}}\"]"),
                 ] {
-                    agrees(format!("{{\"k\":{value},\"n\":1,\"m\":{value}}}").as_bytes());
+                    locator_agrees(format!("{{\"k\":{value},\"n\":1,\"m\":{value}}}").as_bytes());
                 }
             }
         }
