@@ -94,7 +94,7 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
             let mut tee = Tee(&mut *out, &mut keep);
             ctx.write_pretty(&mut tee)?;
             std::io::Write::write_all(&mut tee, b"\n")?;
-            keep.finish();
+            let _ = keep.finish();
             return Ok(());
         } else {
             ctx.write_pretty(out)?;

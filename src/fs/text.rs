@@ -19,6 +19,19 @@ pub(crate) enum Text {
     Memory(Arc<Vec<u8>>),
     /// A stored rendering, checked against its checksum when it was opened.
     Stored(Arc<StoredText>),
+    /// A stored rendering grown after appends: its first bytes, then the
+    /// rest in memory (`docs/filesystem.md`, "Incremental contexts").
+    Grown(Arc<Grown>),
+}
+
+/// A stored rendering's first [`Grown::keep`] bytes, followed by
+/// [`Grown::tail`].
+#[derive(Debug, Clone)]
+pub(crate) struct Grown {
+    pub(crate) base: Arc<StoredText>,
+    /// Bytes of `base` that are kept (at most its length).
+    pub(crate) keep: u64,
+    pub(crate) tail: Vec<u8>,
 }
 
 /// The pieces in which stored texts are compared.
@@ -37,6 +50,7 @@ impl Text {
         match self {
             Text::Memory(data) => data.len() as u64,
             Text::Stored(text) => text.len(),
+            Text::Grown(g) => g.keep + g.tail.len() as u64,
         }
     }
 
@@ -46,6 +60,7 @@ impl Text {
         match self {
             Text::Memory(data) => data.len(),
             Text::Stored(_) => 0,
+            Text::Grown(g) => g.tail.capacity(),
         }
     }
 
@@ -72,6 +87,26 @@ impl Text {
                 let n = text.read_at(start, &mut buf[..want])?;
                 Ok(f(&buf[..n]))
             }),
+            // Within the tail: no copy.
+            Text::Grown(g) if start >= g.keep => Ok(f(
+                &g.tail[(start - g.keep) as usize..(end - g.keep) as usize]
+            )),
+            Text::Grown(g) => SCRATCH.with(|scratch| {
+                let mut buf = scratch.borrow_mut();
+                let want = (end - start) as usize;
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                let from_base = (g.keep.min(end) - start) as usize;
+                let n = g.base.read_at(start, &mut buf[..from_base])?;
+                if n < from_base {
+                    // The stored file was cut short: what it gave.
+                    return Ok(f(&buf[..n]));
+                }
+                let rest = (end.saturating_sub(g.keep)) as usize;
+                buf[from_base..from_base + rest].copy_from_slice(&g.tail[..rest]);
+                Ok(f(&buf[..from_base + rest]))
+            }),
         }
     }
 
@@ -79,7 +114,7 @@ impl Text {
     pub(crate) fn to_memory(&self) -> Result<Arc<Vec<u8>>> {
         match self {
             Text::Memory(data) => Ok(data.clone()),
-            Text::Stored(_) => {
+            Text::Stored(_) | Text::Grown(_) => {
                 let mut out = Vec::with_capacity(self.len() as usize);
                 let mut at = 0;
                 while at < self.len() {
@@ -98,7 +133,7 @@ impl Text {
         match self {
             Text::Memory(old) if old.as_slice() == new => None,
             Text::Memory(old) => Some(common_prefix(old, new)),
-            Text::Stored(_) => {
+            Text::Stored(_) | Text::Grown(_) => {
                 let len = self.len();
                 let mut at = 0u64;
                 while at < len {
@@ -133,6 +168,31 @@ mod tests {
         assert_eq!(t.changed_to(b"hello world!"), Some(11));
         assert_eq!(t.with_range(6, 100, |s| s.to_vec()).unwrap(), b"world");
         assert_eq!(t.with_range(20, 30, |s| s.len()).unwrap(), 0);
+        assert_eq!(t.memory_bytes(), 11);
+    }
+
+    #[test]
+    fn grown_texts_read_across_the_stored_part_and_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        // Stored "hello world!\n", its first 11 bytes kept, then a tail.
+        let base = Arc::new(StoredText::for_tests(dir.path(), b"hello world!\n"));
+        let t = Text::Grown(Arc::new(Grown {
+            base,
+            keep: 11,
+            tail: b", and more\n".to_vec(),
+        }));
+        let whole = b"hello world, and more\n";
+        assert_eq!(t.len(), whole.len() as u64);
+        for start in 0..=whole.len() as u64 + 2 {
+            for end in start..=whole.len() as u64 + 2 {
+                let got = t.with_range(start, end, |s| s.to_vec()).unwrap();
+                let (a, b) = (start.min(22) as usize, end.min(22) as usize);
+                assert_eq!(got, &whole[a..b], "{start}..{end}");
+            }
+        }
+        assert_eq!(&t.to_memory().unwrap()[..], whole);
+        assert_eq!(t.changed_to(whole), None);
+        assert_eq!(t.changed_to(b"hello world, and less\n"), Some(17));
         assert_eq!(t.memory_bytes(), 11);
     }
 }

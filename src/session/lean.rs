@@ -989,13 +989,18 @@ fn write_with_fold(
     let Some(table) = IdTable::build(&mut records, &*reader, path, hasher)? else {
         return Ok(false);
     };
-    let mut keep_writer = match keep {
-        Some(k) if pretty => fingerprint_of(storage, path, &stat, &scanned).and_then(|fp| {
-            let canonical = storage.canonicalize(path).ok()?;
-            k.store.context_writer(&canonical, &fp, k.variant)
-        }),
-        _ => None,
-    };
+    // Where the rendering is stored: the writer, and what a growth file
+    // stored with it is bound to.
+    let mut keep_writer = None;
+    let mut kept_as = None;
+    if let Some(k) = keep.filter(|_| pretty) {
+        if let Some(fp) = fingerprint_of(storage, path, &stat, &scanned) {
+            if let Ok(canonical) = storage.canonicalize(path) {
+                keep_writer = k.store.context_writer(&canonical, &fp, k.variant);
+                kept_as = Some((k, canonical, fp));
+            }
+        }
+    }
     // Only a growable text needs it (and what comes with it below).
     let fingerprint = if grow.is_some() && pretty {
         fingerprint_to_end(storage, path, &stat, &scanned)
@@ -1054,7 +1059,9 @@ fn write_with_fold(
     // messages takes their place (peak RSS, docs/benchmarks.md).
     drop(records);
     let mut unresolved = false;
+    let mut text_len = 0u64;
     let mut emit = |piece: &[u8]| -> Result<()> {
+        text_len += piece.len() as u64;
         // Blob refs are inside strings, which rendering leaves as they are;
         // only a kept text asks.
         if keep_writer.is_some() {
@@ -1074,28 +1081,36 @@ fn write_with_fold(
         &mut emit,
     )?;
     emit(b"\n")?;
-    if let Some(w) = keep_writer {
-        if !unresolved {
-            w.finish();
-        }
-    }
+    let stored = match keep_writer {
+        Some(w) if !unresolved => w.finish(),
+        _ => false,
+    };
     if let (Some(grow), Some((ids, table)), Some(fold), Some(fingerprint)) =
         (grow, kept_ids, rendered.fold, fingerprint)
     {
         *grow = LeanFold::new(grow::Kept {
             hasher,
             ids,
-            table,
+            table: Some(table),
             root_parent,
             fold,
             fingerprint,
             cut: rendered.cut,
         });
+        // What extends the stored rendering is stored beside it, for the
+        // text as rendered from the file as the rendering records it.
+        if let (true, Some(fold), Some((k, canonical, fp))) = (stored, grow.as_ref(), kept_as) {
+            if fp == fingerprint {
+                k.store
+                    .store_growth(&canonical, k.variant, &fp, text_len, fold);
+            }
+        }
     }
     Ok(true)
 }
 
 mod grow;
+pub(crate) use grow::StoredView;
 pub use grow::{LeanFold, LeanGrowth};
 
 #[cfg(test)]

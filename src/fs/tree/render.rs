@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::fs::pages::common_prefix;
-use crate::fs::text::Text;
+use crate::fs::text::{Grown, Text};
 use crate::session::{write_last_context_growable, KeepRendering, LeanFold};
 
 /// At most this much address space is set aside for the lean path's
@@ -481,9 +481,9 @@ impl Tree {
         path: &Path,
         fp: Fingerprint,
     ) -> Option<Text> {
-        let mut fold = st.lean_fold.take()?;
-        let Some((_, Text::Memory(data))) = &mut st.stored_context else {
-            return None;
+        let mut fold = match st.lean_fold.take() {
+            Some(fold) => fold,
+            None => self.stored_growth(key, st, path)?,
         };
         let growth = match fold.grow(&*self.storage, path, Some(&self.blobs)) {
             Ok(Some(growth)) => growth,
@@ -501,8 +501,39 @@ impl Tree {
             }
         };
         let new_entries = growth.new_entries();
-        let changed = fold.apply(growth, Arc::make_mut(data));
-        let data = Text::Memory(data.clone());
+        let changed = match &mut st.stored_context {
+            Some((_, Text::Memory(data))) => fold.apply(growth, Arc::make_mut(data)),
+            Some((_, Text::Grown(g))) => {
+                let g = Arc::make_mut(g);
+                let base = usize::try_from(g.keep).ok()?;
+                fold.apply_from(growth, &mut g.tail, base)
+            }
+            Some((_, Text::Stored(base))) => {
+                // From a stored rendering: its bytes up to the end of the
+                // last message stay in its file, the rest is read (the
+                // members after the messages) and grown in memory.
+                let keep = fold.prefix() as u64;
+                let mut tail = vec![0u8; usize::try_from(base.len().checked_sub(keep)?).ok()?];
+                if base.read_at(keep, &mut tail).ok()? != tail.len() {
+                    return None;
+                }
+                let mut g = Grown {
+                    base: base.clone(),
+                    keep,
+                    tail,
+                };
+                let changed = fold.apply_from(growth, &mut g.tail, keep as usize);
+                if let Some((_, text)) = &mut st.stored_context {
+                    *text = Text::Grown(Arc::new(g));
+                }
+                changed
+            }
+            None => return None,
+        };
+        let Some((_, data)) = &st.stored_context else {
+            return None;
+        };
+        let data = data.clone();
         log::debug!(
             "{}/{}: context.json extended by the lean path ({new_entries} new entries), {} bytes",
             key.project,
@@ -518,6 +549,26 @@ impl Tree {
         st.stored_context = Some((fp, data.clone()));
         st.lean_fold = Some(fold);
         Some(data)
+    }
+
+    /// What grows the slot's stored rendering of `context.json` (read
+    /// from the growth file stored with it), when it has one.
+    fn stored_growth(&self, key: &SessionKey, st: &SlotState, path: &Path) -> Option<LeanFold> {
+        let Some((_, Text::Stored(text))) = &st.stored_context else {
+            return None;
+        };
+        let variant = pretty_context_variant(Some(self.blobs.dir()));
+        let fold = self
+            .index
+            .as_ref()?
+            .stored_growth(&*self.storage, path, &variant, text);
+        log::debug!(
+            "{}/{}: context.json: {} growth stored with the rendering",
+            key.project,
+            key.session,
+            if fold.is_some() { "the" } else { "no usable" }
+        );
+        fold
     }
 
     /// The context at the last entry of the session file `path`, pretty,
@@ -707,7 +758,7 @@ pub(super) fn render_session_file(
                 if let Some(mut keep) = s.stored_context_writer() {
                     use std::io::Write;
                     if keep.write_all(&buf).is_ok() {
-                        keep.finish();
+                        let _ = keep.finish();
                     }
                 }
             }

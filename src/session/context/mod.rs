@@ -252,7 +252,55 @@ pub struct ContextFold {
     message_count: usize,
 }
 
+/// What a [`ContextFold`] holds, for storing it beside a stored
+/// rendering (`index_store`'s growth files): every field but the fold's
+/// cache of the last model applied (restored empty; the next message
+/// naming a model applies it again, to the same effect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FoldParts {
+    pub(crate) thinking: Option<Box<str>>,
+    pub(crate) models: Vec<(Box<str>, Option<Box<str>>)>,
+    pub(crate) default_from_change: bool,
+    pub(crate) rules: Vec<Box<str>>,
+    pub(crate) mode: Option<Box<str>>,
+    pub(crate) mode_data: Option<Box<str>>,
+    pub(crate) leaf: u32,
+    pub(crate) message_count: usize,
+}
+
 impl ContextFold {
+    /// Its contents ([`FoldParts`]).
+    pub(crate) fn to_parts(&self) -> FoldParts {
+        let s = &self.state;
+        FoldParts {
+            thinking: s.thinking.clone(),
+            models: s.models.clone(),
+            default_from_change: s.default_from_change,
+            rules: s.rules.clone(),
+            mode: s.mode.clone(),
+            mode_data: s.mode_data.clone(),
+            leaf: self.leaf,
+            message_count: self.message_count,
+        }
+    }
+
+    /// The fold [`ContextFold::to_parts`] gave `parts` of.
+    pub(crate) fn from_parts(parts: FoldParts) -> ContextFold {
+        ContextFold {
+            state: FoldState {
+                thinking: parts.thinking,
+                models: parts.models,
+                default_from_change: parts.default_from_change,
+                rules: parts.rules,
+                mode: parts.mode,
+                mode_data: parts.mode_data,
+                last_model: LastModel::default(),
+            },
+            leaf: parts.leaf,
+            message_count: parts.message_count,
+        }
+    }
+
     /// The leaf the fold stopped at.
     pub fn leaf(&self) -> u32 {
         self.leaf

@@ -52,18 +52,18 @@ impl IndexStore {
         expect: Option<&Fingerprint>,
     ) -> Option<(std::fs::File, u64, u64)> {
         self.stored_context_at(storage, path, variant, expect)
-            .map(|(file, _, start, end)| (file, start, end))
+            .map(|(file, _, start, end, _)| (file, start, end))
     }
 
     /// [`IndexStore::stored_context_file`], with the path of the stored
-    /// rendering's file.
+    /// rendering's file and the fingerprint it was stored for.
     fn stored_context_at(
         &self,
         storage: &dyn Storage,
         path: &Path,
         variant: &str,
         expect: Option<&Fingerprint>,
-    ) -> Option<(std::fs::File, PathBuf, u64, u64)> {
+    ) -> Option<(std::fs::File, PathBuf, u64, u64, Fingerprint)> {
         use std::os::unix::fs::FileExt;
         let canonical = storage.canonicalize(path).ok()?;
         let ctx_path = self.context_file_for(&canonical);
@@ -93,7 +93,7 @@ impl IndexStore {
         if stat.size != fp.size || stat.mtime != fp.mtime || !fp.bytes_match(storage, path, &stat) {
             return None;
         }
-        Some((file, ctx_path, r.pos as u64, text_end))
+        Some((file, ctx_path, r.pos as u64, text_end, fp))
     }
 
     /// The stored rendering of the context of `path` (as
@@ -109,13 +109,15 @@ impl IndexStore {
         variant: &str,
         expect: Option<&Fingerprint>,
     ) -> Option<StoredText> {
-        let (file, path, start, end) = self.stored_context_at(storage, path, variant, expect)?;
+        let (file, path, start, end, fingerprint) =
+            self.stored_context_at(storage, path, variant, expect)?;
         let mut buf = vec![0u8; PIECE];
         checked_text(&file, start, end, &mut buf).then_some(StoredText {
             file,
             path,
             start,
             len: end - start,
+            fingerprint,
         })
     }
 
@@ -261,6 +263,8 @@ pub struct StoredText {
     path: PathBuf,
     start: u64,
     len: u64,
+    /// The session file as it was when the text was rendered.
+    fingerprint: Fingerprint,
 }
 
 impl StoredText {
@@ -272,6 +276,34 @@ impl StoredText {
     /// Whether the text is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The session file as it was when the text was rendered.
+    pub(crate) fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
+    /// A stored text holding `bytes`, in a file under `dir` (for tests of
+    /// what serves stored texts; no session file behind it).
+    #[cfg(test)]
+    pub(crate) fn for_tests(dir: &Path, bytes: &[u8]) -> StoredText {
+        let path = dir.join("text.ctx");
+        std::fs::write(&path, bytes).unwrap();
+        StoredText {
+            file: std::fs::File::open(&path).unwrap(),
+            path,
+            start: 0,
+            len: bytes.len() as u64,
+            fingerprint: Fingerprint {
+                identity: (0, 0),
+                size: 0,
+                mtime: std::time::SystemTime::UNIX_EPOCH,
+                head_len: 0,
+                head_hash: 0,
+                tail_start: 0,
+                tail_hash: 0,
+            },
+        }
     }
 
     /// Fills `buf` with the text from `offset` on, as far as the text
@@ -389,9 +421,9 @@ impl ContextWriter {
     }
 
     /// Puts the stored rendering in place (checksum, then rename), once
-    /// the thread has written everything. A writer dropped without it (the
-    /// reader went away) leaves nothing.
-    pub fn finish(mut self) {
+    /// the thread has written everything; whether it is in place. A
+    /// writer dropped without it (the reader went away) leaves nothing.
+    pub fn finish(mut self) -> bool {
         use std::io::Write;
         if !self.failed && !self.chunk.is_empty() {
             self.send();
@@ -405,6 +437,7 @@ impl ContextWriter {
         // Drop removes the temporary file unless it was renamed.
         self.failed = !done;
         self.finished = done;
+        done
     }
 }
 

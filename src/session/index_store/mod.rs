@@ -27,6 +27,7 @@ pub(crate) use crate::session::loader::Loaded;
 
 mod codec;
 mod context;
+mod growth;
 
 pub(crate) use codec::decode;
 #[cfg(any(test, feature = "testing"))]
@@ -220,14 +221,20 @@ impl IndexStore {
         fingerprint: &Fingerprint,
         loaded: &Loaded,
     ) -> std::io::Result<()> {
+        let bytes = encode(canonical, fingerprint, loaded);
+        self.write_atomically(&self.file_for(canonical), &bytes)
+    }
+
+    /// Writes `bytes` as the store's file `target`: to a temporary name
+    /// (private to this user), then renamed into place, so that readers
+    /// see the old file or the new one whole.
+    fn write_atomically(&self, target: &Path, bytes: &[u8]) -> std::io::Result<()> {
         use std::io::Write;
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)?;
-        let bytes = encode(canonical, fingerprint, loaded);
-        let target = self.file_for(canonical);
         let tmp = self.dir.join(format!(
             ".{}.{}.{}.tmp",
             target
@@ -242,8 +249,8 @@ impl IndexStore {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
-            .and_then(|mut f| f.write_all(&bytes))
-            .and_then(|()| std::fs::rename(&tmp, &target));
+            .and_then(|mut f| f.write_all(bytes))
+            .and_then(|()| std::fs::rename(&tmp, target));
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -747,7 +754,7 @@ mod tests {
                 break;
             }
         }
-        w.finish();
+        assert!(w.finish());
         assert_eq!(files(), 1);
         let stored = e
             .store

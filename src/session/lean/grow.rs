@@ -15,7 +15,7 @@ use std::path::Path;
 
 use super::{read_range, Hasher, IdTable};
 use crate::session::blobs::{resolve_from_store, BlobStore};
-use crate::session::context::{extend_path, ContextFold, LineSource, PathView, Read};
+use crate::session::context::{extend_path, ContextFold, FoldParts, LineSource, PathView, Read};
 use crate::session::error::{Error, Result};
 use crate::session::format::{EntryKind, Facts};
 use crate::session::index_store::Fingerprint;
@@ -28,8 +28,9 @@ pub(super) struct Kept {
     pub(super) hasher: Hasher,
     /// The id hash of every entry, by position.
     pub(super) ids: Vec<u64>,
-    /// Finds positions in `ids` by hash (the last entry with a hash).
-    pub(super) table: IdTable,
+    /// Finds positions in `ids` by hash (the last entry with a hash);
+    /// `None`: built when it pays (see [`LeanFold`]'s `table`).
+    pub(super) table: Option<IdTable>,
     /// The hash of the path root's `parentId`, when it has one.
     pub(super) root_parent: Option<u64>,
     pub(super) fold: ContextFold,
@@ -59,13 +60,23 @@ pub(super) struct Kept {
 pub struct LeanFold {
     hasher: Hasher,
     ids: Vec<u64>,
-    table: IdTable,
+    /// Finds entries by id hash; `None` for a fold read back from a
+    /// growth file until it pays ([`LeanFold::make_table`]).
+    table: Option<IdTable>,
+    /// New entries checked against `ids` without a table.
+    scanned: usize,
     root_parent: Option<u64>,
     fold: ContextFold,
     fingerprint: Fingerprint,
     prefix: usize,
     indent: usize,
 }
+
+/// New entries a fold read back from a growth file checks by a scan of
+/// its ids (tens of microseconds for 100,000 entries) before it builds
+/// the table that finds them (about a millisecond): a few appends, the
+/// common case, never pay for it.
+const SCANS_BEFORE_TABLE: usize = 16;
 
 impl std::fmt::Debug for LeanFold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -104,6 +115,7 @@ impl LeanFold {
             hasher: kept.hasher,
             ids: kept.ids,
             table: kept.table,
+            scanned: 0,
             root_parent: kept.root_parent,
             fold: kept.fold,
             fingerprint: kept.fingerprint,
@@ -112,18 +124,64 @@ impl LeanFold {
         })
     }
 
+    /// What it holds, for storing it beside the stored rendering of its
+    /// text (`index_store`'s growth files; the table is made again from
+    /// the ids).
+    pub(crate) fn stored_view(&self) -> StoredView<'_> {
+        StoredView {
+            seed: self.hasher.0,
+            ids: &self.ids,
+            root_parent: self.root_parent,
+            fold: self.fold.to_parts(),
+            fingerprint: self.fingerprint,
+            prefix: self.prefix,
+            indent: self.indent,
+        }
+    }
+
+    /// The fold a [`LeanFold::stored_view`] showed, `ids` its ids; `None`
+    /// when it could not have been made (see [`LeanFold::new`]) or its
+    /// cut lies past the end of a text of `text_len` bytes.
+    pub(crate) fn from_stored(
+        view: StoredView<'_>,
+        ids: Vec<u64>,
+        text_len: u64,
+    ) -> Option<LeanFold> {
+        if view.prefix as u64 > text_len {
+            return None;
+        }
+        LeanFold::new(Kept {
+            hasher: Hasher(view.seed),
+            ids,
+            table: None,
+            root_parent: view.root_parent,
+            fold: ContextFold::from_parts(view.fold),
+            fingerprint: view.fingerprint,
+            cut: (view.prefix, view.indent),
+        })
+    }
+
+    /// Bytes of its text up to the end of the last message: what growing
+    /// it keeps.
+    pub fn prefix(&self) -> usize {
+        self.prefix
+    }
+
     /// The memory it holds, for a cache budget.
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.ids.capacity() * std::mem::size_of::<u64>()
-            + self.table.slots.capacity() * std::mem::size_of::<u32>()
+            + self
+                .table
+                .as_ref()
+                .map_or(0, |t| t.slots.capacity() * std::mem::size_of::<u32>())
     }
 
     /// The entries appended to `path` since the text was printed (or last
     /// grown) and the extension they make, reading only the new lines;
     /// `Ok(None)` when the text must be built again (see [`LeanFold`]).
     pub fn grow(
-        &self,
+        &mut self,
         storage: &dyn Storage,
         path: &Path,
         blobs: Option<&BlobStore>,
@@ -206,18 +264,32 @@ impl LeanFold {
         }))
     }
 
+    /// Builds the table that finds entries by id hash, once the new
+    /// entries checked without it (`new` more now) exceed
+    /// [`SCANS_BEFORE_TABLE`].
+    fn make_table(&mut self, new: usize) {
+        if self.table.is_none() {
+            self.scanned += new;
+            if self.scanned > SCANS_BEFORE_TABLE {
+                self.table = IdTable::over(&self.ids);
+            }
+        }
+    }
+
     /// The id hashes of the appended entries; `None` when one has an id
     /// an entry had before (or the root's missing parent), or two share
     /// one.
-    fn new_ids(&self, entries: &[LoadedEntry]) -> Option<Vec<u64>> {
+    fn new_ids(&mut self, entries: &[LoadedEntry]) -> Option<Vec<u64>> {
+        self.make_table(entries.len());
         let mut seen: HashMap<u64, ()> = HashMap::with_capacity(entries.len());
         let mut ids = Vec::with_capacity(entries.len());
         for e in entries {
             let h = self.hasher.hash(&e.entry.id);
-            if self.root_parent == Some(h)
-                || self.table.get_hash(&self.ids, h).is_some()
-                || seen.insert(h, ()).is_some()
-            {
+            let old = match &self.table {
+                Some(t) => t.get_hash(&self.ids, h).is_some(),
+                None => self.ids.contains(&h),
+            };
+            if self.root_parent == Some(h) || old || seen.insert(h, ()).is_some() {
                 return None;
             }
             ids.push(h);
@@ -237,7 +309,7 @@ impl LeanFold {
             .enumerate()
             .map(|(i, e)| (&*e.entry.id, i as u32))
             .collect();
-        let old_leaf = self.ids.len().checked_sub(1)? as u32;
+        self.ids.last()?;
         let mut chain = Vec::new();
         let mut cur = entries.len().checked_sub(1)? as u32;
         loop {
@@ -250,8 +322,9 @@ impl LeanFold {
             match by_id.get(parent) {
                 Some(&p) => cur = p,
                 None => {
-                    let p = self.table.get_hash(&self.ids, self.hasher.hash(parent))?;
-                    if p != old_leaf {
+                    // The last old entry with that id is the old leaf
+                    // exactly when the old leaf has it.
+                    if self.ids.last() != Some(&self.hasher.hash(parent)) {
                         return None;
                     }
                     break;
@@ -266,17 +339,30 @@ impl LeanFold {
     /// (as printed, with its final newline; as last grown): gives the
     /// offset of its first byte that changed, `None` when it stayed.
     pub fn apply(&mut self, growth: LeanGrowth, text: &mut Vec<u8>) -> Option<u64> {
+        self.apply_from(growth, text, 0)
+    }
+
+    /// [`LeanFold::apply`] to the end of the text, from its byte `base`
+    /// on (at most [`LeanFold::prefix`]): the bytes before it, which
+    /// growing keeps, are elsewhere (a stored rendering's file).
+    pub fn apply_from(
+        &mut self,
+        growth: LeanGrowth,
+        text: &mut Vec<u8>,
+        base: usize,
+    ) -> Option<u64> {
         for h in growth.new_ids {
             self.ids.push(h);
-            self.table
-                .insert_hash(&self.ids, (self.ids.len() - 1) as u32);
+            if let Some(t) = &mut self.table {
+                t.insert_hash(&self.ids, (self.ids.len() - 1) as u32);
+            }
         }
         self.fingerprint = growth.fingerprint;
         let ext = growth.extension?;
         let from = self.prefix;
-        text.truncate(self.prefix);
+        text.truncate(self.prefix.saturating_sub(base));
         let indent = pretty_append(&ext.messages, self.indent, text);
-        self.prefix = text.len();
+        self.prefix = base + text.len();
         self.indent = indent;
         pretty_append(&ext.tail, indent, text);
         text.push(b'\n');
@@ -285,7 +371,37 @@ impl LeanFold {
     }
 }
 
+/// A [`LeanFold`] as it is stored (see [`LeanFold::stored_view`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct StoredView<'a> {
+    /// The seed of the id hashes.
+    pub(crate) seed: u64,
+    pub(crate) ids: &'a [u64],
+    pub(crate) root_parent: Option<u64>,
+    pub(crate) fold: FoldParts,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) prefix: usize,
+    pub(crate) indent: usize,
+}
+
 impl IdTable {
+    /// The table over `ids` (the last entry with a hash wins); `None` for
+    /// more entries than it can number.
+    fn over(ids: &[u64]) -> Option<IdTable> {
+        if ids.len() >= Self::EMPTY as usize {
+            return None;
+        }
+        let cap = (ids.len() * 2).next_power_of_two().max(16);
+        let mut t = IdTable {
+            slots: vec![Self::EMPTY; cap],
+            mask: cap - 1,
+        };
+        for i in 0..ids.len() as u32 {
+            t.place(ids, i);
+        }
+        Some(t)
+    }
+
     /// The position of the last entry whose id hash is `hash`, in a table
     /// over `ids`.
     fn get_hash(&self, ids: &[u64], hash: u64) -> Option<u32> {

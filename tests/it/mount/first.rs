@@ -182,6 +182,50 @@ fn user_line(id: &str, parent: &str, text: &str) -> String {
     ) + "\n"
 }
 
+/// Six user messages appended under the leaf `a300` of [`session`]'s
+/// file by a writer that takes no lock (the third one torn first, then
+/// completed): every read of `ctx` at once, and after the watch worker had
+/// time, is the grown file's context.
+fn append_under_the_leaf(file: &Path, ctx: &Path, args: &str) {
+    let mut parent = "a300".to_string();
+    for i in 0..6 {
+        let id = format!("n{i}");
+        let line = user_line(&id, &parent, &format!("grown {i}"));
+        if i == 2 {
+            // Torn first (the writer's line half written): the
+            // context is the file's without it, then completed.
+            let (head, tail) = line.split_at(50);
+            plain_append(file, head);
+            assert_same_bytes(
+                &fs::read(ctx).unwrap(),
+                &cli_context_no_index(file),
+                &format!("{args} torn line"),
+            );
+            plain_append(file, tail);
+        } else {
+            plain_append(file, &line);
+        }
+        parent = id;
+        let want = cli_context_no_index(file);
+        // At once (mostly before the watch worker saw the append),
+        // then once it had time.
+        assert_same_bytes(
+            &fs::read(ctx).unwrap(),
+            &want,
+            &format!("{args} append {i}"),
+        );
+        if i % 2 == 1 {
+            std::thread::sleep(Duration::from_millis(200));
+            assert_same_bytes(
+                &fs::read(ctx).unwrap(),
+                &want,
+                &format!("{args} append {i}, after the worker"),
+            );
+            assert_eq!(fs::metadata(ctx).unwrap().len(), want.len() as u64);
+        }
+    }
+}
+
 /// After the first `context.json` came from the lean path, entries
 /// appended under the leaf by a writer that takes no lock grow it
 /// without loading the session (docs/filesystem.md, "Incremental
@@ -202,43 +246,7 @@ fn appends_after_the_first_context_json_grow_it_without_a_load() {
         let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
         let first = fs::read(&ctx).unwrap();
         assert_same_bytes(&first, &cli_context_no_index(&file), "first read");
-        let mut parent = "a300".to_string();
-        for i in 0..6 {
-            let id = format!("n{i}");
-            let line = user_line(&id, &parent, &format!("grown {i}"));
-            if i == 2 {
-                // Torn first (the writer's line half written): the
-                // context is the file's without it, then completed.
-                let (head, tail) = line.split_at(50);
-                plain_append(&file, head);
-                assert_same_bytes(
-                    &fs::read(&ctx).unwrap(),
-                    &cli_context_no_index(&file),
-                    &format!("{args:?} torn line"),
-                );
-                plain_append(&file, tail);
-            } else {
-                plain_append(&file, &line);
-            }
-            parent = id;
-            let want = cli_context_no_index(&file);
-            // At once (mostly before the watch worker saw the append),
-            // then once it had time.
-            assert_same_bytes(
-                &fs::read(&ctx).unwrap(),
-                &want,
-                &format!("{args:?} append {i}"),
-            );
-            if i % 2 == 1 {
-                std::thread::sleep(Duration::from_millis(200));
-                assert_same_bytes(
-                    &fs::read(&ctx).unwrap(),
-                    &want,
-                    &format!("{args:?} append {i}, after the worker"),
-                );
-                assert_eq!(fs::metadata(&ctx).unwrap().len(), want.len() as u64);
-            }
-        }
+        append_under_the_leaf(&file, &ctx, &format!("{args:?}"));
         let log = m.log_text();
         assert!(log.contains("built by the lean first-time path"), "{log}");
         assert!(log.contains("extended by the lean path"), "{log}");
@@ -260,6 +268,66 @@ fn appends_after_the_first_context_json_grow_it_without_a_load() {
             "{args:?}: {}",
             m.log_text()
         );
+        drop(m);
+    }
+}
+
+/// A stored rendering grows too (docs/filesystem.md, "Incremental
+/// contexts"): the mount that stored it also stored what extends it, and
+/// the next mount, which serves the stored rendering, grows it from the
+/// appended lines alone, without loading the session; every read is the
+/// grown file's context. Without a usable growth file it loads the
+/// session, as before, with the same bytes.
+#[test]
+fn appends_after_a_stored_rendering_grow_it_without_a_load() {
+    if !fuse_ok("appends_after_a_stored_rendering_grow_it_without_a_load") {
+        return;
+    }
+    for growth in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let file = write_session(tmp.path(), PROJECT, STEM, &session(300));
+        let rel = format!("{PROJECT}/{STEM}/context.json");
+        {
+            let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
+            fs::read(m.join(&rel)).unwrap();
+        }
+        assert_eq!(cache_files(&cache, "ctx").len(), 1);
+        let stored = cache_files(&cache, "grow");
+        assert_eq!(stored.len(), 1, "growth files: {stored:?}");
+        if !growth {
+            fs::remove_file(&stored[0]).unwrap();
+        }
+        let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
+        let ctx = m.join(&rel);
+        assert_same_bytes(
+            &fs::read(&ctx).unwrap(),
+            &cli_context_no_index(&file),
+            "served",
+        );
+        assert!(
+            m.log_text().contains("from the stored rendering"),
+            "{}",
+            m.log_text()
+        );
+        append_under_the_leaf(&file, &ctx, &format!("growth file {growth}"));
+        let log = m.log_text();
+        if growth {
+            assert!(
+                log.contains("the growth stored with the rendering"),
+                "{log}"
+            );
+            assert!(log.contains("extended by the lean path"), "{log}");
+            assert!(!log.contains("no usable growth"), "{log}");
+            assert!(!log.contains("loading the session"), "{log}");
+            assert!(cache_files(&cache, "idx").is_empty());
+        } else {
+            assert!(
+                log.contains("no usable growth stored with the rendering"),
+                "{log}"
+            );
+            assert!(!log.contains("extended by the lean path"), "{log}");
+        }
         drop(m);
     }
 }
