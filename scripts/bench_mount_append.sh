@@ -14,21 +14,24 @@
 #   branch    as `window`, the message appended under an older entry (not
 #             under the leaf): the session is loaded, as every first
 #             append was before the text could grow
-# in two forms: `no-index` (`--no-index`) and `first-ever` (the index on,
-# its cache emptied before each mount). Every text is compared with
-# `sessionfs context --no-index` of the grown file.
+# in three forms: `no-index` (`--no-index`), `first-ever` (the index on,
+# its cache emptied before each mount) and `index` (the index on, the
+# rendering and its growth file stored by an earlier mount: the first
+# read serves the stored rendering, which the append grows). Every text
+# is compared with `sessionfs context --no-index` of the grown file.
 #
 #   scripts/bench_mount_append.sh [DATA_DIR]
 #
 # Environment: RUNS (runs per form and mode, default 10), BIN (a sessionfs
 # binary; default: build target/release/sessionfs), FORMS (default
-# "no-index first-ever"), MODES (default "after together window branch").
+# "no-index first-ever index"), MODES (default "after together window
+# branch").
 # Needs FUSE (fuse3), jq and perf.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${RUNS:-10}
-FORMS=${FORMS:-no-index first-ever}
+FORMS=${FORMS:-no-index first-ever index}
 MODES=${MODES:-after together window branch}
 
 NAME=bench_mount_append.sh
@@ -44,13 +47,27 @@ line() {
 }
 echo "session: $F ($(stat -c %s "$F") bytes), leaf $LEAF"
 
+# The cache of a mount that read the pristine file's context.json (the
+# `index` form starts from a copy of it; `cp -p` keeps the file's mtime,
+# which the stored rendering is checked against).
+PRIMED=$DATA/primed-cache
 mount_fresh() {
     grep -q " $MNT " /proc/self/mountinfo && "$BIN" umount "$MNT"
-    cp "$PRISTINE" "$F"
+    cp -p "$PRISTINE" "$F"
     local args=()
     case "$1" in
         no-index) args=(--no-index) ;;
         first-ever) rm -rf "$CACHE" ;;
+        index)
+            if [ ! -d "$PRIMED" ]; then
+                XDG_CACHE_HOME=$PRIMED "$BIN" mount --agent-dir "$DATA" --pid-file "$PID" "$MNT" >/dev/null 2>&1
+                cat "$C" > /dev/null
+                "$BIN" umount "$MNT"
+                ls "$PRIMED"/sessionfs/index/*.grow >/dev/null 2>&1 || die "index: no growth file stored"
+            fi
+            rm -rf "$CACHE"
+            cp -a "$PRIMED" "$CACHE"
+            ;;
     esac
     XDG_CACHE_HOME=$CACHE "$BIN" mount --agent-dir "$DATA" --pid-file "$PID" "${args[@]}" "$MNT" >/dev/null 2>&1
 }
