@@ -695,6 +695,19 @@ pub(crate) fn message_role(text: &[u8], members: &[Member], name: &mut String) -
         };
         *slot = Some(m);
     }
+    role_and_model(text, role, provider, model, name)
+}
+
+/// The role of a message whose last `role`, `provider` and `model`
+/// members are these, and for an assistant message the model's name
+/// (`provider/model`) written into `name` (see [`message_role`]).
+pub(crate) fn role_and_model(
+    text: &[u8],
+    role: Option<&Member>,
+    provider: Option<&Member>,
+    model: Option<&Member>,
+    name: &mut String,
+) -> Role {
     let raw = |m: Option<&Member>| m.and_then(|m| as_text(m.value.of(text)));
     let role = role
         .and_then(|m| m.str_value(text))

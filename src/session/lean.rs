@@ -28,10 +28,12 @@ use crate::session::context::{
     RESET_BOUNDARY,
 };
 use crate::session::error::{Error, Result};
-use crate::session::format::{message_role, EntryKind, Facts, LineKind, LineScanner, Role};
+use crate::session::format::{
+    message_role, role_and_model, EntryKind, Facts, LineKind, LineScanner, Role,
+};
 use crate::session::index::Loc;
 use crate::session::index_store::{fingerprint_of, fingerprint_to_end, IndexStore};
-use crate::session::json::{scan_object, Member, Members, ObjectScan};
+use crate::session::json::{scan_entry, scan_object, EntryMembers, Member, ObjectScan};
 use crate::session::loader::{
     self, ChunkSink, Class, LineRules, Scanned, DEFAULT_MAX_LINE, PARALLEL_MIN,
 };
@@ -226,6 +228,9 @@ impl Names {
 /// line (serde's fallback, invalid lines, headers) goes through
 /// [`LineScanner`] itself.
 struct LeanRules<'a> {
+    /// The members a line is classified by.
+    entry: EntryMembers,
+    /// All members, for a message whose keys hold escapes.
     top: Vec<Member>,
     nested: Vec<Member>,
     name: String,
@@ -239,6 +244,7 @@ struct LeanRules<'a> {
 impl<'a> LeanRules<'a> {
     fn new(names: &'a Names, hasher: Hasher) -> Self {
         LeanRules {
+            entry: EntryMembers::default(),
             top: Vec::new(),
             nested: Vec::new(),
             name: String::new(),
@@ -332,17 +338,14 @@ impl LineRules for LeanRules<'_> {
     type Entry = Record;
 
     fn classify(&mut self, offset: u64, line: &[u8]) -> Class<Record> {
-        let ObjectScan::Valid { nested } =
-            scan_object(line, b"message", &mut self.top, &mut self.nested)
-        else {
+        let ObjectScan::Valid { nested } = scan_entry(line, &mut self.entry) else {
             return self.full(offset, line);
         };
-        // What `format::classify_fields` decides, from the same members.
-        let members = Members::Scanned {
-            text: line,
-            top: &self.top,
-        };
-        let Some(type_name) = members.get_str("type") else {
+        // What `format::classify_fields` decides, from the same members
+        // (the last of each name, as `Members::get_str` finds them).
+        let e = &self.entry;
+        let str_of = |m: &Option<Member>| m.as_ref().and_then(|m| m.str_value(line));
+        let Some(type_name) = str_of(&e.type_) else {
             return Class::Object { has_type: false };
         };
         match &*type_name {
@@ -350,12 +353,12 @@ impl LineRules for LeanRules<'_> {
             "title" => return Class::Title,
             _ => {}
         }
-        let Some(id) = members.get_str("id") else {
+        let Some(id) = str_of(&e.id) else {
             return Class::Object { has_type: true };
         };
         let kind = EntryKind::from_type(&type_name);
         let mut flags = 0;
-        let parent = match members.get_str("parentId") {
+        let parent = match str_of(&e.parent) {
             Some(p) => {
                 flags |= HAS_PARENT;
                 self.hasher.hash(&p)
@@ -367,7 +370,17 @@ impl LineRules for LeanRules<'_> {
         match kind {
             EntryKind::Message if nested => {
                 let mut name = std::mem::take(&mut self.name);
-                if message_role(line, &self.nested, &mut name) == Role::Assistant {
+                let role = if e.nested_escaped {
+                    // Keys with escapes are decoded to be compared: the
+                    // message's members are recorded all, as the full
+                    // path records them.
+                    scan_object(line, b"message", &mut self.top, &mut self.nested);
+                    message_role(line, &self.nested, &mut name)
+                } else {
+                    let (r, p, m) = (e.role.as_ref(), e.provider.as_ref(), e.model.as_ref());
+                    role_and_model(line, r, p, m, &mut name)
+                };
+                if role == Role::Assistant {
                     flags |= ASSISTANT;
                     model = self.model(&name);
                 }

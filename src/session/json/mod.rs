@@ -32,4 +32,6 @@ pub(crate) use raw::{decode_json_string, json_string};
 pub(crate) use scan::agree as scanner_agrees_with_serde;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use scan::is_valid_json;
-pub(crate) use scan::{as_text, object_members, scan_object, Member, ObjectScan};
+pub(crate) use scan::{
+    as_text, object_members, scan_entry, scan_object, EntryMembers, Member, ObjectScan,
+};

@@ -505,20 +505,27 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// An object at `{`: calls `member(scanner, key, key_escaped)` with
-    /// the scanner at the start of each value, which the callback consumes.
-    /// Scans a member's value and records the member.
-    fn push_member(&mut self, key: Span, key_escaped: bool, out: &mut Vec<Member>) -> Step {
+    /// Scans a member's value: the member.
+    #[inline]
+    fn member(&mut self, key: Span, key_escaped: bool) -> std::result::Result<Member, Stop> {
         let start = self.i;
         let plain_string = self.member_value()?;
-        out.push(Member {
+        Ok(Member {
             key,
             key_escaped,
             value: Span { start, end: self.i },
             plain_string,
-        });
+        })
+    }
+
+    /// Scans a member's value and records the member.
+    fn push_member(&mut self, key: Span, key_escaped: bool, out: &mut Vec<Member>) -> Step {
+        out.push(self.member(key, key_escaped)?);
         Ok(())
     }
+
+    /// An object at `{`: calls `member(scanner, key, key_escaped)` with
+    /// the scanner at the start of each value, which the callback consumes.
 
     fn members<F>(&mut self, mut member: F) -> Step
     where
@@ -614,6 +621,84 @@ pub(crate) fn scan_object(
     }
 }
 
+/// What [`scan_entry`] keeps of an entry line: the last top-level `type`,
+/// `id` and `parentId` members and, when the last `message` member is an
+/// object, its last `role`, `provider` and `model` members — exactly the
+/// members the lean path classifies a line by, found as the scan passes
+/// them instead of recorded all and searched after.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EntryMembers {
+    pub type_: Option<Member>,
+    pub id: Option<Member>,
+    pub parent: Option<Member>,
+    /// The last `message` member is an object.
+    pub nested: bool,
+    pub role: Option<Member>,
+    pub provider: Option<Member>,
+    pub model: Option<Member>,
+    /// A key of that object holds an escape: its members are not sorted
+    /// out here (the caller takes [`scan_object`]'s way).
+    pub nested_escaped: bool,
+}
+
+/// Scans `text` as one JSON object, accepting exactly what
+/// [`scan_object`] accepts and giving the same outcome; on success `out`
+/// holds the [`EntryMembers`] of the line (cleared first).
+pub(crate) fn scan_entry(text: &[u8], out: &mut EntryMembers) -> ObjectScan {
+    *out = EntryMembers::default();
+    let mut s = Scanner { b: text, i: 0 };
+    s.ws();
+    let res = s.members(|s, key, escaped| {
+        if escaped {
+            return Err(Stop::Unsure);
+        }
+        let slot = match key.of(s.b) {
+            b"type" => &mut out.type_,
+            b"id" => &mut out.id,
+            b"parentId" => &mut out.parent,
+            b"message" => {
+                out.role = None;
+                out.provider = None;
+                out.model = None;
+                out.nested_escaped = false;
+                out.nested = s.peek() == Some(b'{');
+                if !out.nested {
+                    return s.value();
+                }
+                return s.members(|s, key, key_escaped| {
+                    let slot = match key.of(s.b) {
+                        _ if key_escaped => {
+                            out.nested_escaped = true;
+                            return s.member_value().map(|_| ());
+                        }
+                        b"role" => &mut out.role,
+                        b"provider" => &mut out.provider,
+                        b"model" => &mut out.model,
+                        _ => return s.member_value().map(|_| ()),
+                    };
+                    *slot = Some(s.member(key, key_escaped)?);
+                    Ok(())
+                });
+            }
+            _ => return s.member_value().map(|_| ()),
+        };
+        *slot = Some(s.member(key, false)?);
+        Ok(())
+    });
+    match res {
+        Ok(()) => {
+            s.ws();
+            if s.i == text.len() {
+                ObjectScan::Valid { nested: out.nested }
+            } else {
+                ObjectScan::Invalid
+            }
+        }
+        Err(Stop::Invalid) => ObjectScan::Invalid,
+        Err(Stop::Unsure) => ObjectScan::Unsure,
+    }
+}
+
 /// The members of a JSON object given as (valid) text, `None` if it is not
 /// an object.
 pub(crate) fn object_members(text: &[u8]) -> Option<Vec<Member>> {
@@ -659,11 +744,65 @@ fn fast_view(bytes: &[u8]) -> Result<Option<Vec<(String, String)>>, ()> {
     }
 }
 
+/// The [`EntryMembers`] of a line as [`scan_object`]'s records give them
+/// (the last member of each name; `nested` as it reported).
+#[cfg(any(test, feature = "testing"))]
+fn entry_of_records(
+    bytes: &[u8],
+    top: &[Member],
+    nested: &[Member],
+    has_nested: bool,
+) -> EntryMembers {
+    let last = |members: &[Member], key: &[u8]| {
+        members
+            .iter()
+            .rev()
+            .find(|m| !m.key_escaped && m.key.of(bytes) == key)
+            .copied()
+    };
+    EntryMembers {
+        type_: last(top, b"type"),
+        id: last(top, b"id"),
+        parent: last(top, b"parentId"),
+        nested: has_nested,
+        role: last(nested, b"role"),
+        provider: last(nested, b"provider"),
+        model: last(nested, b"model"),
+        nested_escaped: nested.iter().any(|m| m.key_escaped),
+    }
+}
+
+/// Panics when [`scan_entry`] and [`scan_object`] disagree on `bytes`:
+/// the outcome, and for a valid line the members an entry is classified
+/// by.
+#[cfg(any(test, feature = "testing"))]
+fn entry_agrees(bytes: &[u8]) {
+    let (mut top, mut nested) = (Vec::new(), Vec::new());
+    let mut entry = EntryMembers::default();
+    let full = scan_object(bytes, b"message", &mut top, &mut nested);
+    assert_eq!(
+        scan_entry(bytes, &mut entry),
+        full,
+        "scan_entry and scan_object differ on {:?}",
+        String::from_utf8_lossy(bytes)
+    );
+    if let ObjectScan::Valid { nested: has_nested } = full {
+        assert_eq!(
+            entry,
+            entry_of_records(bytes, &top, &nested, has_nested),
+            "the members of {:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}
+
 /// Panics when the scanner and serde disagree on `bytes` (the scanner may
-/// decline with `Unsure`): the differential check of the tests below and of
-/// the `json_scanner` fuzz target.
+/// decline with `Unsure`), or when the entry scanner and the scanner
+/// disagree: the differential check of the tests below and of the
+/// `json_scanner` fuzz target.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn agree(bytes: &[u8]) {
+    entry_agrees(bytes);
     let serde = serde_view(bytes);
     // `Err`: the caller takes the serde path.
     if let Ok(fast) = fast_view(bytes) {
@@ -890,7 +1029,7 @@ mod tests {
                 prop_oneof![
                     prop::collection::vec(inner.clone(), 0..5)
                         .prop_map(|v| format!("[{}]", v.join(","))),
-                    prop::collection::vec(("[a-z]{0,6}", inner), 0..5).prop_map(|v| {
+                    prop::collection::vec((key(), inner), 0..5).prop_map(|v| {
                         let members: Vec<String> = v
                             .into_iter()
                             .map(|(k, v)| format!("{}:{v}", json_string(&k)))
@@ -901,12 +1040,27 @@ mod tests {
             })
         }
 
+        /// Keys of nested objects: those the entry scanner looks for in
+        /// a message, one with an escape, and others.
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("role".to_string()),
+                Just("model".to_string()),
+                Just("provider".to_string()),
+                Just("ro\nle".to_string()),
+                "[a-z]{0,6}",
+            ]
+        }
+
         fn object() -> impl Strategy<Value = String> {
             prop::collection::vec(
                 (
                     prop_oneof![
                         Just("type".to_string()),
                         Just("message".to_string()),
+                        Just("id".to_string()),
+                        Just("parentId".to_string()),
+                        Just("ty\tpe".to_string()),
                         "[a-z]{1,5}"
                     ],
                     json_value(),
