@@ -526,7 +526,6 @@ impl<'a> Scanner<'a> {
 
     /// An object at `{`: calls `member(scanner, key, key_escaped)` with
     /// the scanner at the start of each value, which the callback consumes.
-
     fn members<F>(&mut self, mut member: F) -> Step
     where
         F: FnMut(&mut Self, Span, bool) -> Step,
