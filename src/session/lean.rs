@@ -24,14 +24,15 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use crate::session::blobrefs::contains_ref_prefix;
 use crate::session::blobs::{resolve_from_store, BlobStore};
 use crate::session::context::{
-    self, line_run, write_context_rendered, LineSource, PathView, Read, CONTEXT_CHUNK,
-    RESET_BOUNDARY,
+    self, line_run, write_context_rendered, LineSource, PathView, Read, TextSink, WriteSink,
+    CONTEXT_CHUNK, RESET_BOUNDARY,
 };
 use crate::session::error::{Error, Result};
 use crate::session::format::{
     message_role, role_and_model, EntryKind, Facts, LineKind, LineScanner, Role,
 };
 use crate::session::index::Loc;
+use crate::session::index_store::ContextWriter;
 use crate::session::index_store::{fingerprint_of, fingerprint_to_end, IndexStore};
 use crate::session::json::{scan_entry, scan_object, EntryMembers, Member, ObjectScan};
 use crate::session::loader::{
@@ -923,7 +924,8 @@ pub fn write_last_context(
     out: &mut dyn std::io::Write,
 ) -> Result<bool> {
     let tuning = Tuning::of_machine();
-    write_with_fold(storage, path, blobs, pretty, keep, out, tuning, None)
+    let mut out = WriteSink(out);
+    write_with_fold(storage, path, blobs, pretty, keep, &mut out, tuning, None)
 }
 
 /// [`write_last_context`] of the pretty text, also giving in `grow` what
@@ -936,7 +938,7 @@ pub fn write_last_context_growable(
     path: &Path,
     blobs: Option<&BlobStore>,
     keep: Option<KeepRendering<'_>>,
-    out: &mut dyn std::io::Write,
+    out: &mut dyn TextSink,
     grow: &mut Option<LeanFold>,
 ) -> Result<bool> {
     let tuning = Tuning::of_machine();
@@ -966,6 +968,41 @@ impl Tuning {
     }
 }
 
+/// Where the lean path's text goes: the caller's sink and, when the
+/// rendering is kept, the stored rendering's writer (with what decides
+/// whether it is kept: an unresolved blob ref, and its length).
+struct Emit<'a, 'o> {
+    out: &'o mut (dyn TextSink + 'a),
+    keep: Option<ContextWriter>,
+    /// A blob ref was written (inside strings, which rendering leaves as
+    /// they are; only a kept text asks).
+    unresolved: bool,
+    len: u64,
+}
+
+impl Emit<'_, '_> {
+    /// Notes and keeps `piece` before it goes to the sink.
+    fn keep(&mut self, piece: &[u8]) -> Result<()> {
+        self.len += piece.len() as u64;
+        if let Some(w) = self.keep.as_mut() {
+            self.unresolved |= contains_ref_prefix(piece);
+            std::io::Write::write_all(w, piece).map_err(|e| Error::io("<output>", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl TextSink for Emit<'_, '_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.keep(bytes)?;
+        self.out.write(bytes)
+    }
+    fn take(&mut self, buf: Vec<u8>) -> Result<Vec<u8>> {
+        self.keep(&buf)?;
+        self.out.take(buf)
+    }
+}
+
 /// [`write_last_context`] with its work shared as `tuning` says, also
 /// making the [`LeanFold`] of the pretty text in `grow` when asked.
 #[allow(clippy::too_many_arguments)]
@@ -975,7 +1012,7 @@ fn write_with_fold(
     blobs: Option<&BlobStore>,
     pretty: bool,
     keep: Option<KeepRendering<'_>>,
-    out: &mut dyn std::io::Write,
+    out: &mut dyn TextSink,
     tuning: Tuning,
     grow: Option<&mut Option<LeanFold>>,
 ) -> Result<bool> {
@@ -1071,20 +1108,11 @@ fn write_with_fold(
     // The records are not needed any more: the memory of the path's
     // messages takes their place (peak RSS, docs/benchmarks.md).
     drop(records);
-    let mut unresolved = false;
-    let mut text_len = 0u64;
-    let mut emit = |piece: &[u8]| -> Result<()> {
-        text_len += piece.len() as u64;
-        // Blob refs are inside strings, which rendering leaves as they are;
-        // only a kept text asks.
-        if keep_writer.is_some() {
-            unresolved |= contains_ref_prefix(piece);
-        }
-        out.write_all(piece).map_err(|e| Error::io("<output>", e))?;
-        if let Some(w) = keep_writer.as_mut() {
-            std::io::Write::write_all(w, piece).map_err(|e| Error::io("<output>", e))?;
-        }
-        Ok(())
+    let mut emit = Emit {
+        out,
+        keep: keep_writer,
+        unresolved: false,
+        len: 0,
     };
     let rendered = write_context_rendered(
         plan,
@@ -1093,7 +1121,8 @@ fn write_with_fold(
         (tuning.parts, tuning.chunk),
         &mut emit,
     )?;
-    emit(b"\n")?;
+    emit.write(b"\n")?;
+    let (keep_writer, unresolved, text_len) = (emit.keep, emit.unresolved, emit.len);
     let stored = match keep_writer {
         Some(w) if !unresolved => w.finish(),
         _ => false,

@@ -49,7 +49,9 @@ pub use append::{parse_new_entry, parse_new_entry_json, Compaction, NewEntry};
 pub use blobrefs::contains_ref_prefix;
 pub use blobs::{sha256_hex, BlobStore};
 pub use check::{Checker, Problem, ProblemKind, Repair};
-pub use context::{Context, ContextFold, Extension as ContextExtension, LeafSel};
+pub use context::{
+    Context, ContextFold, Extension as ContextExtension, LeafSel, TextSink, WriteSink,
+};
 pub use diff::{branch_diff, common_ancestor};
 pub use discovery::{
     is_session_item, link_stays_inside, list_all, list_all_with_progress, list_sessions,

@@ -5,12 +5,8 @@
 
 use super::*;
 use crate::fs::pages::common_prefix;
-use crate::fs::text::{Grown, Text};
+use crate::fs::text::{Base, Grown, Pieces, Text};
 use crate::session::{write_last_context_growable, KeepRendering, LeanFold};
-
-/// At most this much address space is set aside for the lean path's
-/// text of `context.json` before it is built (see `Tree::lean_context`).
-const LEAN_TEXT_ROOM: u64 = 1 << 30;
 
 impl Tree {
     /// `Ok` when the file `node` still exists (as [`Tree::attr`] would
@@ -453,7 +449,7 @@ impl Tree {
                         if fold.is_some() { ", growable" } else { "" }
                     );
                     st.lean_fold = fold;
-                    Text::Memory(Arc::new(text))
+                    Text::Pieces(Arc::new(text))
                 }
                 None => return None,
             };
@@ -502,33 +498,35 @@ impl Tree {
         };
         let new_entries = growth.new_entries();
         let changed = match &mut st.stored_context {
-            Some((_, Text::Memory(data))) => fold.apply(growth, Arc::make_mut(data)),
             Some((_, Text::Grown(g))) => {
                 let g = Arc::make_mut(g);
                 let base = usize::try_from(g.keep).ok()?;
                 fold.apply_from(growth, &mut g.tail, base)
             }
-            Some((_, Text::Stored(base))) => {
-                // From a stored rendering: its bytes up to the end of the
-                // last message stay in its file, the rest is read (the
-                // members after the messages) and grown in memory.
+            Some((_, text @ (Text::Stored(_) | Text::Pieces(_)))) => {
+                // From a stored rendering (or the pieces of the lean path's
+                // text): its bytes up to the end of the last message stay
+                // where they are, the rest is read (the members after the
+                // messages) and grown in memory.
+                let base = match text {
+                    Text::Stored(t) => Base::Stored(t.clone()),
+                    Text::Pieces(p) => Base::Pieces(p.clone()),
+                    _ => return None,
+                };
                 let keep = fold.prefix() as u64;
                 let mut tail = vec![0u8; usize::try_from(base.len().checked_sub(keep)?).ok()?];
                 if base.read_at(keep, &mut tail).ok()? != tail.len() {
                     return None;
                 }
-                let mut g = Grown {
-                    base: base.clone(),
-                    keep,
-                    tail,
-                };
+                let mut g = Grown { base, keep, tail };
                 let changed = fold.apply_from(growth, &mut g.tail, keep as usize);
                 if let Some((_, text)) = &mut st.stored_context {
                     *text = Text::Grown(Arc::new(g));
                 }
                 changed
             }
-            None => return None,
+            // Not the lean path's text, nor a stored rendering.
+            Some((_, Text::Memory(_))) | None => return None,
         };
         let Some((_, data)) = &st.stored_context else {
             return None;
@@ -581,18 +579,10 @@ impl Tree {
         path: &Path,
         store: Option<&IndexStore>,
         variant: &str,
-    ) -> Option<(Vec<u8>, Option<LeanFold>)> {
+    ) -> Option<(Pieces, Option<LeanFold>)> {
         let keep = store.map(|store| KeepRendering { store, variant });
-        // Room for the whole text at once, as address space: grown by
-        // doubling, it would be copied on the way and touch about twice
-        // its memory, and a fresh page costs microseconds
-        // (docs/benchmarks.md, "Mount first reads (seventh session)").
-        // Untouched pages cost nothing; what is left is given back below.
-        let mut text = Vec::new();
-        if let Ok(meta) = self.storage.stat(path) {
-            let room = meta.size.saturating_add(meta.size / 4).min(LEAN_TEXT_ROOM);
-            let _ = text.try_reserve_exact(usize::try_from(room).unwrap_or(0));
-        }
+        // Kept in the pieces it is rendered in (see `Pieces`).
+        let mut text = Pieces::default();
         let mut fold = None;
         let built = write_last_context_growable(
             &*self.storage,
@@ -603,10 +593,7 @@ impl Tree {
             &mut fold,
         );
         match built {
-            Ok(true) => {
-                text.shrink_to_fit();
-                Some((text, fold))
-            }
+            Ok(true) => Some((text, fold)),
             Ok(false) => None,
             Err(e) => {
                 log::debug!("{}: lean context failed: {e}", path.display());

@@ -27,6 +27,7 @@ use messages::{emit_messages, push_member, truthy};
 #[cfg(test)]
 pub(crate) use split::HELPER_CHUNKS;
 pub(crate) use split::{write_context_rendered, CONTEXT_CHUNK};
+pub use split::{TextSink, WriteSink};
 
 /// Which leaf to build the context at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

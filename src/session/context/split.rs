@@ -36,6 +36,35 @@ pub(crate) static HELPER_CHUNKS: AtomicUsize = AtomicUsize::new(0);
 
 /// Compact text assembled before it is rendered and written.
 const PIECE: usize = 64 << 10;
+
+/// Where a rendered context goes, in pieces.
+pub trait TextSink {
+    /// Takes a piece of the text.
+    fn write(&mut self, bytes: &[u8]) -> Result<()>;
+
+    /// Takes a piece of the text in its buffer, and gives back a buffer
+    /// (empty) to render the next piece into: the same one when the piece
+    /// was written out (the default), a fresh one when the sink keeps
+    /// the buffer (the mount keeps the pieces of `context.json`, so that
+    /// no byte is copied twice and each thread touches the fresh memory
+    /// of its own pieces).
+    fn take(&mut self, mut buf: Vec<u8>) -> Result<Vec<u8>> {
+        self.write(&buf)?;
+        buf.clear();
+        Ok(buf)
+    }
+}
+
+/// A [`TextSink`] over a writer.
+pub struct WriteSink<'a>(pub &'a mut dyn std::io::Write);
+
+impl TextSink for WriteSink<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.0
+            .write_all(bytes)
+            .map_err(|e| Error::io("<output>", e))
+    }
+}
 /// The pretty printer's depth between two messages: inside the object
 /// and its `messages` array.
 const MESSAGE_DEPTH: usize = 2;
@@ -89,7 +118,7 @@ pub(crate) fn write_context_rendered(
     src: &(dyn LineSource + Sync),
     pretty: bool,
     (threads, chunk_bytes): (usize, u64),
-    out: &mut dyn FnMut(&[u8]) -> Result<()>,
+    out: &mut dyn TextSink,
 ) -> Result<Rendered> {
     let render = Render { pretty };
     let Some(Plan {
@@ -101,7 +130,7 @@ pub(crate) fn write_context_rendered(
     else {
         let mut text = Vec::new();
         render.append(&format!("{OPEN}],{EMPTY_STATE}}}"), 0, &mut text);
-        out(&text)?;
+        out.write(&text)?;
         return Ok(Rendered {
             fold: None,
             cut: (0, 0),
@@ -186,9 +215,11 @@ pub(crate) fn write_context_rendered(
                 } else if done.messages > 0 {
                     #[cfg(test)]
                     HELPER_CHUNKS.fetch_add(1, Ordering::Relaxed);
-                    w.sink.write(&done.text)?;
+                    let back = w.sink.take(done.text)?;
                     w.messages += done.messages;
                     w.sink.indent = done.indent;
+                    let _ = free_tx.send(back);
+                    continue;
                 }
                 let _ = free_tx.send(done.text);
             }
@@ -246,7 +277,7 @@ struct Sink<'o> {
     text: Vec<u8>,
     indent: usize,
     printed: usize,
-    out: &'o mut dyn FnMut(&[u8]) -> Result<()>,
+    out: &'o mut dyn TextSink,
 }
 
 impl Writer<'_> {
@@ -288,14 +319,15 @@ impl Sink<'_> {
         self.text.clear();
         self.indent = self.render.append(json, self.indent, &mut self.text);
         json.clear();
-        self.printed += self.text.len();
-        (self.out)(&self.text)
+        let text = std::mem::take(&mut self.text);
+        self.text = self.take(text)?;
+        Ok(())
     }
 
-    /// Writes rendered text.
-    fn write(&mut self, text: &[u8]) -> Result<()> {
+    /// Writes rendered text in its buffer: a buffer to fill next.
+    fn take(&mut self, text: Vec<u8>) -> Result<Vec<u8>> {
         self.printed += text.len();
-        (self.out)(text)
+        self.out.take(text)
     }
 }
 

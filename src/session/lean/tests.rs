@@ -42,7 +42,7 @@ fn write_lean(
     path: &Path,
     store: &BlobStore,
     pretty: bool,
-    out: &mut dyn std::io::Write,
+    out: &mut dyn TextSink,
     parts: usize,
     chunk: u64,
 ) -> crate::session::Result<bool> {
@@ -72,13 +72,45 @@ fn lean(
         2 => 1,
         _ => 256,
     };
-    let done = write_lean(&**storage, path, &store, pretty, &mut out, parts, chunk)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let done = write_lean(
+        &**storage,
+        path,
+        &store,
+        pretty,
+        &mut WriteSink(&mut out),
+        parts,
+        chunk,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    // The same through a sink that keeps the buffers it is given (as the
+    // mount's does): each buffer is filled once, the text is the same.
+    let mut kept = Keeping::default();
+    let again = write_lean(&**storage, path, &store, pretty, &mut kept, parts, chunk).unwrap();
+    assert_eq!(again, done);
+    assert_eq!(kept.parts.concat(), out, "{}: kept pieces", path.display());
     if !done {
         assert!(out.is_empty(), "{}: declined after writing", path.display());
         return None;
     }
     Some(out)
+}
+
+/// A sink that keeps the buffers it takes, giving back fresh ones.
+#[derive(Default)]
+struct Keeping {
+    parts: Vec<Vec<u8>>,
+}
+
+impl TextSink for Keeping {
+    fn write(&mut self, bytes: &[u8]) -> crate::session::Result<()> {
+        self.parts.push(bytes.to_vec());
+        Ok(())
+    }
+    fn take(&mut self, buf: Vec<u8>) -> crate::session::Result<Vec<u8>> {
+        let room = buf.capacity();
+        self.parts.push(buf);
+        Ok(Vec::with_capacity(room))
+    }
 }
 
 /// Records kept in the scan's parts are numbered across them, in order,
@@ -600,7 +632,16 @@ fn chunks_taken_by_either_thread_give_the_same_text() {
             out: Vec::new(),
             waited: false,
         };
-        let done = write_lean(&*storage, &path, &store, pretty, &mut out, 2, 512).unwrap();
+        let done = write_lean(
+            &*storage,
+            &path,
+            &store,
+            pretty,
+            &mut WriteSink(&mut out),
+            2,
+            512,
+        )
+        .unwrap();
         assert!(done);
         assert_eq!(
             String::from_utf8_lossy(&out.out),

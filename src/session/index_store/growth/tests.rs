@@ -98,7 +98,7 @@ impl Fixture {
             path,
             Some(&bstore),
             Some(keep),
-            &mut out,
+            &mut crate::session::WriteSink(&mut out),
             &mut fold
         )
         .unwrap());

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::super::tests::{oracle, random_session, temp_storage, Rng};
 use super::super::{write_with_fold, Tuning};
 use super::*;
+use crate::session::WriteSink;
 
 const HEADER: &str =
     r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
@@ -55,7 +56,7 @@ fn build(storage: &Arc<dyn Storage>, path: &Path, blobs: &Path) -> (Vec<u8>, Opt
         Some(&store),
         true,
         None,
-        &mut out,
+        &mut WriteSink(&mut out),
         // Two threads, one entry per chunk: the cut is found whichever
         // thread printed the last message.
         Tuning {
