@@ -444,6 +444,38 @@ fn read_range(
     Ok(())
 }
 
+/// Where the lean scan cuts a file of `size` bytes for `threads` threads
+/// (none below `min_parallel` bytes): [`PARTS_PER_THREAD`] parts per thread
+/// of one size for the first three quarters, then parts that shrink with
+/// what is left (a quarter of it per thread and part, at least
+/// [`MIN_TAPER`]): the threads take the next part nobody took, and the one
+/// that finishes first waits for the other's last part only, now a small
+/// one (docs/benchmarks.md, "Tenth session").
+fn tapering_hints(size: u64, threads: usize, min_parallel: u64) -> Vec<u64> {
+    let even = loader::split_hints(size, threads * PARTS_PER_THREAD, min_parallel);
+    let Some(&first) = even.first() else {
+        return even;
+    };
+    let mut hints = Vec::new();
+    let mut at = 0u64;
+    loop {
+        let left = size - at;
+        let part = if left > size / 4 {
+            first
+        } else {
+            (left / (2 * threads as u64)).max(MIN_TAPER)
+        };
+        at += part;
+        if at >= size {
+            return hints;
+        }
+        hints.push(at);
+    }
+}
+
+/// The smallest part [`tapering_hints`] makes.
+const MIN_TAPER: u64 = 256 << 10;
+
 /// A scanned file: the records and what the path walk and the fold need.
 struct LeanScan {
     /// The scan's summary (its `entries` empty: they are `records`).
@@ -466,7 +498,7 @@ fn scan(
     let names = Names::default();
     let hasher = Hasher::new();
     // More parts than threads: a thread that is slowed down takes fewer.
-    let hints = loader::split_hints(size, parts * PARTS_PER_THREAD, min_parallel);
+    let hints = tapering_hints(size, parts, min_parallel);
     let scan_part = |start, end, phase, scratch: &mut Vec<u8>| {
         loader::scan_stream_with(
             path,

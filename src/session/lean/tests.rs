@@ -650,3 +650,29 @@ fn chunks_taken_by_either_thread_give_the_same_text() {
     }
     assert!(crate::session::context::HELPER_CHUNKS.load(Ordering::Relaxed) > before);
 }
+
+/// The scan's parts: one size for the first three quarters of the file,
+/// then shrinking, the last no larger than the smallest taper.
+#[test]
+fn scan_parts_taper_towards_the_end() {
+    let size = 58_541_431u64;
+    let hints = tapering_hints(size, 2, 0);
+    assert!(hints.windows(2).all(|w| w[0] < w[1]), "{hints:?}");
+    assert!(hints[0] > 0 && *hints.last().unwrap() < size);
+    let starts = std::iter::once(0).chain(hints.iter().copied());
+    let ends = hints.iter().copied().chain([size]);
+    let sizes: Vec<u64> = starts.zip(ends).map(|(a, b)| b - a).collect();
+    assert_eq!(sizes[0], size / 16);
+    assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "{sizes:?}");
+    assert!(*sizes.last().unwrap() <= MIN_TAPER, "{sizes:?}");
+    assert!(
+        sizes.len() > 16 && sizes.len() < 40,
+        "{} parts",
+        sizes.len()
+    );
+    // Below the parallel size: one part.
+    assert!(tapering_hints(size, 2, size + 1).is_empty());
+    // A small file: the parts of one size, and one for the last quarter.
+    let small = tapering_hints(100_000, 2, 0);
+    assert!(small.len() <= 16, "{small:?}");
+}
