@@ -312,6 +312,20 @@ mod tests {
         assert_eq!(t.memory_bytes(), 11);
     }
 
+    /// Every range of `t` (also past its end) reads as that range of
+    /// `whole`, and all of it is `whole`.
+    fn assert_reads_as(t: &Text, whole: &[u8]) {
+        let len = whole.len() as u64;
+        for start in 0..=len + 2 {
+            for end in start..=len + 2 {
+                let got = t.with_range(start, end, |s| s.to_vec()).unwrap();
+                let (a, b) = (start.min(len) as usize, end.min(len) as usize);
+                assert_eq!(got, &whole[a..b], "{start}..{end}");
+            }
+        }
+        assert_eq!(&t.to_memory().unwrap()[..], whole);
+    }
+
     #[test]
     fn texts_in_pieces_read_within_and_across_pieces() {
         let mut p = Pieces::default();
@@ -327,14 +341,7 @@ mod tests {
         assert_eq!(p.len(), whole.len() as u64);
         assert_eq!(p.parts.len(), 3, "{:?}", p.parts);
         let t = Text::Pieces(Arc::new(p));
-        for start in 0..=whole.len() as u64 + 1 {
-            for end in start..=whole.len() as u64 + 1 {
-                let got = t.with_range(start, end, |s| s.to_vec()).unwrap();
-                let (a, b) = (start.min(13) as usize, end.min(13) as usize);
-                assert_eq!(got, &whole[a..b], "{start}..{end}");
-            }
-        }
-        assert_eq!(&t.to_memory().unwrap()[..], whole);
+        assert_reads_as(&t, whole);
         assert_eq!(t.changed_to(b"hello there"), Some(6));
         assert_eq!(t.changed_to(whole), None);
     }
@@ -351,14 +358,7 @@ mod tests {
         }));
         let whole = b"hello world, and more\n";
         assert_eq!(t.len(), whole.len() as u64);
-        for start in 0..=whole.len() as u64 + 2 {
-            for end in start..=whole.len() as u64 + 2 {
-                let got = t.with_range(start, end, |s| s.to_vec()).unwrap();
-                let (a, b) = (start.min(22) as usize, end.min(22) as usize);
-                assert_eq!(got, &whole[a..b], "{start}..{end}");
-            }
-        }
-        assert_eq!(&t.to_memory().unwrap()[..], whole);
+        assert_reads_as(&t, whole);
         assert_eq!(t.changed_to(whole), None);
         assert_eq!(t.changed_to(b"hello world, and less\n"), Some(17));
         assert_eq!(t.memory_bytes(), 11);

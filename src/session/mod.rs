@@ -38,6 +38,8 @@ pub(crate) mod sizecontrol;
 pub(crate) mod stats;
 pub(crate) mod storage;
 pub(crate) mod svg;
+#[cfg(test)]
+pub(crate) mod testlines;
 pub(crate) mod time;
 
 // The engine's public API (`docs/engine.md`, "Public surface"): the

@@ -9,24 +9,10 @@ use std::sync::Arc;
 
 use super::*;
 use crate::session::storage::{FileStorage, Storage};
+use crate::session::testlines::{assistant, user, HEADER};
 use crate::session::{
     pretty_context_variant, write_last_context_growable, BlobStore, KeepRendering, Session,
 };
-
-const HEADER: &str =
-    r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
-
-fn user(id: &str, parent: &str, text: &str) -> String {
-    format!(
-        r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
-    ) + "\n"
-}
-
-fn assistant(id: &str, parent: &str, model: &str) -> String {
-    format!(
-        r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:02.000Z","message":{{"role":"assistant","provider":"p","model":"{model}","content":[{{"type":"text","text":"r {id}"}}]}}}}"#
-    ) + "\n"
-}
 
 /// A session with model and thinking-level changes and TTSR rules (so
 /// that the stored fold has every kind of state): its text and its leaf.
@@ -45,7 +31,12 @@ fn session(n: usize) -> (String, String) {
         let u = format!("u{i}");
         s.push_str(&user(&u, &parent, &format!("q{i}")));
         let a = format!("a{i}");
-        s.push_str(&assistant(&a, &u, if i % 3 == 0 { "m2" } else { "m1" }));
+        s.push_str(&assistant(
+            &a,
+            &u,
+            &format!("r {a}"),
+            if i % 3 == 0 { "m2" } else { "m1" },
+        ));
         parent = a;
     }
     (s, parent)
@@ -172,7 +163,7 @@ fn a_stored_growth_grows_the_stored_rendering_like_the_fold_in_memory() {
     for i in 0..4 {
         let id = format!("n{i}");
         let line = if i == 2 {
-            assistant(&id, &parent, "m3")
+            assistant(&id, &parent, &format!("r {id}"), "m3")
         } else {
             user(&id, &parent, &format!("more {i}"))
         };

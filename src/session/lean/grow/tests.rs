@@ -10,22 +10,8 @@ use std::sync::Arc;
 use super::super::tests::{oracle, random_session, temp_storage, Rng};
 use super::super::{write_with_fold, Tuning};
 use super::*;
+use crate::session::testlines::{assistant, user, HEADER};
 use crate::session::WriteSink;
-
-const HEADER: &str =
-    r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
-
-fn user(id: &str, parent: &str, text: &str) -> String {
-    format!(
-        r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
-    ) + "\n"
-}
-
-fn assistant(id: &str, parent: &str, text: &str, model: &str) -> String {
-    format!(
-        r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:02.000Z","message":{{"role":"assistant","provider":"p","model":"{model}","content":[{{"type":"text","text":"{text}"}}]}}}}"#
-    ) + "\n"
-}
 
 /// A linear session of `n` exchanges `u1, a1, …, un, an`.
 fn linear(n: usize) -> String {
