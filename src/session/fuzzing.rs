@@ -188,6 +188,87 @@ pub fn index_fixture_bytes() -> Option<Vec<u8>> {
     bytes
 }
 
+/// The rendering and growth file stored for [`exercise_index_file`]'s
+/// session file, once per process: (the store, the rendering's variant,
+/// the valid growth file's bytes).
+fn growth_fixture() -> Option<&'static (crate::session::IndexStore, String, Vec<u8>)> {
+    use crate::session::storage::FileStorage;
+    use crate::session::{pretty_context_variant, write_last_context_growable, KeepRendering};
+    static FIXTURE: std::sync::OnceLock<Option<(crate::session::IndexStore, String, Vec<u8>)>> =
+        std::sync::OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            let (dir, file) = index_fixture()?;
+            let store = crate::session::IndexStore::new(dir.join("growth-store"));
+            let variant = pretty_context_variant(None);
+            let keep = KeepRendering {
+                store: &store,
+                variant: &variant,
+            };
+            let mut fold = None;
+            let mut out = Vec::new();
+            write_last_context_growable(
+                &FileStorage::new(),
+                file,
+                None,
+                Some(keep),
+                &mut crate::session::WriteSink(&mut out),
+                &mut fold,
+            )
+            .ok()?;
+            let bytes = std::fs::read(store.growth_file_for(file)).ok()?;
+            Some((store, variant, bytes))
+        })
+        .as_ref()
+}
+
+/// Feeds arbitrary bytes to the growth file of a stored rendering
+/// (docs/engine.md, "Growth files") of a fixed session file: as the whole
+/// file, and as its body (padded to whole words) with a valid checksum, so
+/// that mutations reach the field decoder. Nothing may panic; whatever a
+/// growth file that is accepted says, growing from it does not panic
+/// either (errors and declines are fine). True when a form of `data` was
+/// accepted.
+pub fn exercise_growth_file(data: &[u8]) -> bool {
+    use crate::session::storage::FileStorage;
+    let Some((store, variant, _)) = growth_fixture() else {
+        return false;
+    };
+    let Some((_, file)) = index_fixture() else {
+        return false;
+    };
+    let storage = FileStorage::new();
+    let Some(text) = store.stored_context_text(&storage, file, variant, None) else {
+        return false;
+    };
+    let mut with_sum = data.to_vec();
+    with_sum.resize(data.len().next_multiple_of(8), 0);
+    let sum = xxhash_rust::xxh3::xxh3_64(&with_sum);
+    with_sum.extend_from_slice(&sum.to_le_bytes());
+    // One file per call: runs may be parallel (test threads).
+    let target = store
+        .dir()
+        .join(format!("fuzz-{}.grow", crate::session::ids::random_hex(6)));
+    let mut accepted = false;
+    for bytes in [data, &with_sum[..]] {
+        if std::fs::write(&target, bytes).is_err() {
+            break;
+        }
+        if let Some(mut fold) = store.growth_from_file(&target, file, variant, &text) {
+            accepted = true;
+            let _ = fold.grow(&storage, file, None);
+        }
+    }
+    let _ = std::fs::remove_file(&target);
+    accepted
+}
+
+/// The valid growth file of [`exercise_growth_file`]'s session file:
+/// seeds for the smoke test's mutations and the fuzz corpus.
+pub fn growth_fixture_bytes() -> Option<Vec<u8>> {
+    growth_fixture().map(|(_, _, bytes)| bytes.clone())
+}
+
 /// Scans arbitrary bytes as a line with the fast scanner and parses them
 /// with serde; panics when the two disagree (the scanner may only decline),
 /// or when the lean path's locator (`context/locate.rs`) finds other

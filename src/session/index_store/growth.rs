@@ -27,7 +27,7 @@ const GROW_MAGIC: &[u8; 8] = b"SFSGRW\x00\x01";
 
 impl IndexStore {
     /// The growth file of a session's stored rendering.
-    fn growth_file_for(&self, canonical: &Path) -> PathBuf {
+    pub(crate) fn growth_file_for(&self, canonical: &Path) -> PathBuf {
         self.file_for(canonical).with_extension("grow")
     }
 
@@ -70,8 +70,8 @@ impl IndexStore {
         text: &StoredText,
     ) -> Option<LeanFold> {
         let canonical = storage.canonicalize(path).ok()?;
-        let words = read_words(&self.growth_file_for(&canonical))?;
-        let fold = decode_words(words, &canonical, variant, text.fingerprint(), text.len());
+        let fold =
+            self.growth_from_file(&self.growth_file_for(&canonical), &canonical, variant, text);
         if fold.is_none() {
             log::debug!(
                 "no usable growth file for the stored rendering of {}",
@@ -79,6 +79,21 @@ impl IndexStore {
             );
         }
         fold
+    }
+}
+
+impl IndexStore {
+    /// [`IndexStore::stored_growth`] from the file `grow` (for the fuzz
+    /// target, which writes its own), `canonical` the session file's path.
+    pub(crate) fn growth_from_file(
+        &self,
+        grow: &Path,
+        canonical: &Path,
+        variant: &str,
+        text: &StoredText,
+    ) -> Option<LeanFold> {
+        let words = read_words(grow)?;
+        decode_words(words, canonical, variant, text.fingerprint(), text.len())
     }
 }
 

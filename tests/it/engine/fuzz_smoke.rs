@@ -157,6 +157,53 @@ mod index_file {
     }
 }
 
+mod growth_file {
+    use proptest::prelude::*;
+    use sessionfs::session::fuzzing::{exercise_growth_file, growth_fixture_bytes};
+
+    #[test]
+    fn the_valid_growth_file_is_used() {
+        let good = growth_fixture_bytes().expect("fixture growth file");
+        assert!(
+            exercise_growth_file(&good),
+            "the valid growth file is accepted"
+        );
+        // Its body with the checksum made again: accepted too.
+        assert!(exercise_growth_file(&good[..good.len() - 8]));
+        assert!(!exercise_growth_file(b"not a growth file"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_growth_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = exercise_growth_file(&data);
+        }
+
+        /// Mutations of a valid growth file's body; `exercise_growth_file`
+        /// also tries each with a fixed-up checksum, so they reach the
+        /// decoder (and, when it accepts them, the growth).
+        #[test]
+        fn mutated_growth_files_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+            cut in any::<prop::sample::Index>(),
+            truncate in any::<bool>(),
+        ) {
+            let good = growth_fixture_bytes().expect("fixture growth file");
+            let mut body = good[..good.len() - 8].to_vec();
+            for (at, byte) in flips {
+                let i = at.index(body.len());
+                body[i] = byte;
+            }
+            if truncate {
+                body.truncate(cut.index(body.len() + 1));
+            }
+            let _ = exercise_growth_file(&body);
+        }
+    }
+}
+
 /// Every input of the committed, minimised fuzz corpora (`fuzz/corpus/`)
 /// through its target's entry point: what the coverage-guided runs kept
 /// stays checked in every `cargo test` (`docs/reliability.md`,
