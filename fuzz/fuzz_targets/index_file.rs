@@ -12,12 +12,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(
     init: {
-        if let Some(dir) = std::env::var_os("SESSIONFS_FUZZ_SEED") {
-            if let Some(bytes) = sessionfs::session::fuzzing::index_fixture_bytes() {
-                let _ = std::fs::create_dir_all(&dir);
-                let _ = std::fs::write(std::path::Path::new(&dir).join("valid-index"), bytes);
-            }
-        }
+        sessionfs::session::fuzzing::write_fuzz_seed(
+            "valid-index",
+            sessionfs::session::fuzzing::index_fixture_bytes(),
+        );
     },
     |data: &[u8]| {
         sessionfs::session::fuzzing::exercise_index_file(data);

@@ -269,6 +269,18 @@ pub fn growth_fixture_bytes() -> Option<Vec<u8>> {
     growth_fixture().map(|(_, _, bytes)| bytes.clone())
 }
 
+/// Writes `bytes` (a seed made by this build, when there is one) as the
+/// file `name` into the directory `SESSIONFS_FUZZ_SEED` names, when it is
+/// set: the fuzz targets whose valid inputs name the engine build that
+/// wrote them start from one this way (`docs/reliability.md`, "Local
+/// runs").
+pub fn write_fuzz_seed(name: &str, bytes: Option<Vec<u8>>) {
+    if let (Some(dir), Some(bytes)) = (std::env::var_os("SESSIONFS_FUZZ_SEED"), bytes) {
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(std::path::Path::new(&dir).join(name), bytes);
+    }
+}
+
 /// Scans arbitrary bytes as a line with the fast scanner and parses them
 /// with serde; panics when the two disagree (the scanner may only decline),
 /// or when the lean path's locator (`context/locate.rs`) finds other

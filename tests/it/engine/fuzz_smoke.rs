@@ -117,6 +117,25 @@ proptest! {
     }
 }
 
+/// The body of a stored file (its 8-byte checksum cut off) with bytes
+/// replaced at `flips` and, with `truncate`, cut at `cut`.
+fn mutated_body(
+    good: &[u8],
+    flips: Vec<(proptest::sample::Index, u8)>,
+    cut: proptest::sample::Index,
+    truncate: bool,
+) -> Vec<u8> {
+    let mut body = good[..good.len() - 8].to_vec();
+    for (at, byte) in flips {
+        let i = at.index(body.len());
+        body[i] = byte;
+    }
+    if truncate {
+        body.truncate(cut.index(body.len() + 1));
+    }
+    body
+}
+
 mod index_file {
     use proptest::prelude::*;
     use sessionfs::session::fuzzing::{exercise_index_file, index_fixture_bytes};
@@ -144,15 +163,7 @@ mod index_file {
             truncate in any::<bool>(),
         ) {
             let good = index_fixture_bytes().expect("fixture index");
-            let mut body = good[..good.len() - 8].to_vec();
-            for (at, byte) in flips {
-                let i = at.index(body.len());
-                body[i] = byte;
-            }
-            if truncate {
-                body.truncate(cut.index(body.len() + 1));
-            }
-            exercise_index_file(&body);
+            exercise_index_file(&super::mutated_body(&good, flips, cut, truncate));
         }
     }
 }
@@ -191,15 +202,7 @@ mod growth_file {
             truncate in any::<bool>(),
         ) {
             let good = growth_fixture_bytes().expect("fixture growth file");
-            let mut body = good[..good.len() - 8].to_vec();
-            for (at, byte) in flips {
-                let i = at.index(body.len());
-                body[i] = byte;
-            }
-            if truncate {
-                body.truncate(cut.index(body.len() + 1));
-            }
-            let _ = exercise_growth_file(&body);
+            let _ = exercise_growth_file(&super::mutated_body(&good, flips, cut, truncate));
         }
     }
 }
