@@ -1,6 +1,8 @@
 //! The content of a file the mount serves: bytes rendered into memory, or
-//! a stored rendering of `context.json` read from its file in the
-//! persistent index (`docs/filesystem.md`, "Persistent index"). Served
+//! the first text of an unloaded session's `context.json` — a stored
+//! rendering read from its file in the persistent index
+//! (`docs/filesystem.md`, "Persistent index"), or the lean first-time
+//! path's pieces — possibly grown after appends. Served
 //! from its file, the first `cat context.json` after mounting allocates
 //! nothing of the text's size: each read request copies its piece from the
 //! page cache through a buffer of its thread (`docs/benchmarks.md`,
@@ -17,14 +19,11 @@ use crate::session::{Result, StoredText, TextSink};
 pub(crate) enum Text {
     /// Rendered bytes.
     Memory(Arc<Vec<u8>>),
-    /// Rendered bytes in the pieces they were rendered in (the lean
-    /// first-time path's `context.json`, see [`Pieces`]).
-    Pieces(Arc<Pieces>),
-    /// A stored rendering, checked against its checksum when it was opened.
-    Stored(Arc<StoredText>),
-    /// A stored rendering or a text in pieces, grown after appends: its
-    /// first bytes, then the rest in memory (`docs/filesystem.md`,
-    /// "Incremental contexts").
+    /// The unloaded session's `context.json` as it was first served: a
+    /// stored rendering, or the lean first-time path's pieces.
+    Base(Base),
+    /// Such a text grown after appends: its first bytes, then the rest in
+    /// memory (`docs/filesystem.md`, "Incremental contexts").
     Grown(Arc<Grown>),
 }
 
@@ -38,10 +37,14 @@ pub(crate) struct Grown {
     pub(crate) tail: Vec<u8>,
 }
 
-/// What a [`Grown`] text keeps the beginning of.
+/// The first text of an unloaded session's `context.json`, which a
+/// [`Grown`] text keeps the beginning of.
 #[derive(Debug, Clone)]
 pub(crate) enum Base {
+    /// A stored rendering, checked against its checksum when it was opened.
     Stored(Arc<StoredText>),
+    /// Rendered bytes in the pieces they were rendered in (the lean
+    /// first-time path's, see [`Pieces`]).
     Pieces(Arc<Pieces>),
 }
 
@@ -51,6 +54,15 @@ impl Base {
         match self {
             Base::Stored(t) => t.len(),
             Base::Pieces(p) => p.len(),
+        }
+    }
+
+    /// The memory it holds: a stored text holds an open file, its bytes
+    /// stay in the kernel's page cache.
+    fn memory_bytes(&self) -> usize {
+        match self {
+            Base::Stored(_) => 0,
+            Base::Pieces(p) => p.memory_bytes(),
         }
     }
 
@@ -185,8 +197,7 @@ impl Text {
     pub(crate) fn len(&self) -> u64 {
         match self {
             Text::Memory(data) => data.len() as u64,
-            Text::Pieces(p) => p.len(),
-            Text::Stored(text) => text.len(),
+            Text::Base(base) => base.len(),
             Text::Grown(g) => g.keep + g.tail.len() as u64,
         }
     }
@@ -196,15 +207,8 @@ impl Text {
     pub(crate) fn memory_bytes(&self) -> usize {
         match self {
             Text::Memory(data) => data.len(),
-            Text::Pieces(p) => p.memory_bytes(),
-            Text::Stored(_) => 0,
-            Text::Grown(g) => {
-                g.tail.capacity()
-                    + match &g.base {
-                        Base::Pieces(p) => p.memory_bytes(),
-                        Base::Stored(_) => 0,
-                    }
-            }
+            Text::Base(base) => base.memory_bytes(),
+            Text::Grown(g) => g.tail.capacity() + g.base.memory_bytes(),
         }
     }
 
@@ -224,11 +228,15 @@ impl Text {
         let want = (end - start) as usize;
         match self {
             Text::Memory(data) => Ok(f(&data[start as usize..end as usize])),
-            Text::Pieces(p) => match p.slice(start, end) {
-                Some(bytes) => Ok(f(bytes)),
-                None => gathered(want, |buf| Ok(p.read_at(start, buf)), f),
-            },
-            Text::Stored(text) => gathered(want, |buf| text.read_at(start, buf), f),
+            Text::Base(base) => {
+                // Within one piece: no copy.
+                if let Base::Pieces(p) = base {
+                    if let Some(bytes) = p.slice(start, end) {
+                        return Ok(f(bytes));
+                    }
+                }
+                gathered(want, |buf| base.read_at(start, buf), f)
+            }
             // Within the tail: no copy.
             Text::Grown(g) if start >= g.keep => Ok(f(
                 &g.tail[(start - g.keep) as usize..(end - g.keep) as usize]
@@ -255,7 +263,7 @@ impl Text {
     pub(crate) fn to_memory(&self) -> Result<Arc<Vec<u8>>> {
         match self {
             Text::Memory(data) => Ok(data.clone()),
-            Text::Pieces(_) | Text::Stored(_) | Text::Grown(_) => {
+            Text::Base(_) | Text::Grown(_) => {
                 let mut out = Vec::with_capacity(self.len() as usize);
                 let mut at = 0;
                 while at < self.len() {
@@ -274,7 +282,7 @@ impl Text {
         match self {
             Text::Memory(old) if old.as_slice() == new => None,
             Text::Memory(old) => Some(common_prefix(old, new)),
-            Text::Pieces(_) | Text::Stored(_) | Text::Grown(_) => {
+            Text::Base(_) | Text::Grown(_) => {
                 let len = self.len();
                 let mut at = 0u64;
                 while at < len {
@@ -340,7 +348,7 @@ mod tests {
         let whole = b"hello world!\n";
         assert_eq!(p.len(), whole.len() as u64);
         assert_eq!(p.parts.len(), 3, "{:?}", p.parts);
-        let t = Text::Pieces(Arc::new(p));
+        let t = Text::Base(Base::Pieces(Arc::new(p)));
         assert_reads_as(&t, whole);
         assert_eq!(t.changed_to(b"hello there"), Some(6));
         assert_eq!(t.changed_to(whole), None);

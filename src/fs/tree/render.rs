@@ -437,7 +437,7 @@ impl Tree {
                         key.session,
                         text.len()
                     );
-                    Text::Stored(Arc::new(text))
+                    Text::Base(Base::Stored(Arc::new(text)))
                 }
                 None if first => {
                     let (text, fold) = self.lean_context(&path, store, &variant)?;
@@ -449,7 +449,7 @@ impl Tree {
                         if fold.is_some() { ", growable" } else { "" }
                     );
                     st.lean_fold = fold;
-                    Text::Pieces(Arc::new(text))
+                    Text::Base(Base::Pieces(Arc::new(text)))
                 }
                 None => return None,
             };
@@ -503,16 +503,12 @@ impl Tree {
                 let base = usize::try_from(g.keep).ok()?;
                 fold.apply_from(growth, &mut g.tail, base)
             }
-            Some((_, text @ (Text::Stored(_) | Text::Pieces(_)))) => {
+            Some((_, Text::Base(base))) => {
                 // From a stored rendering (or the pieces of the lean path's
                 // text): its bytes up to the end of the last message stay
                 // where they are, the rest is read (the members after the
                 // messages) and grown in memory.
-                let base = match text {
-                    Text::Stored(t) => Base::Stored(t.clone()),
-                    Text::Pieces(p) => Base::Pieces(p.clone()),
-                    _ => return None,
-                };
+                let base = base.clone();
                 let keep = fold.prefix() as u64;
                 let mut tail = vec![0u8; usize::try_from(base.len().checked_sub(keep)?).ok()?];
                 if base.read_at(keep, &mut tail).ok()? != tail.len() {
@@ -552,7 +548,7 @@ impl Tree {
     /// What grows the slot's stored rendering of `context.json` (read
     /// from the growth file stored with it), when it has one.
     fn stored_growth(&self, key: &SessionKey, st: &SlotState, path: &Path) -> Option<LeanFold> {
-        let Some((_, Text::Stored(text))) = &st.stored_context else {
+        let Some((_, Text::Base(Base::Stored(text)))) = &st.stored_context else {
             return None;
         };
         let variant = pretty_context_variant(Some(self.blobs.dir()));
