@@ -70,19 +70,9 @@ impl IndexStore {
         text: &StoredText,
     ) -> Option<LeanFold> {
         let canonical = storage.canonicalize(path).ok()?;
-        let fold =
-            self.growth_from_file(&self.growth_file_for(&canonical), &canonical, variant, text);
-        if fold.is_none() {
-            log::debug!(
-                "no usable growth file for the stored rendering of {}",
-                path.display()
-            );
-        }
-        fold
+        self.growth_from_file(&self.growth_file_for(&canonical), &canonical, variant, text)
     }
-}
 
-impl IndexStore {
     /// [`IndexStore::stored_growth`] from the file `grow` (for the fuzz
     /// target, which writes its own), `canonical` the session file's path.
     pub(crate) fn growth_from_file(
@@ -103,7 +93,7 @@ fn encode(
     variant: &str,
     fingerprint: &Fingerprint,
     text_len: u64,
-    view: StoredView<'_>,
+    view: StoredView<&[u64]>,
 ) -> Vec<u8> {
     let mut w = Writer {
         out: Vec::with_capacity(256 + view.ids.len() * 8),
@@ -275,7 +265,7 @@ fn decode_words(
     }
     let view = StoredView {
         seed,
-        ids: &[],
+        ids,
         root_parent,
         fold: FoldParts {
             thinking,
@@ -291,7 +281,7 @@ fn decode_words(
         prefix,
         indent,
     };
-    LeanFold::from_stored(view, ids, text_len)
+    LeanFold::from_stored(view, text_len)
 }
 
 #[cfg(test)]

@@ -127,7 +127,7 @@ impl LeanFold {
     /// What it holds, for storing it beside the stored rendering of its
     /// text (`index_store`'s growth files; the table is made again from
     /// the ids).
-    pub(crate) fn stored_view(&self) -> StoredView<'_> {
+    pub(crate) fn stored_view(&self) -> StoredView<&[u64]> {
         StoredView {
             seed: self.hasher.0,
             ids: &self.ids,
@@ -139,20 +139,16 @@ impl LeanFold {
         }
     }
 
-    /// The fold a [`LeanFold::stored_view`] showed, `ids` its ids; `None`
-    /// when it could not have been made (see [`LeanFold::new`]) or its
-    /// cut lies past the end of a text of `text_len` bytes.
-    pub(crate) fn from_stored(
-        view: StoredView<'_>,
-        ids: Vec<u64>,
-        text_len: u64,
-    ) -> Option<LeanFold> {
+    /// The fold a [`LeanFold::stored_view`] showed (its ids read back);
+    /// `None` when it could not have been made (see [`LeanFold::new`]) or
+    /// its cut lies past the end of a text of `text_len` bytes.
+    pub(crate) fn from_stored(view: StoredView<Vec<u64>>, text_len: u64) -> Option<LeanFold> {
         if view.prefix as u64 > text_len {
             return None;
         }
         LeanFold::new(Kept {
             hasher: Hasher(view.seed),
-            ids,
+            ids: view.ids,
             table: None,
             root_parent: view.root_parent,
             fold: ContextFold::from_parts(view.fold),
@@ -309,7 +305,6 @@ impl LeanFold {
             .enumerate()
             .map(|(i, e)| (&*e.entry.id, i as u32))
             .collect();
-        self.ids.last()?;
         let mut chain = Vec::new();
         let mut cur = entries.len().checked_sub(1)? as u32;
         loop {
@@ -371,12 +366,13 @@ impl LeanFold {
     }
 }
 
-/// A [`LeanFold`] as it is stored (see [`LeanFold::stored_view`]).
+/// A [`LeanFold`] as it is stored (see [`LeanFold::stored_view`]), its
+/// ids borrowed (when stored) or owned (read back).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct StoredView<'a> {
+pub(crate) struct StoredView<I> {
     /// The seed of the id hashes.
     pub(crate) seed: u64,
-    pub(crate) ids: &'a [u64],
+    pub(crate) ids: I,
     pub(crate) root_parent: Option<u64>,
     pub(crate) fold: FoldParts,
     pub(crate) fingerprint: Fingerprint,
@@ -388,10 +384,13 @@ impl IdTable {
     /// The table over `ids` (the last entry with a hash wins); `None` for
     /// more entries than it can number.
     fn over(ids: &[u64]) -> Option<IdTable> {
-        if ids.len() >= Self::EMPTY as usize {
-            return None;
-        }
-        let cap = (ids.len() * 2).next_power_of_two().max(16);
+        (ids.len() < Self::EMPTY as usize).then(|| Self::holding(ids, ids.len()))
+    }
+
+    /// A table with room for `entries` (at most half full) holding the
+    /// entries of `ids`, in order (the last entry with a hash wins).
+    fn holding(ids: &[u64], entries: usize) -> IdTable {
+        let cap = (entries * 2).next_power_of_two().max(16);
         let mut t = IdTable {
             slots: vec![Self::EMPTY; cap],
             mask: cap - 1,
@@ -399,7 +398,7 @@ impl IdTable {
         for i in 0..ids.len() as u32 {
             t.place(ids, i);
         }
-        Some(t)
+        t
     }
 
     /// The position of the last entry whose id hash is `hash`, in a table
@@ -422,12 +421,7 @@ impl IdTable {
     /// growing the table to keep it at most half full.
     fn insert_hash(&mut self, ids: &[u64], i: u32) {
         if ids.len() * 2 > self.slots.len() {
-            let cap = (ids.len() * 2).next_power_of_two().max(16);
-            self.slots = vec![Self::EMPTY; cap];
-            self.mask = cap - 1;
-            for j in 0..i {
-                self.place(ids, j);
-            }
+            *self = Self::holding(&ids[..i as usize], ids.len());
         }
         self.place(ids, i);
     }
