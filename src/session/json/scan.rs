@@ -579,12 +579,7 @@ pub(crate) fn scan_object(
     top.clear();
     nested.clear();
     let mut has_nested = false;
-    let mut s = Scanner { b: text, i: 0 };
-    s.ws();
-    let res = s.members(|s, key, escaped| {
-        if escaped {
-            return Err(Stop::Unsure);
-        }
+    let res = top_members(text, |s, key| {
         let start = s.i;
         let mut plain_string = false;
         if key.of(s.b) == nested_key {
@@ -606,15 +601,38 @@ pub(crate) fn scan_object(
         });
         Ok(())
     });
-    match res {
-        Ok(()) => {
-            s.ws();
-            if s.i == text.len() {
-                ObjectScan::Valid { nested: has_nested }
-            } else {
-                ObjectScan::Invalid
-            }
+    outcome(res, has_nested)
+}
+
+/// Scans `text` as one JSON object, calling `member(scanner, key)` with
+/// the scanner at each top-level value, which the callback consumes: `Ok`
+/// for a valid object, else what stopped it (`Unsure` for a top-level key
+/// with an escape, which the serde path decodes).
+#[inline(always)]
+fn top_members<F>(text: &[u8], mut member: F) -> Step
+where
+    F: FnMut(&mut Scanner<'_>, Span) -> Step,
+{
+    let mut s = Scanner { b: text, i: 0 };
+    s.ws();
+    s.members(|s, key, escaped| {
+        if escaped {
+            return Err(Stop::Unsure);
         }
+        member(s, key)
+    })?;
+    s.ws();
+    if s.i == text.len() {
+        Ok(())
+    } else {
+        Err(Stop::Invalid)
+    }
+}
+
+/// The [`ObjectScan`] of what [`top_members`] gave.
+fn outcome(res: Step, nested: bool) -> ObjectScan {
+    match res {
+        Ok(()) => ObjectScan::Valid { nested },
         Err(Stop::Invalid) => ObjectScan::Invalid,
         Err(Stop::Unsure) => ObjectScan::Unsure,
     }
@@ -645,12 +663,7 @@ pub(crate) struct EntryMembers {
 /// holds the [`EntryMembers`] of the line (cleared first).
 pub(crate) fn scan_entry(text: &[u8], out: &mut EntryMembers) -> ObjectScan {
     *out = EntryMembers::default();
-    let mut s = Scanner { b: text, i: 0 };
-    s.ws();
-    let res = s.members(|s, key, escaped| {
-        if escaped {
-            return Err(Stop::Unsure);
-        }
+    let res = top_members(text, |s, key| {
         let slot = match key.of(s.b) {
             b"type" => &mut out.type_,
             b"id" => &mut out.id,
@@ -684,18 +697,7 @@ pub(crate) fn scan_entry(text: &[u8], out: &mut EntryMembers) -> ObjectScan {
         *slot = Some(s.member(key, false)?);
         Ok(())
     });
-    match res {
-        Ok(()) => {
-            s.ws();
-            if s.i == text.len() {
-                ObjectScan::Valid { nested: out.nested }
-            } else {
-                ObjectScan::Invalid
-            }
-        }
-        Err(Stop::Invalid) => ObjectScan::Invalid,
-        Err(Stop::Unsure) => ObjectScan::Unsure,
-    }
+    outcome(res, out.nested)
 }
 
 /// The members of a JSON object given as (valid) text, `None` if it is not
