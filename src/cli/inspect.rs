@@ -13,7 +13,8 @@ use crate::session::json::RawObject;
 use crate::session::pretty_context_variant;
 use crate::session::EntryMeta;
 use crate::session::{
-    write_last_context, AgentDir, BlobStore, Error, IndexStore, KeepRendering, Storage,
+    write_last_context, write_last_context_growable, AgentDir, BlobStore, Error, IndexStore,
+    KeepRendering, Regrown, Storage, WriteSink,
 };
 use crate::session::{EntryKind, Facts};
 use crate::session::{Result, Session};
@@ -53,18 +54,56 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
             if printed {
                 return Ok(0);
             }
+            // The file grew since its rendering was stored: the rendering
+            // grows by the appended lines (docs/engine.md, "Growth files").
+            let blobs = BlobStore::new(storage(&agent)?, agent.blobs_dir());
+            let keep = KeepRendering {
+                store: &store,
+                variant: &variant,
+            };
+            match Regrown::of(&*files, &file, Some(&blobs), keep) {
+                Ok(Some(grown)) => {
+                    log::debug!(
+                        "{}: the stored context grown by the appended lines, {} bytes",
+                        file.display(),
+                        grown.len()
+                    );
+                    write_out(|out| grown.write_and_store(&*files, &file, keep, out))?;
+                    return Ok(0);
+                }
+                Ok(None) => {}
+                Err(e) => log::debug!("{}: the stored context did not grow: {e}", file.display()),
+            }
         }
     }
     // The context at the last entry without an index to load from: the
     // lean first-time path (docs/engine.md), which keeps the rendering.
     if args.leaf.is_none() && files.supports_persistent_index() && !uses_database() {
         let store = args.agent.index();
-        let indexed = store.as_ref().is_some_and(|s| {
-            files
-                .canonicalize(&file)
-                .is_ok_and(|c| s.file_for(&c).exists())
-        });
-        if !indexed && lean_context(args, &agent, &*files, &file, store.as_ref(), &variant)? {
+        let canonical = files.canonicalize(&file).ok();
+        let has = |ext: &str| {
+            store
+                .as_ref()
+                .zip(canonical.as_ref())
+                .is_some_and(|(s, c)| s.file_for(c).with_extension(ext).exists())
+        };
+        // A rendering stored before (the file grew since, or it was no
+        // use): the lean path stores what grows it with the new one, so
+        // that the next run after an append grows it (above) instead of
+        // loading the session. A first run does not pay for that in
+        // memory (docs/benchmarks.md, "Tenth session").
+        let growable = !args.compact && has("ctx");
+        if (!has("idx") || growable)
+            && lean_context(
+                args,
+                &agent,
+                &*files,
+                &file,
+                store.as_ref(),
+                &variant,
+                growable,
+            )?
+        {
             return Ok(0);
         }
     }
@@ -104,9 +143,11 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `sessionfs context` through [`write_last_context`]: false when it did
-/// not apply (nothing printed: the caller loads the session). A closed
-/// stdout (`| head`) ends it quietly, as [`write_out`] does.
+/// `sessionfs context` through [`write_last_context`] (with `growable`,
+/// through [`write_last_context_growable`], which also stores what grows
+/// the stored rendering): false when it did not apply (nothing printed:
+/// the caller loads the session). A closed stdout (`| head`) ends it
+/// quietly, as [`write_out`] does.
 fn lean_context(
     args: &ContextArgs,
     agent: &AgentDir,
@@ -114,6 +155,7 @@ fn lean_context(
     file: &Path,
     store: Option<&IndexStore>,
     variant: &str,
+    growable: bool,
 ) -> Result<bool> {
     let blobs = BlobStore::new(storage(agent)?, agent.blobs_dir());
     let keep = store.map(|store| KeepRendering { store, variant });
@@ -124,7 +166,12 @@ fn lean_context(
         written: 0,
         broken: false,
     };
-    let res = write_last_context(files, file, Some(&blobs), !args.compact, keep, &mut out);
+    let res = if growable {
+        let mut sink = WriteSink(&mut out);
+        write_last_context_growable(files, file, Some(&blobs), keep, &mut sink, &mut None)
+    } else {
+        write_last_context(files, file, Some(&blobs), !args.compact, keep, &mut out)
+    };
     let flushed = std::io::Write::flush(&mut out.inner);
     match res {
         _ if out.broken => Ok(true),

@@ -1184,8 +1184,11 @@ fn write_with_fold(
 }
 
 mod grow;
+mod regrow;
 pub(crate) use grow::StoredView;
 pub use grow::{LeanFold, LeanGrowth};
+pub use regrow::write_grown_context;
+pub(crate) use regrow::Regrown;
 
 #[cfg(test)]
 mod tests;

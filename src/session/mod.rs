@@ -65,8 +65,10 @@ pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
 pub use history::{HistoryEntry, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT};
 pub use index::{EntryMeta, Loc, TreeIndex, TreeRow};
 pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse, StoredText};
+pub(crate) use lean::Regrown;
 pub use lean::{
-    write_last_context, write_last_context_growable, KeepRendering, LeanFold, LeanGrowth,
+    write_grown_context, write_last_context, write_last_context_growable, KeepRendering, LeanFold,
+    LeanGrowth,
 };
 pub use manager::{LoadReport, OpenOptions, Refresh, Session};
 pub use paths::{session_id_from_file_name, AgentDir};

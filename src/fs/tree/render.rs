@@ -440,6 +440,11 @@ impl Tree {
                     Text::Base(Base::Stored(Arc::new(text)))
                 }
                 None if first => {
+                    if let Some(data) = store
+                        .and_then(|store| self.regrow_stored(key, st, &path, fp, store, &variant))
+                    {
+                        return Some(then(st, data));
+                    }
                     let (text, fold) = self.lean_context(&path, store, &variant)?;
                     log::debug!(
                         "{}/{}: context.json built by the lean first-time path, {} bytes{}",
@@ -542,6 +547,34 @@ impl Tree {
         }
         st.stored_context = Some((fp, data.clone()));
         st.lean_fold = Some(fold);
+        Some(data)
+    }
+
+    /// The stored rendering of `context.json` of a session file that grew
+    /// since it was stored (by another mount, or `sessionfs context`),
+    /// grown by the appended lines with the growth file stored with it
+    /// (`docs/filesystem.md`, "A stored rendering grows too"): the slot
+    /// then holds it as if this mount had served the rendering before the
+    /// lines were appended. `None` (the slot as it was) when there is no
+    /// such rendering or the lines are not an append under its leaf.
+    fn regrow_stored(
+        &self,
+        key: &SessionKey,
+        st: &mut SlotState,
+        path: &Path,
+        fp: Fingerprint,
+        store: &IndexStore,
+        variant: &str,
+    ) -> Option<Text> {
+        let text = store.stored_context_prefix_text(&*self.storage, path, variant)?;
+        st.stored_context = Some((fp, Text::Base(Base::Stored(Arc::new(text)))));
+        let Some(data) = self.grow_unloaded_context(key, st, path, fp) else {
+            st.stored_context = None;
+            st.lean_fold = None;
+            return None;
+        };
+        // A new text for the kernel's pages, as a first rendering is.
+        st.context_pages.changed(0);
         Some(data)
     }
 

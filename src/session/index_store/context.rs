@@ -31,7 +31,7 @@ impl IndexStore {
     ) -> Option<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let (file, text_start, text_end) =
-            self.stored_context_file(storage, path, variant, expect)?;
+            self.stored_context_file(storage, path, variant, Want::Exact(expect))?;
         let len = usize::try_from(text_end - text_start).ok()?;
         let mut out = Vec::with_capacity(len + 8);
         advise_huge_pages(out.spare_capacity_mut());
@@ -49,9 +49,9 @@ impl IndexStore {
         storage: &dyn Storage,
         path: &Path,
         variant: &str,
-        expect: Option<&Fingerprint>,
+        want: Want<'_>,
     ) -> Option<(std::fs::File, u64, u64)> {
-        self.stored_context_at(storage, path, variant, expect)
+        self.stored_context_at(storage, path, variant, want)
             .map(|(file, _, start, end, _)| (file, start, end))
     }
 
@@ -62,7 +62,7 @@ impl IndexStore {
         storage: &dyn Storage,
         path: &Path,
         variant: &str,
-        expect: Option<&Fingerprint>,
+        want: Want<'_>,
     ) -> Option<(std::fs::File, PathBuf, u64, u64, Fingerprint)> {
         use std::os::unix::fs::FileExt;
         let canonical = storage.canonicalize(path).ok()?;
@@ -86,11 +86,18 @@ impl IndexStore {
             return None;
         }
         let fp = read_fingerprint(&mut r)?;
-        if expect.is_some_and(|e| *e != fp) || r.pos as u64 > text_end {
+        if r.pos as u64 > text_end {
             return None;
         }
         let stat = storage.stat(path).ok()?;
-        if stat.size != fp.size || stat.mtime != fp.mtime || !fp.bytes_match(storage, path, &stat) {
+        let usable = match want {
+            Want::Exact(expect) => {
+                expect.is_none_or(|e| *e == fp) && stat.size == fp.size && stat.mtime == fp.mtime
+            }
+            // `bytes_match` checks that the file is at least as long.
+            Want::Prefix => true,
+        };
+        if !usable || !fp.bytes_match(storage, path, &stat) {
             return None;
         }
         Some((file, ctx_path, r.pos as u64, text_end, fp))
@@ -109,8 +116,35 @@ impl IndexStore {
         variant: &str,
         expect: Option<&Fingerprint>,
     ) -> Option<StoredText> {
+        self.checked_stored_text(storage, path, variant, Want::Exact(expect))
+    }
+
+    /// [`IndexStore::stored_context_text`] of a file that may have grown
+    /// since the text was rendered: the rendering of its bytes up to the
+    /// size it had then, when those bytes are unchanged (identity, head
+    /// and tail hashes, as an index that grows is checked; the mtime may
+    /// differ). What was appended since is for a
+    /// [`crate::session::LeanFold`] stored with the text to add
+    /// (`session::lean::regrow`).
+    pub(crate) fn stored_context_prefix_text(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+    ) -> Option<StoredText> {
+        self.checked_stored_text(storage, path, variant, Want::Prefix)
+    }
+
+    /// The stored rendering `want` takes, checked whole.
+    fn checked_stored_text(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        variant: &str,
+        want: Want<'_>,
+    ) -> Option<StoredText> {
         let (file, path, start, end, fingerprint) =
-            self.stored_context_at(storage, path, variant, expect)?;
+            self.stored_context_at(storage, path, variant, want)?;
         let mut buf = vec![0u8; PIECE];
         checked_text(&file, start, end, &mut buf).then_some(StoredText {
             file,
@@ -134,7 +168,7 @@ impl IndexStore {
     ) -> std::io::Result<bool> {
         use std::os::unix::fs::FileExt;
         let Some((file, text_start, text_end)) =
-            self.stored_context_file(storage, path, variant, expect)
+            self.stored_context_file(storage, path, variant, Want::Exact(expect))
         else {
             return Ok(false);
         };
@@ -228,6 +262,17 @@ impl IndexStore {
     }
 }
 
+/// Which stored rendering a lookup takes.
+#[derive(Debug, Clone, Copy)]
+enum Want<'a> {
+    /// One of the file as it is (and, with a fingerprint, of exactly
+    /// those bytes).
+    Exact(Option<&'a Fingerprint>),
+    /// One of the file's first bytes, unchanged since, the file having
+    /// grown or not.
+    Prefix,
+}
+
 /// The pieces a stored rendering is checked and copied in.
 const PIECE: usize = 256 << 10;
 
@@ -304,6 +349,28 @@ impl StoredText {
                 tail_hash: 0,
             },
         }
+    }
+
+    /// Writes the text's bytes `from..to` (within the text) to `out`, in
+    /// pieces; `out`'s errors and the file's are returned as they are.
+    pub(crate) fn write_range(
+        &self,
+        from: u64,
+        to: u64,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let to = to.min(self.len);
+        let size = usize::try_from(to.saturating_sub(from)).map_or(PIECE, |n| n.min(PIECE));
+        let mut buf = vec![0u8; size];
+        let mut at = from;
+        while at < to {
+            let n = usize::try_from(to - at).map_or(buf.len(), |left| left.min(buf.len()));
+            self.file.read_exact_at(&mut buf[..n], self.start + at)?;
+            out.write_all(&buf[..n])?;
+            at += n as u64;
+        }
+        Ok(())
     }
 
     /// Fills `buf` with the text from `offset` on, as far as the text

@@ -61,10 +61,10 @@ pub struct LeanFold {
     hasher: Hasher,
     ids: Vec<u64>,
     /// Finds entries by id hash; `None` for a fold read back from a
-    /// growth file until it pays ([`LeanFold::make_table`]).
+    /// growth file until it pays ([`PASSES_BEFORE_TABLE`]).
     table: Option<IdTable>,
-    /// New entries checked against `ids` without a table.
-    scanned: usize,
+    /// Growths checked against `ids` without a table.
+    passes: usize,
     root_parent: Option<u64>,
     fold: ContextFold,
     fingerprint: Fingerprint,
@@ -72,11 +72,12 @@ pub struct LeanFold {
     indent: usize,
 }
 
-/// New entries a fold read back from a growth file checks by a scan of
-/// its ids (tens of microseconds for 100,000 entries) before it builds
-/// the table that finds them (about a millisecond): a few appends, the
-/// common case, never pay for it.
-const SCANS_BEFORE_TABLE: usize = 16;
+/// Growths a fold read back from a growth file checks by a pass over its
+/// ids (about 0.1 ms for 100,000 entries, however many were appended)
+/// before it builds the table that finds them (about a millisecond): a
+/// one-shot `sessionfs context` and a few appends, the common cases,
+/// never pay for it.
+const PASSES_BEFORE_TABLE: usize = 8;
 
 impl std::fmt::Debug for LeanFold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,7 +116,7 @@ impl LeanFold {
             hasher: kept.hasher,
             ids: kept.ids,
             table: kept.table,
-            scanned: 0,
+            passes: 0,
             root_parent: kept.root_parent,
             fold: kept.fold,
             fingerprint: kept.fingerprint,
@@ -155,6 +156,11 @@ impl LeanFold {
             fingerprint: view.fingerprint,
             cut: (view.prefix, view.indent),
         })
+    }
+
+    /// The session file as its text was rendered from it (as last grown).
+    pub(crate) fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
     }
 
     /// Bytes of its text up to the end of the last message: what growing
@@ -260,35 +266,40 @@ impl LeanFold {
         }))
     }
 
-    /// Builds the table that finds entries by id hash, once the new
-    /// entries checked without it (`new` more now) exceed
-    /// [`SCANS_BEFORE_TABLE`].
-    fn make_table(&mut self, new: usize) {
-        if self.table.is_none() {
-            self.scanned += new;
-            if self.scanned > SCANS_BEFORE_TABLE {
-                self.table = IdTable::over(&self.ids);
-            }
-        }
-    }
-
     /// The id hashes of the appended entries; `None` when one has an id
     /// an entry had before (or the root's missing parent), or two share
-    /// one.
+    /// one. Without the table that finds the old ids, the old ids are
+    /// passed over once against a small table of the new ones (a fraction
+    /// of a millisecond for 100,000 entries, whatever was appended); the
+    /// big table is built once that has happened
+    /// [`PASSES_BEFORE_TABLE`] times.
     fn new_ids(&mut self, entries: &[LoadedEntry]) -> Option<Vec<u64>> {
-        self.make_table(entries.len());
-        let mut seen: HashMap<u64, ()> = HashMap::with_capacity(entries.len());
-        let mut ids = Vec::with_capacity(entries.len());
-        for e in entries {
-            let h = self.hasher.hash(&e.entry.id);
-            let old = match &self.table {
-                Some(t) => t.get_hash(&self.ids, h).is_some(),
-                None => self.ids.contains(&h),
-            };
-            if self.root_parent == Some(h) || old || seen.insert(h, ()).is_some() {
+        let ids: Vec<u64> = entries
+            .iter()
+            .map(|e| self.hasher.hash(&e.entry.id))
+            .collect();
+        if ids.is_empty() {
+            return Some(ids);
+        }
+        let mut new = IdTable::holding(&[], ids.len());
+        for (i, &h) in ids.iter().enumerate() {
+            if self.root_parent == Some(h) || new.get_hash(&ids, h).is_some() {
                 return None;
             }
-            ids.push(h);
+            new.place(&ids, i as u32);
+        }
+        let old = match &self.table {
+            Some(t) => ids.iter().any(|&h| t.get_hash(&self.ids, h).is_some()),
+            None => {
+                self.passes += 1;
+                self.ids.iter().any(|&h| new.get_hash(&ids, h).is_some())
+            }
+        };
+        if old {
+            return None;
+        }
+        if self.table.is_none() && self.passes >= PASSES_BEFORE_TABLE {
+            self.table = IdTable::over(&self.ids);
         }
         Some(ids)
     }

@@ -492,7 +492,62 @@ fn context_keeps_a_persistent_index() {
         grown,
         stdout(&run(root, &["context", f, "--no-index"], None))
     );
+    // That run found a rendering stored before: it stored the new one
+    // with what grows it (`.grow`), and did not load the session; the
+    // next command that loads it extends the index.
+    assert!(
+        files[0].with_extension("grow").exists(),
+        "{:?}",
+        index_files(root)
+    );
+    assert_eq!(std::fs::read(&files[0]).unwrap(), bytes);
+    assert!(!stdout(&run(root, &["leaf", f], None)).is_empty());
     assert!(std::fs::read(&files[0]).unwrap().len() > bytes.len());
+
+    // More appends: the stored rendering grows by them alone.
+    for (i, text) in ["one more", "and another"].iter().enumerate() {
+        let parent = if i == 0 {
+            "zz000001".to_string()
+        } else {
+            format!("zz00000{}", i + 1)
+        };
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        writeln!(
+            out,
+            r#"{{"type":"custom_message","id":"zz00000{}","parentId":"{parent}","timestamp":"2026-12-03T00:00:0{i}.000Z","customType":"note","content":"{text}","display":true}}"#,
+            i + 2
+        )
+        .unwrap();
+        drop(out);
+        let o = run_logged(root, &["context", f]);
+        let grown = stdout(&o);
+        assert!(grown.contains(text), "{grown}");
+        assert_eq!(
+            grown,
+            stdout(&run(root, &["context", f, "--no-index"], None))
+        );
+        let log = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            log.contains("the stored context grown by the appended lines"),
+            "{log}"
+        );
+    }
+}
+
+/// [`run`] with the engine's debug log on stderr.
+fn run_logged(agent: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .args(args)
+        .arg("--agent-dir")
+        .arg(agent)
+        .env_remove("PI_CODING_AGENT_DIR")
+        .env("XDG_CACHE_HOME", agent.join("cache"))
+        .env("RUST_LOG", "sessionfs=debug")
+        .output()
+        .unwrap()
 }
 
 #[test]

@@ -130,6 +130,23 @@ impl Grower {
     }
 }
 
+/// `fold` as a growth file gives it back: its ids, no table.
+fn read_back(fold: LeanFold, text_len: usize) -> LeanFold {
+    let view = fold.stored_view();
+    let owned = StoredView {
+        seed: view.seed,
+        ids: view.ids.to_vec(),
+        root_parent: view.root_parent,
+        fold: view.fold,
+        fingerprint: view.fingerprint,
+        prefix: view.prefix,
+        indent: view.indent,
+    };
+    let back = LeanFold::from_stored(owned, text_len as u64).unwrap();
+    assert!(back.table.is_none());
+    back
+}
+
 fn setup(text: &str) -> (tempfile::TempDir, Grower) {
     let (dir, storage) = temp_storage();
     let path = dir.path().join("s.jsonl");
@@ -221,17 +238,62 @@ fn what_could_change_the_old_path_declines() {
         // A leaf that is not under the old one although an entry is.
         ("the last entry elsewhere", user("b", "a3", "x") + &user("c", "u1", "y")),
     ];
-    for (what, text) in cases {
-        let (_dir, mut g) = setup(&linear(3));
-        append(&g.path, text.as_bytes());
-        assert_eq!(g.grow(), Outcome::Declined, "{what}");
+    // With the fold as the lean path made it (its id table) and as a
+    // growth file gives it back (a pass over the ids instead).
+    for back in [false, true] {
+        for (what, text) in &cases {
+            let (_dir, mut g) = setup(&linear(3));
+            if back {
+                g.fold = g.fold.take().map(|f| read_back(f, g.text.len()));
+            }
+            append(&g.path, text.as_bytes());
+            assert_eq!(g.grow(), Outcome::Declined, "{what} (read back: {back})");
+        }
+        // The old root's missing parent appearing gives the root a parent.
+        let s = linear(2).replace(r#""parentId":null"#, r#""parentId":"ghost""#);
+        let (_dir, mut g) = setup(&s);
+        if back {
+            g.fold = g.fold.take().map(|f| read_back(f, g.text.len()));
+        }
+        append(&g.path, user("ghost", "a2", "x").as_bytes());
+        assert_eq!(g.grow(), Outcome::Declined, "the root's missing parent");
     }
-    // The old root's missing parent appearing gives the root a parent.
-    let mut s = linear(2).replace(r#""parentId":null"#, r#""parentId":"ghost""#);
-    let (_dir, mut g) = setup(&s);
-    s.clear();
-    append(&g.path, user("ghost", "a2", "x").as_bytes());
-    assert_eq!(g.grow(), Outcome::Declined, "the root's missing parent");
+}
+
+/// A fold read back from a growth file checks new ids by passes over the
+/// old ones, then builds its table: ids known before decline either way.
+#[test]
+fn a_fold_read_back_builds_its_table_after_some_growths() {
+    let (_dir, mut g) = setup(&linear(3));
+    g.fold = g.fold.take().map(|f| read_back(f, g.text.len()));
+    let mut parent = "a3".to_string();
+    for i in 0..PASSES_BEFORE_TABLE + 2 {
+        let (x, y) = (format!("x{i}"), format!("y{i}"));
+        let lines = user(&x, &parent, "q") + &assistant(&y, &x, "r", "m");
+        append(&g.path, lines.as_bytes());
+        assert!(matches!(g.grow(), Outcome::Extended(_)), "growth {i}");
+        let table = g.fold.as_ref().unwrap().table.is_some();
+        assert_eq!(table, i + 1 >= PASSES_BEFORE_TABLE, "growth {i}");
+        parent = y;
+    }
+    // An id of the file read back, and one appended since.
+    for old in ["u1", "x0"] {
+        let mut h = Grower {
+            storage: g.storage.clone(),
+            path: g.path.clone(),
+            blobs: g.blobs.clone(),
+            text: g.text.clone(),
+            fold: None,
+        };
+        let (text, fold) = build(&g.storage, &g.path, &g.blobs);
+        h.text = text.clone();
+        h.fold = fold.map(|f| read_back(f, text.len()));
+        append(&g.path, user(old, &parent, "again").as_bytes());
+        assert_eq!(h.grow(), Outcome::Declined, "{old} again, no table");
+        assert_eq!(g.grow(), Outcome::Declined, "{old} again, with the table");
+        (g.text, g.fold) = build(&g.storage, &g.path, &g.blobs);
+        parent = old.to_string();
+    }
 }
 
 #[test]
