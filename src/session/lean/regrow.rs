@@ -158,9 +158,11 @@ impl std::io::Write for Both<'_, '_> {
 
 /// [`write_last_context`](super::write_last_context) from the stored
 /// rendering of the file's first bytes, grown by the lines appended since
-/// (see [`Regrown`]): `Ok(false)` when that does not apply (nothing was
-/// written). The text is the one the lean path or a loaded session would
-/// print, byte for byte, and it is stored for the file as it is now.
+/// with the growth file stored beside it (`docs/engine.md`, "A stored
+/// rendering grows across processes"): `Ok(false)` when that does not
+/// apply (nothing was written). The text is the one the lean path or a
+/// loaded session would print, byte for byte; it is stored again for the
+/// file as it is now once enough was appended.
 pub fn write_grown_context(
     storage: &dyn Storage,
     path: &Path,
