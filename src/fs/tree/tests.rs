@@ -288,16 +288,40 @@ fn context_json_comes_from_the_stored_rendering() {
             .replace("hello", "HELLO")
             .into_bytes()
     );
-    // Once the file changes, it is built again.
-    {
+    // An append under the leaf: the stored text grows by it (the growth
+    // file stored with it), the edit stays.
+    let append = |line: &str| {
         use std::io::Write;
         let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
-        writeln!(f, r#"{{"type":"message","id":"m2","parentId":"m1","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"again"}}}}"#).unwrap();
-    }
+        writeln!(f, "{line}").unwrap();
+    };
+    append(
+        r#"{"type":"message","id":"m2","parentId":"m1","timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":"again"}}"#,
+    );
     let third = String::from_utf8(read(&mount())).unwrap();
     assert!(
-        third.contains("hello") && third.contains("again"),
+        third.contains("HELLO") && third.contains("again"),
         "{third}"
+    );
+    // Anything else (a branch from an entry before the stored text's
+    // leaf, `m1`): it is built again.
+    append(
+        r#"{"type":"message","id":"m3","parentId":"e4","timestamp":"2026-01-01T00:00:02.000Z","message":{"role":"user","content":"branch"}}"#,
+    );
+    let fourth = String::from_utf8(read(&mount())).unwrap();
+    assert!(
+        fourth.contains("branch") && !fourth.contains("again") && !fourth.contains("HELLO"),
+        "{fourth}"
+    );
+    // Another branch (from `m1`, off the path of the rendering stored
+    // just now, which ends at `m3`): built again as well.
+    append(
+        r#"{"type":"message","id":"m4","parentId":"m1","timestamp":"2026-01-01T00:00:03.000Z","message":{"role":"user","content":"sideways"}}"#,
+    );
+    let fifth = String::from_utf8(read(&mount())).unwrap();
+    assert!(
+        fifth.contains("sideways") && !fifth.contains("again") && !fifth.contains("branch"),
+        "{fifth}"
     );
 }
 

@@ -83,7 +83,8 @@ impl Regrown {
     /// once the lines appended since it was stored are a quarter of its
     /// length, or 4 MiB. Until then each run grows the stored text again
     /// (reading those lines), which costs less than writing the whole text
-    /// anew (`docs/benchmarks.md`, "Eleventh session").
+    /// anew (`docs/benchmarks.md`, "Eleventh session: stored renderings
+    /// grow across processes").
     pub(crate) fn worth_storing(&self) -> bool {
         let appended = self
             .fold
