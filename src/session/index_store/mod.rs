@@ -420,10 +420,19 @@ fn fingerprint_if<E>(
 
 /// The name of the stored rendering of the pretty context at the last
 /// entry with the blobs of `blobs_dir` (what `sessionfs context` prints and
-/// the mount's `context.json` holds).
+/// the mount's `context.json` holds). The directory is named by its
+/// canonical path (its absolute path while it does not exist): one
+/// directory is one name however it was given — `--agent-dir .` and the
+/// mount's absolute path, a symlink — so that the command line and the
+/// mount take each other's renderings instead of replacing them.
 pub fn pretty_context_variant(blobs_dir: Option<&Path>) -> String {
     match blobs_dir {
-        Some(dir) => format!("pretty-last-entry\0{}", dir.display()),
+        Some(dir) => {
+            let named = std::fs::canonicalize(dir)
+                .or_else(|_| std::path::absolute(dir))
+                .unwrap_or_else(|_| dir.to_path_buf());
+            format!("pretty-last-entry\0{}", named.display())
+        }
         None => "pretty-last-entry".into(),
     }
 }
@@ -457,6 +466,30 @@ mod tests {
     use xxhash_rust::xxh3::xxh3_64;
 
     const HEADER: &str = r#"{"type":"session","version":3,"id":"s1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
+
+    /// One blob directory is one rendering variant, however it is named.
+    #[test]
+    fn a_blob_directory_is_one_variant_whatever_its_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let blobs = tmp.path().join("agent").join("blobs");
+        std::fs::create_dir_all(&blobs).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("agent"), &link).unwrap();
+        let want = pretty_context_variant(Some(&blobs));
+        for other in [
+            tmp.path().join("agent/./blobs"),
+            tmp.path().join("agent/x/../blobs"),
+            link.join("blobs"),
+        ] {
+            std::fs::create_dir_all(tmp.path().join("agent/x")).unwrap();
+            assert_eq!(pretty_context_variant(Some(&other)), want, "{other:?}");
+        }
+        // Not there (yet): its absolute path.
+        let missing = tmp.path().join("agent/none");
+        assert!(pretty_context_variant(Some(&missing)).ends_with("agent/none"));
+        assert_ne!(pretty_context_variant(Some(&missing)), want);
+        assert_ne!(pretty_context_variant(None), want);
+    }
 
     fn line(i: usize, parent: Option<usize>) -> String {
         let parent = parent.map_or("null".to_string(), |p| format!("\"e{p}\""));

@@ -612,3 +612,35 @@ fn new_creates_a_session_and_prints_its_path() {
     ));
     assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
 }
+
+/// The agent directory given relative (`--agent-dir .`) and absolute (as
+/// the mount names it) is one blob directory: the rendering one stored
+/// is printed by the other, not built and stored again.
+#[test]
+fn context_shares_its_stored_rendering_however_the_agent_dir_is_named() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root();
+    let file = session(root, BRANCHES);
+    let f = file.to_str().unwrap();
+    let printed = stdout(&run(root, &["context", f], None));
+    let ctx: Vec<PathBuf> = index_files(root)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "ctx"))
+        .collect();
+    assert_eq!(ctx.len(), 1, "{:?}", index_files(root));
+    let stored = std::fs::read(&ctx[0]).unwrap();
+    let written = std::fs::metadata(&ctx[0]).unwrap().modified().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .current_dir(root)
+        .args(["context", f, "--agent-dir", "."])
+        .env_remove("PI_CODING_AGENT_DIR")
+        .env("XDG_CACHE_HOME", root.join("cache"))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), printed);
+    assert!(std::fs::read(&ctx[0]).unwrap() == stored, "stored again");
+    assert_eq!(
+        std::fs::metadata(&ctx[0]).unwrap().modified().unwrap(),
+        written
+    );
+}
