@@ -7,6 +7,9 @@
 #   first-ever  the index on, its cache emptied before each mount: the lean
 #               path, which also stores the rendering
 #   index       the index on, the rendering stored by an earlier mount
+#   grown       as index, with one user message appended under the leaf
+#               while unmounted before each mount (the stored rendering
+#               grows by the lines appended since it was stored)
 # For each: the `cat`'s wall time (hyperfine, `--prepare` mounting afresh;
 # `cat` of the session file itself in the same invocation as the yardstick)
 # and the mount process's CPU during the `cat` (`perf stat -e task-clock
@@ -26,7 +29,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${RUNS:-20}
 CPU_RUNS=${CPU_RUNS:-10}
-FORMS=${FORMS:-no-index first-ever index}
+FORMS=${FORMS:-no-index first-ever index grown}
 
 NAME=bench_mount_first.sh
 NEEDS="hyperfine jq"
@@ -45,6 +48,11 @@ grep -q " $MNT " /proc/self/mountinfo && '$BIN' umount '$MNT'
 case "\$1" in
     no-index) set -- --no-index ;;
     first-ever) rm -rf '$CACHE'; set -- ;;
+    grown)
+        last=\$(tail -n 1 '$F' | sed -n 's/^{"type":"[a-z_]*","id":"\([^"]*\)".*/\1/p')
+        n=\$(wc -l < '$F')
+        printf '{"type":"message","id":"g%07d","parentId":"%s","timestamp":"2026-01-03T00:00:00.000Z","message":{"role":"user","content":"appended while unmounted"}}\n' "\$n" "\$last" >> '$F'
+        set -- ;;
     *) set -- ;;
 esac
 exec '$BIN' mount --agent-dir '$DATA' --pid-file '$PID' "\$@" '$MNT' >/dev/null 2>&1
@@ -54,8 +62,8 @@ chmod +x "$REMOUNT"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A WALL CPU
 for form in $FORMS; do
-    # The index form reads what an earlier mount stored.
-    if [ "$form" = index ]; then
+    # The index and grown forms read what an earlier mount stored.
+    if [ "$form" = index ] || [ "$form" = grown ]; then
         "$REMOUNT" first-ever
         cmp -s "$C" "$WANT" || die "index: priming mount: the text differs"
         "$BIN" umount "$MNT"
@@ -70,6 +78,8 @@ for form in $FORMS; do
         cpus=()
         for _ in $(seq "$CPU_RUNS"); do
             "$REMOUNT" "$form"
+            # A grown file has a context of its own.
+            [ "$form" = grown ] && "$BIN" context --no-index "$F" > "$WANT"
             pid=$(cat "$PID")
             perf stat -x, -e task-clock -o "$DATA/perf.txt" -p "$pid" -- cat "$C" > "$DATA/out.json"
             cmp -s "$DATA/out.json" "$WANT" || die "$form: the text differs from sessionfs context --no-index"
