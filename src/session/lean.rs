@@ -1188,7 +1188,7 @@ mod regrow;
 pub(crate) use grow::StoredView;
 pub use grow::{LeanFold, LeanGrowth};
 pub use regrow::write_grown_context;
-pub(crate) use regrow::Regrown;
+pub(crate) use regrow::{grows_cheaply, Regrown};
 
 #[cfg(test)]
 mod tests;

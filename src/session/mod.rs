@@ -65,7 +65,7 @@ pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
 pub use history::{HistoryEntry, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT};
 pub use index::{EntryMeta, Loc, TreeIndex, TreeRow};
 pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse, StoredText};
-pub(crate) use lean::Regrown;
+pub(crate) use lean::{grows_cheaply, Regrown};
 pub use lean::{
     write_grown_context, write_last_context, write_last_context_growable, KeepRendering, LeanFold,
     LeanGrowth,

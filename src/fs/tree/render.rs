@@ -6,7 +6,7 @@
 use super::*;
 use crate::fs::pages::common_prefix;
 use crate::fs::text::{Base, Grown, Pieces, Text};
-use crate::session::{write_last_context_growable, KeepRendering, LeanFold};
+use crate::session::{grows_cheaply, write_last_context_growable, KeepRendering, LeanFold};
 
 impl Tree {
     /// `Ok` when the file `node` still exists (as [`Tree::attr`] would
@@ -567,6 +567,17 @@ impl Tree {
         variant: &str,
     ) -> Option<Text> {
         let text = store.stored_context_prefix_text(&*self.storage, path, variant)?;
+        // Much appended: the lean path builds the text and stores it (this
+        // mount stores nothing it grows), so that the next remount starts
+        // from there.
+        if !grows_cheaply(text.len(), text.fingerprint().size, fp.size) {
+            log::debug!(
+                "{}/{}: context.json: much appended since the stored rendering",
+                key.project,
+                key.session
+            );
+            return None;
+        }
         st.stored_context = Some((fp, Text::Base(Base::Stored(Arc::new(text)))));
         let Some(data) = self.grow_unloaded_context(key, st, path, fp) else {
             st.stored_context = None;

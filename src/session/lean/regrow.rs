@@ -86,12 +86,11 @@ impl Regrown {
     /// anew (`docs/benchmarks.md`, "Eleventh session: stored renderings
     /// grow across processes").
     pub(crate) fn worth_storing(&self) -> bool {
-        let appended = self
-            .fold
-            .fingerprint()
-            .size
-            .saturating_sub(self.text.fingerprint().size);
-        appended >= STORE_AGAIN_AFTER || appended.saturating_mul(4) >= self.text.len()
+        !grows_cheaply(
+            self.text.len(),
+            self.text.fingerprint().size,
+            self.fold.fingerprint().size,
+        )
     }
 
     /// Writes the grown text to `out` and, when it is
@@ -135,6 +134,18 @@ impl Regrown {
 /// Bytes appended since a stored rendering after which the grown text
 /// is stored in its place (see [`Regrown::worth_storing`]).
 const STORE_AGAIN_AFTER: u64 = 4 << 20;
+
+/// Whether the lines appended to a session file since a rendering of
+/// `text_len` bytes was stored for its first `stored` bytes (the file has
+/// `now` bytes) are few enough to grow that rendering by them again
+/// rather than store the grown text: less than a quarter of the text and
+/// less than 4 MiB. The mount, which does not store what it grows, takes
+/// the lean path (which stores) past that, so that what it reads at each
+/// remount stays bounded.
+pub(crate) fn grows_cheaply(text_len: u64, stored: u64, now: u64) -> bool {
+    let appended = now.saturating_sub(stored);
+    appended < STORE_AGAIN_AFTER && appended.saturating_mul(4) < text_len
+}
 
 /// Writes to the output and, while it takes them, the stored
 /// rendering's writer (whose failures are its own: see

@@ -336,37 +336,49 @@ fn appends_after_a_stored_rendering_grow_it_without_a_load() {
 /// mount grows the stored rendering from the appended lines alone — as
 /// if it had served it before they were appended — without a load and
 /// without the lean path's scan of the whole file; then later appends
-/// grow it on. A branch appended meanwhile is no append under the leaf:
-/// the lean path builds it, with the same bytes.
+/// grow it on. A branch appended meanwhile is no append under the leaf,
+/// and more than a quarter of the text appended is more than this mount
+/// should read at every remount: the lean path builds (and stores) it,
+/// with the same bytes.
 #[test]
 fn appends_while_unmounted_grow_the_stored_rendering_at_the_next_mount() {
     if !fuse_ok("appends_while_unmounted_grow_the_stored_rendering_at_the_next_mount") {
         return;
     }
-    for branch in [false, true] {
+    for case in ["under the leaf", "a branch", "much"] {
         let tmp = tempfile::tempdir().unwrap();
         let cache = tmp.path().join("cache");
         let file = write_session(tmp.path(), PROJECT, STEM, &session(300));
         let rel = format!("{PROJECT}/{STEM}/context.json");
-        {
+        let len = {
             let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
-            fs::read(m.join(&rel)).unwrap();
-        }
+            fs::read(m.join(&rel)).unwrap().len()
+        };
         assert_eq!(cache_files(&cache, "grow").len(), 1);
-        let parent = if branch { "a150" } else { "a300" };
+        let parent = if case == "a branch" { "a150" } else { "a300" };
         plain_append(&file, &user_line("w1", parent, "while unmounted"));
-        plain_append(&file, &user_line("w2", "w1", "and more"));
+        let filler = if case == "much" {
+            "x".repeat(len / 4)
+        } else {
+            String::new()
+        };
+        plain_append(&file, &user_line("w2", "w1", &format!("and more{filler}")));
         let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);
         let ctx = m.join(&rel);
         assert_same_bytes(
             &fs::read(&ctx).unwrap(),
             &cli_context_no_index(&file),
-            &format!("branch {branch}: the next mount"),
+            &format!("{case}: the next mount"),
         );
         let log = m.log_text();
-        if branch {
+        if case != "under the leaf" {
             assert!(log.contains("built by the lean first-time path"), "{log}");
             assert!(!log.contains("extended by the lean path"), "{log}");
+            assert_eq!(
+                log.contains("much appended since the stored rendering"),
+                case == "much",
+                "{log}"
+            );
         } else {
             assert!(
                 log.contains("the growth stored with the rendering"),
@@ -384,7 +396,7 @@ fn appends_while_unmounted_grow_the_stored_rendering_at_the_next_mount() {
         assert_same_bytes(
             &fs::read(&ctx).unwrap(),
             &cli_context_no_index(&file),
-            &format!("branch {branch}: an append after"),
+            &format!("{case}: an append after"),
         );
         drop(m);
     }
