@@ -261,7 +261,10 @@ fn context_json_comes_from_the_stored_rendering() {
     {
         use std::io::Write;
         let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
-        writeln!(f, r#"{{"type":"message","id":"m1","parentId":"e4","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"hello"}}}}"#).unwrap();
+        // Long enough that the lines appended below are little beside
+        // it (a mount grows a stored text by little).
+        let long = "x".repeat(4000);
+        writeln!(f, r#"{{"type":"message","id":"m1","parentId":"e4","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"hello {long}"}}}}"#).unwrap();
     }
     let read = |tree: &Tree| {
         tree.read(&Node::File(a.clone(), SessionFile::Context))
@@ -295,34 +298,39 @@ fn context_json_comes_from_the_stored_rendering() {
         let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
         writeln!(f, "{line}").unwrap();
     };
-    append(
-        r#"{"type":"message","id":"m2","parentId":"m1","timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":"again"}}"#,
-    );
-    let third = String::from_utf8(read(&mount())).unwrap();
-    assert!(
-        third.contains("HELLO") && third.contains("again"),
-        "{third}"
-    );
-    // Anything else (a branch from an entry before the stored text's
-    // leaf, `m1`): it is built again.
-    append(
-        r#"{"type":"message","id":"m3","parentId":"e4","timestamp":"2026-01-01T00:00:02.000Z","message":{"role":"user","content":"branch"}}"#,
-    );
-    let fourth = String::from_utf8(read(&mount())).unwrap();
-    assert!(
-        fourth.contains("branch") && !fourth.contains("again") && !fourth.contains("HELLO"),
-        "{fourth}"
-    );
-    // Another branch (from `m1`, off the path of the rendering stored
-    // just now, which ends at `m3`): built again as well.
-    append(
-        r#"{"type":"message","id":"m4","parentId":"m1","timestamp":"2026-01-01T00:00:03.000Z","message":{"role":"user","content":"sideways"}}"#,
-    );
-    let fifth = String::from_utf8(read(&mount())).unwrap();
-    assert!(
-        fifth.contains("sideways") && !fifth.contains("again") && !fifth.contains("branch"),
-        "{fifth}"
-    );
+    // Each line appended, then what the next mount's text shows and not.
+    let user = |id: &str, parent: &str, text: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"{text}"}}}}"#
+        )
+    };
+    for (line, shows, hides) in [
+        // Under the leaf: grown from the stored text, the edit stays.
+        (
+            user("m2", "m1", "again"),
+            &["HELLO", "again"][..],
+            &["hello", "branch"][..],
+        ),
+        // A branch from an entry before the stored text's leaf (`m1`):
+        // built again.
+        (user("m3", "e4", "branch"), &["branch"], &["again", "HELLO"]),
+        // Another branch (from `m1`, off the path of the rendering stored
+        // just now, which ends at `m3`): built again as well.
+        (
+            user("m4", "m1", "sideways"),
+            &["sideways", "hello"],
+            &["again", "branch"],
+        ),
+    ] {
+        append(&line);
+        let text = String::from_utf8(read(&mount())).unwrap();
+        for s in shows {
+            assert!(text.contains(s), "{s} not in {text}");
+        }
+        for s in hides {
+            assert!(!text.contains(s), "{s} in {text}");
+        }
+    }
 }
 
 #[test]

@@ -15,15 +15,21 @@ const BRANCHES: &str =
     "--home-dev-pi--/2026-12-02T16-10-09-022Z_01a23785-3efe-72e1-bb81-2b3b9d555d9b.jsonl";
 const V1: &str = "--home-dev-legacy--/2025-01-10T08-00-00-000Z_aaaaaaaaaaaaaaaa.jsonl";
 
-fn run(agent: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+/// `sessionfs ARGS --agent-dir AGENT`, its persistent index in a cache
+/// inside the test's directory.
+fn sessionfs(agent: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
     cmd.args(args)
         .arg("--agent-dir")
         .arg(agent)
         .env_remove("PI_CODING_AGENT_DIR")
-        // The persistent index goes to a cache inside the test's directory.
-        .env("XDG_CACHE_HOME", agent.join("cache"))
-        .stdin(Stdio::piped())
+        .env("XDG_CACHE_HOME", agent.join("cache"));
+    cmd
+}
+
+fn run(agent: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = sessionfs(agent, args);
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -476,16 +482,7 @@ fn context_keeps_a_persistent_index() {
 
     // An outside append: the index is extended, the context shows it.
     let leaf = stdout(&run(root, &["leaf", f], None)).trim().to_string();
-    let mut out = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&file)
-        .unwrap();
-    writeln!(
-        out,
-        r#"{{"type":"custom_message","id":"zz000001","parentId":"{leaf}","timestamp":"2026-12-03T00:00:00.000Z","customType":"note","content":"appended outside","display":true}}"#
-    )
-    .unwrap();
-    drop(out);
+    append_note(&file, "zz000001", &leaf, "appended outside");
     let grown = stdout(&run(root, &["context", f], None));
     assert!(grown.contains("appended outside"), "{grown}");
     assert_eq!(
@@ -505,23 +502,11 @@ fn context_keeps_a_persistent_index() {
     assert!(std::fs::read(&files[0]).unwrap().len() > bytes.len());
 
     // More appends: the stored rendering grows by them alone.
-    for (i, text) in ["one more", "and another"].iter().enumerate() {
-        let parent = if i == 0 {
-            "zz000001".to_string()
-        } else {
-            format!("zz00000{}", i + 1)
-        };
-        let mut out = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&file)
-            .unwrap();
-        writeln!(
-            out,
-            r#"{{"type":"custom_message","id":"zz00000{}","parentId":"{parent}","timestamp":"2026-12-03T00:00:0{i}.000Z","customType":"note","content":"{text}","display":true}}"#,
-            i + 2
-        )
-        .unwrap();
-        drop(out);
+    for (id, parent, text) in [
+        ("zz000002", "zz000001", "one more"),
+        ("zz000003", "zz000002", "and another"),
+    ] {
+        append_note(&file, id, parent, text);
         let o = run_logged(root, &["context", f]);
         let grown = stdout(&o);
         assert!(grown.contains(text), "{grown}");
@@ -537,14 +522,20 @@ fn context_keeps_a_persistent_index() {
     }
 }
 
+/// Appends a displayed custom message `id` under `parent`, as an outside
+/// writer (no lock).
+fn append_note(file: &Path, id: &str, parent: &str, text: &str) {
+    let mut out = std::fs::OpenOptions::new().append(true).open(file).unwrap();
+    writeln!(
+        out,
+        r#"{{"type":"custom_message","id":"{id}","parentId":"{parent}","timestamp":"2026-12-03T00:00:00.000Z","customType":"note","content":"{text}","display":true}}"#
+    )
+    .unwrap();
+}
+
 /// [`run`] with the engine's debug log on stderr.
 fn run_logged(agent: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .args(args)
-        .arg("--agent-dir")
-        .arg(agent)
-        .env_remove("PI_CODING_AGENT_DIR")
-        .env("XDG_CACHE_HOME", agent.join("cache"))
+    sessionfs(agent, args)
         .env("RUST_LOG", "sessionfs=debug")
         .output()
         .unwrap()
