@@ -8,7 +8,7 @@ use crate::common;
 use crate::common::fuse;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use sessionfs::session::FileStorage;
 use sessionfs::session::{Checker, ProblemKind};
@@ -106,7 +106,7 @@ fn the_corpus_reports_only_the_messy_files_known_faults() {
 }
 
 fn sessionfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+    common::sessionfs_cmd()
         .args(args)
         .env_remove("PI_CODING_AGENT_DIR")
         .output()

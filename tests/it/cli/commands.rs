@@ -18,7 +18,7 @@ const V1: &str = "--home-dev-legacy--/2025-01-10T08-00-00-000Z_aaaaaaaaaaaaaaaa.
 /// `sessionfs ARGS --agent-dir AGENT`, its persistent index in a cache
 /// inside the test's directory.
 fn sessionfs(agent: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+    let mut cmd = common::sessionfs_cmd();
     cmd.args(args)
         .arg("--agent-dir")
         .arg(agent)
@@ -621,7 +621,7 @@ fn context_shares_its_stored_rendering_however_the_agent_dir_is_named() {
     assert_eq!(ctx.len(), 1, "{:?}", index_files(root));
     let stored = std::fs::read(&ctx[0]).unwrap();
     let written = std::fs::metadata(&ctx[0]).unwrap().modified().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+    let o = common::sessionfs_cmd()
         .current_dir(root)
         .args(["context", f, "--agent-dir", "."])
         .env_remove("PI_CODING_AGENT_DIR")

@@ -6,7 +6,7 @@ use crate::common;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, SystemTime};
 
 use sessionfs::session::AgentDir;
@@ -16,7 +16,7 @@ fn sha(bytes: &[u8]) -> String {
 }
 
 fn run(agent: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+    common::sessionfs_cmd()
         .args(args)
         .arg("--agent-dir")
         .arg(agent)

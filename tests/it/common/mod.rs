@@ -20,6 +20,26 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
+/// A command that runs the built `sessionfs` binary. With
+/// `SESSIONFS_TEST_RUNNER` set (a program and its arguments, split at white
+/// space, such as `qemu-aarch64 -L /usr/aarch64-linux-gnu`) the binary runs
+/// under that program: `scripts/check_portability.sh` runs the suite of a
+/// cross-built binary under an emulator this way. Tests that run the binary
+/// through a shell script do not go through here.
+pub fn sessionfs_cmd() -> std::process::Command {
+    let bin = env!("CARGO_BIN_EXE_sessionfs");
+    let runner = std::env::var("SESSIONFS_TEST_RUNNER").unwrap_or_default();
+    let mut runner = runner.split_whitespace();
+    match runner.next() {
+        Some(program) => {
+            let mut cmd = std::process::Command::new(program);
+            cmd.args(runner).arg(bin);
+            cmd
+        }
+        None => std::process::Command::new(bin),
+    }
+}
+
 /// Copies a directory tree.
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -332,12 +352,7 @@ pub fn exchange_session(id: &str, cwd: &str, date: &str, pairs: usize, repeat: u
 /// `sessionfs context --no-index FILE`: the text every `context.json`
 /// of the file's last entry must equal.
 pub fn cli_context_no_index(file: &Path) -> Vec<u8> {
-    stdout_ok(
-        std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-            .arg("context")
-            .arg("--no-index")
-            .arg(file),
-    )
+    stdout_ok(sessionfs_cmd().arg("context").arg("--no-index").arg(file))
 }
 
 /// Panics unless `got == want`, explaining a mismatch without printing

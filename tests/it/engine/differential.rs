@@ -134,7 +134,7 @@ fn cli_contexts_agree_with_the_reference_on_a_sample() {
             if case.number >= 3 && n % 20 != 0 {
                 continue;
             }
-            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+            let mut cmd = common::sessionfs_cmd();
             cmd.arg("context")
                 .arg("--compact")
                 .arg("--agent-dir")

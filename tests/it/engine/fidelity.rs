@@ -514,7 +514,7 @@ fn cli_listings_show_v1_counts_titles_and_skip_headerless_files() {
     );
     let run = |args: &[&str]| -> Value {
         let stdout = common::stdout_ok(
-            std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            common::sessionfs_cmd()
                 .args(args)
                 .arg("--cwd")
                 .arg("/w")

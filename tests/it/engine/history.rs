@@ -1,6 +1,8 @@
 //! Prompt history (`docs/engine.md`): schema, dedup, search, limits, concurrency,
 //! the background writer, FTS rebuild, sqlite3 compatibility and the CLI.
 
+use crate::common;
+
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -437,7 +439,7 @@ fn concurrent_processes_lose_nothing() {
     for round in 0..ROUNDS {
         let children: Vec<_> = (0..PROCESSES)
             .map(|p| {
-                Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+                common::sessionfs_cmd()
                     .args(["history", "add", &format!("process {p} round {round}")])
                     .arg("--agent-dir")
                     .arg(&agent)
@@ -536,7 +538,7 @@ fn sqlite3_shell_reads_the_database() {
 // ------------------------------------------------------------------- CLI
 
 fn cli(agent: &Path, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+    let out = common::sessionfs_cmd()
         .arg("history")
         .args(args)
         .arg("--agent-dir")
@@ -573,7 +575,7 @@ fn cli_add_recent_search_json() {
     cli(&agent, &["add", "hello world", "--cwd", "/projects/one"]);
     cli(&agent, &["add", "hello world", "--cwd", "/projects/one"]); // duplicate
     cli(&agent, &["add", "   "]); // blank
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+    let out = common::sessionfs_cmd()
         .args(["history", "add", "hello there\nsecond line"])
         .arg("--agent-dir")
         .arg(&agent)
@@ -636,7 +638,7 @@ fn cli_add_recent_search_json() {
 fn cli_uses_the_agent_dir_environment_variable() {
     let dir = tempfile::tempdir().unwrap();
     let agent = dir.path().join("from-env");
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+    let out = common::sessionfs_cmd()
         .args(["history", "add", "via env"])
         .env("PI_CODING_AGENT_DIR", &agent)
         .output()

@@ -168,11 +168,10 @@ fn kill_during_a_migration_leaves_old_or_new_never_partial() {
         v1.push('\n');
     }
     let path = dir.join("2025-01-01T00-00-00-000Z_v1.jsonl");
-    let bin = env!("CARGO_BIN_EXE_sessionfs");
     let mut outcomes = (0, 0);
     for delay_ms in [0u64, 5, 10, 20, 40, 80, 160, 400] {
         std::fs::write(&path, &v1).unwrap();
-        let mut child = std::process::Command::new(bin)
+        let mut child = common::sessionfs_cmd()
             .args(["context", "--compact", "--agent-dir"])
             .arg(env.agent.root())
             .arg(&path)

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -379,7 +379,7 @@ fn both_layouts_hold_the_same_session() {
 
 /// Appends `n` entries with `sessionfs append` in a child process.
 fn cli_appender(url: &str, agent: &Path, file: &Path, tag: &str, n: usize) -> std::process::Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+    let mut child = common::sessionfs_cmd()
         .args(["--storage", url, "append", "--agent-dir"])
         .arg(agent)
         .arg(file)

@@ -495,7 +495,7 @@ fn diffs_name_the_common_ancestor() {
 }
 
 fn cli(args: &[&str]) -> String {
-    let stdout = common::stdout_ok(Command::new(env!("CARGO_BIN_EXE_sessionfs")).args(args));
+    let stdout = common::stdout_ok(common::sessionfs_cmd().args(args));
     String::from_utf8(stdout).unwrap()
 }
 
