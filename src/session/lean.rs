@@ -240,6 +240,35 @@ struct LeanRules<'a> {
     published: HashSet<u32>,
     last_model: Option<u32>,
     hasher: Hasher,
+    /// The model hash of the last assistant message decoded, with its raw
+    /// `provider` and `model` (see [`raw_model_key`]).
+    raw_model: Option<(u32, Vec<u8>)>,
+}
+
+/// The raw `provider` and `model` JSON texts of a message as one key:
+/// each, or `0xFE` when absent, then `0xFF` (bytes no valid line holds).
+fn raw_model_key(key: &mut Vec<u8>, provider: Option<&[u8]>, model: Option<&[u8]>) {
+    for part in [provider, model] {
+        key.extend_from_slice(part.unwrap_or(&[0xFE]));
+        key.push(0xFF);
+    }
+}
+
+/// Whether `key` is the [`raw_model_key`] of `provider` and `model`,
+/// without building it.
+fn raw_model_matches(key: &[u8], provider: Option<&[u8]>, model: Option<&[u8]>) -> bool {
+    let mut rest = key;
+    for part in [provider, model] {
+        let part = part.unwrap_or(&[0xFE]);
+        match rest
+            .strip_prefix(part)
+            .and_then(|r| r.strip_prefix(&[0xFF]))
+        {
+            Some(r) => rest = r,
+            None => return false,
+        }
+    }
+    rest.is_empty()
 }
 
 impl<'a> LeanRules<'a> {
@@ -254,7 +283,41 @@ impl<'a> LeanRules<'a> {
             published: HashSet::new(),
             last_model: None,
             hasher,
+            raw_model: None,
         }
+    }
+
+    /// The model hash of the assistant message just scanned (`line`,
+    /// its members in `self.entry`, keys without escapes) when its raw
+    /// `role` is `"assistant"` and its raw `provider` and `model` are
+    /// those of the last assistant message [`LeanRules::remember_model`]
+    /// kept: equal JSON texts decode to the same name. Most assistant
+    /// messages of a session name the model of the one before.
+    fn same_model(&self, line: &[u8]) -> Option<u32> {
+        let (h, key) = self.raw_model.as_ref()?;
+        let e = &self.entry;
+        let raw = |m: &Option<Member>| m.as_ref().map(|m| m.value.of(line));
+        if raw(&e.role) != Some(b"\"assistant\"".as_slice()) {
+            return None;
+        }
+        raw_model_matches(key, raw(&e.provider), raw(&e.model)).then_some(*h)
+    }
+
+    /// Keeps the raw `provider` and `model` of the assistant message
+    /// just scanned with its model hash `h` (see [`LeanRules::same_model`]).
+    fn remember_model(&mut self, line: &[u8], h: u32) {
+        let e = &self.entry;
+        let raw = |m: &Option<Member>| m.as_ref().map(|m| m.value.of(line));
+        let (p, m) = (raw(&e.provider), raw(&e.model));
+        let mut key = match self.raw_model.take() {
+            Some((_, mut key)) => {
+                key.clear();
+                key
+            }
+            None => Vec::new(),
+        };
+        raw_model_key(&mut key, p, m);
+        self.raw_model = Some((h, key));
     }
 
     fn model(&mut self, name: &str) -> u32 {
@@ -370,22 +433,37 @@ impl LineRules for LeanRules<'_> {
         let mut model = 0u32;
         match kind {
             EntryKind::Message if nested => {
-                let mut name = std::mem::take(&mut self.name);
-                let role = if e.nested_escaped {
-                    // Keys with escapes are decoded to be compared: the
-                    // message's members are recorded all, as the full
-                    // path records them.
-                    scan_object(line, b"message", &mut self.top, &mut self.nested);
-                    message_role(line, &self.nested, &mut name)
+                let same = if e.nested_escaped {
+                    None
                 } else {
-                    let (r, p, m) = (e.role.as_ref(), e.provider.as_ref(), e.model.as_ref());
-                    role_and_model(line, r, p, m, &mut name)
+                    self.same_model(line)
                 };
-                if role == Role::Assistant {
+                if let Some(h) = same {
+                    // The raw provider and model of the last assistant
+                    // message decoded: the same name, not decoded again.
                     flags |= ASSISTANT;
-                    model = self.model(&name);
+                    model = h;
+                } else {
+                    let mut name = std::mem::take(&mut self.name);
+                    let role = if e.nested_escaped {
+                        // Keys with escapes are decoded to be compared: the
+                        // message's members are recorded all, as the full
+                        // path records them.
+                        scan_object(line, b"message", &mut self.top, &mut self.nested);
+                        message_role(line, &self.nested, &mut name)
+                    } else {
+                        let (r, p, m) = (e.role.as_ref(), e.provider.as_ref(), e.model.as_ref());
+                        role_and_model(line, r, p, m, &mut name)
+                    };
+                    if role == Role::Assistant {
+                        flags |= ASSISTANT;
+                        model = self.model(&name);
+                        if !self.entry.nested_escaped {
+                            self.remember_model(line, model);
+                        }
+                    }
+                    self.name = name;
                 }
-                self.name = name;
             }
             EntryKind::Unknown if type_name == RESET_BOUNDARY => flags |= RESET,
             _ => {}

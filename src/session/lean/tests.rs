@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::*;
 use crate::session::manager::{OpenOptions, Session};
 use crate::session::storage::{FileStorage, Storage};
+use crate::session::testlines::HEADER;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -675,4 +676,96 @@ fn scan_parts_taper_towards_the_end() {
     // A small file: the parts of one size, and one for the last quarter.
     let small = tapering_hints(100_000, 2, 0);
     assert!(small.len() <= 16, "{small:?}");
+}
+
+/// Assistant messages whose provider and model are spelled the same or
+/// differently (escapes, absent, not strings), with roles that decode to
+/// `assistant` or not: the lean path's memo of the last raw provider and
+/// model gives the models the full path gives, at every leaf.
+#[test]
+fn assistant_models_spelled_many_ways_match_the_full_path() {
+    let (dir, storage) = temp_storage();
+    let blobs = dir.path().join("blobs");
+    let message = |i: usize, parent: usize, body: &str| {
+        let parent = if i == 1 {
+            "null".to_string()
+        } else {
+            format!("\"e{parent}\"")
+        };
+        format!(
+            r#"{{"type":"message","id":"e{i}","parentId":{parent},"timestamp":"2026-01-01T00:00:0{}.000Z","message":{{{body},"content":[{{"type":"text","text":"t{i}"}}]}}}}"#,
+            i % 10
+        ) + "\n"
+    };
+    let bodies = [
+        r#""role":"assistant","provider":"p","model":"m""#,
+        r#""role":"assistant","provider":"p","model":"m""#,
+        r#""role":"assistant","provider":"p","model":"\u006d""#,
+        r#""role":"assistant","provider":"p","model":"n""#,
+        r#""role":"assistant","model":"n""#,
+        r#""role":"assistant","provider":5,"model":"n""#,
+        r#""role":"assistant","provider":"p","model":"n""#,
+        r#""role":"assist\u0061nt","provider":"p","model":"n""#,
+        r#""role":"assistant","provider":"p","mod\u0065l":"x""#,
+        // After a model change, a user message naming the last assistant
+        // model decoded is no assistant message (were it one, its model
+        // would follow `p/x` and count).
+        "model_change",
+        r#""role":"user","provider":"p","model":"n""#,
+        r#""role":"assistant","provider":"p","model":"n""#,
+        r#""role":"assistant","provider":"p","model":"n","model":"o""#,
+        r#""role":"assistant","provider":"p","model":"n""#,
+        r#""role":"assistant","provider":"p","model":null"#,
+        r#""role":"assistant","provider":"p""#,
+    ];
+    // In one part (the memo is a part's own), and as `check` splits it.
+    let whole = |path: &Path, pretty: bool| {
+        let store = BlobStore::new(storage.clone(), &blobs);
+        let mut out = Vec::new();
+        let tuning = Tuning {
+            parts: 1,
+            min_parallel: u64::MAX,
+            chunk: CONTEXT_CHUNK,
+        };
+        let done = write_with_fold(
+            &*storage,
+            path,
+            Some(&store),
+            pretty,
+            None,
+            &mut WriteSink(&mut out),
+            tuning,
+            None,
+        )
+        .unwrap();
+        assert!(done);
+        out
+    };
+    let mut text = format!("{HEADER}\n");
+    let mut tally = Tally::default();
+    for (k, body) in bodies.iter().enumerate() {
+        if *body == "model_change" {
+            text.push_str(&format!(
+                r#"{{"type":"model_change","id":"e{}","parentId":"e{k}","timestamp":"2026-01-01T00:00:09.000Z","model":"q/z"}}"#,
+                k + 1
+            ));
+            text.push('\n');
+        } else {
+            text.push_str(&message(k + 1, k, body));
+        }
+        let path = dir.path().join(format!("m{k}.jsonl"));
+        std::fs::write(&path, &text).unwrap();
+        check(&storage, &path, &blobs, &mut tally);
+        for pretty in [true, false] {
+            let want = oracle(&storage, &path, &blobs, pretty).unwrap();
+            let got = whole(&path, pretty);
+            assert!(
+                got == want,
+                "line {k} (pretty {pretty}): lean\n{}\n!= full\n{}",
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want)
+            );
+        }
+    }
+    assert_eq!(tally.declined, 0, "{tally:?}");
 }
