@@ -194,6 +194,11 @@ impl LeanFold {
         }
         let start = self.fingerprint.size;
         let reader = storage.open_read(path).map_err(|e| Error::io(path, e))?;
+        // What is read is the file checked: one renamed over it between
+        // the look and the open (an editor's save) is not grown from.
+        if storage.stat(path).map_err(|e| Error::io(path, e))?.identity != stat.identity {
+            return Ok(None);
+        }
         let loaded = if stat.size > start {
             loader::scan_stream(
                 path,

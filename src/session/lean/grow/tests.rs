@@ -545,3 +545,90 @@ fn agent_like_appends_grow() {
     eprintln!("agent-like appends: {tally:?}");
     assert!(extended > 600 && declined > 20, "{tally:?}");
 }
+
+/// The real filesystem, but the first `open_read` of a file first renames
+/// another file over it: a writer that replaces the file (an editor's
+/// save) between the look at it and its opening.
+#[derive(Debug)]
+struct SwapOnOpen {
+    inner: crate::session::storage::FileStorage,
+    swap: std::sync::Mutex<Option<(std::path::PathBuf, std::path::PathBuf)>>,
+}
+
+impl Storage for SwapOnOpen {
+    fn ensure_dir(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.ensure_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        self.inner.read(path)
+    }
+    fn read_prefix(&self, path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+        self.inner.read_prefix(path, max)
+    }
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        self.inner.read_at(path, offset, len)
+    }
+    fn write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write(path, data)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn unlink(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.unlink(path)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<crate::session::DirItem>> {
+        self.inner.list(dir)
+    }
+    fn stat(&self, path: &Path) -> std::io::Result<crate::session::FileStat> {
+        self.inner.stat(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn open_append(&self, path: &Path) -> std::io::Result<Box<dyn crate::session::AppendWriter>> {
+        self.inner.open_append(path)
+    }
+    fn lock(&self, path: &Path) -> std::io::Result<crate::session::LockGuard> {
+        self.inner.lock(path)
+    }
+    fn open_read(&self, path: &Path) -> std::io::Result<Box<dyn crate::session::RandomRead>> {
+        if let Some((from, to)) = self.swap.lock().unwrap().take() {
+            std::fs::rename(from, to)?;
+        }
+        self.inner.open_read(path)
+    }
+    fn is_persistent(&self) -> bool {
+        true
+    }
+}
+
+/// A file replaced by a rename between growth's look at it and its
+/// opening — the replacement holding the same first bytes and other
+/// appended lines — is not grown from: the lines read would not be the
+/// ones the look vouched for.
+#[test]
+fn a_file_replaced_between_the_look_and_the_open_declines() {
+    let (dir, mut g) = setup(&linear(3));
+    let before = std::fs::read(&g.path).unwrap();
+    append(&g.path, user("u4", "a3", "original").as_bytes());
+    let other = dir.path().join("replacement");
+    let mut replacement = before.clone();
+    replacement.extend_from_slice(user("u4", "a3", "replacement").as_bytes());
+    replacement.extend_from_slice(user("u5", "u4", "more of it").as_bytes());
+    std::fs::write(&other, &replacement).unwrap();
+    let swapping = SwapOnOpen {
+        inner: crate::session::storage::FileStorage::new(),
+        swap: std::sync::Mutex::new(Some((other, g.path.clone()))),
+    };
+    let fold = g.fold.as_mut().unwrap();
+    let grown = fold.grow(&swapping, &g.path, None).unwrap();
+    assert!(grown.is_none(), "grown from the replacement: {grown:?}");
+    // Grown from the file as it is now, when nothing moves under it.
+    (g.text, g.fold) = build(&g.storage, &g.path, &g.blobs);
+    append(&g.path, user("u6", "u5", "after").as_bytes());
+    assert!(matches!(g.grow(), Outcome::Extended(_)));
+}
