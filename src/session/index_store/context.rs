@@ -166,7 +166,6 @@ impl IndexStore {
         expect: Option<&Fingerprint>,
         out: &mut dyn std::io::Write,
     ) -> std::io::Result<bool> {
-        use std::os::unix::fs::FileExt;
         let Some((file, text_start, text_end)) =
             self.stored_context_file(storage, path, variant, Want::Exact(expect))
         else {
@@ -176,13 +175,7 @@ impl IndexStore {
         if !checked_text(&file, text_start, text_end, &mut buf) {
             return Ok(false);
         }
-        let mut at = text_start;
-        while at < text_end {
-            let n = ((text_end - at) as usize).min(PIECE);
-            file.read_exact_at(&mut buf[..n], at)?;
-            out.write_all(&buf[..n])?;
-            at += n as u64;
-        }
+        copy_range(&file, text_start, text_end, &mut buf, out)?;
         Ok(true)
     }
 
@@ -276,6 +269,26 @@ enum Want<'a> {
 /// The pieces a stored rendering is checked and copied in.
 const PIECE: usize = 256 << 10;
 
+/// Copies the bytes `start..end` of `file` to `out`, in pieces of `buf`'s
+/// length (not empty when there is anything to copy).
+fn copy_range(
+    file: &std::fs::File,
+    start: u64,
+    end: u64,
+    buf: &mut [u8],
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut at = start;
+    while at < end {
+        let n = usize::try_from(end - at).map_or(buf.len(), |left| left.min(buf.len()));
+        file.read_exact_at(&mut buf[..n], at)?;
+        out.write_all(&buf[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Whether the text at `start..end` of `file` matches the checksum that
 /// follows it, read in pieces through `buf`.
 fn checked_text(file: &std::fs::File, start: u64, end: u64, buf: &mut [u8]) -> bool {
@@ -359,18 +372,10 @@ impl StoredText {
         to: u64,
         out: &mut dyn std::io::Write,
     ) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
         let to = to.min(self.len);
         let size = usize::try_from(to.saturating_sub(from)).map_or(PIECE, |n| n.min(PIECE));
         let mut buf = vec![0u8; size];
-        let mut at = from;
-        while at < to {
-            let n = usize::try_from(to - at).map_or(buf.len(), |left| left.min(buf.len()));
-            self.file.read_exact_at(&mut buf[..n], self.start + at)?;
-            out.write_all(&buf[..n])?;
-            at += n as u64;
-        }
-        Ok(())
+        copy_range(&self.file, self.start + from, self.start + to, &mut buf, out)
     }
 
     /// Fills `buf` with the text from `offset` on, as far as the text
