@@ -240,35 +240,21 @@ struct LeanRules<'a> {
     published: HashSet<u32>,
     last_model: Option<u32>,
     hasher: Hasher,
-    /// The model hash of the last assistant message decoded, with its raw
-    /// `provider` and `model` (see [`raw_model_key`]).
-    raw_model: Option<(u32, Vec<u8>)>,
+    /// The last assistant message decoded (see [`LeanRules::same_model`]).
+    raw_model: Option<RawModel>,
 }
 
-/// The raw `provider` and `model` JSON texts of a message as one key:
-/// each, or `0xFE` when absent, then `0xFF` (bytes no valid line holds).
-fn raw_model_key(key: &mut Vec<u8>, provider: Option<&[u8]>, model: Option<&[u8]>) {
-    for part in [provider, model] {
-        key.extend_from_slice(part.unwrap_or(&[0xFE]));
-        key.push(0xFF);
-    }
+/// An assistant message's model hash with the raw JSON texts of its
+/// `provider` and `model` members (`None`: absent).
+struct RawModel {
+    hash: u32,
+    provider: Option<Vec<u8>>,
+    model: Option<Vec<u8>>,
 }
 
-/// Whether `key` is the [`raw_model_key`] of `provider` and `model`,
-/// without building it.
-fn raw_model_matches(key: &[u8], provider: Option<&[u8]>, model: Option<&[u8]>) -> bool {
-    let mut rest = key;
-    for part in [provider, model] {
-        let part = part.unwrap_or(&[0xFE]);
-        match rest
-            .strip_prefix(part)
-            .and_then(|r| r.strip_prefix(&[0xFF]))
-        {
-            Some(r) => rest = r,
-            None => return false,
-        }
-    }
-    rest.is_empty()
+/// The raw JSON text of a member of `line`, if there is one.
+fn raw_value<'l>(line: &'l [u8], member: &Option<Member>) -> Option<&'l [u8]> {
+    member.as_ref().map(|m| m.value.of(line))
 }
 
 impl<'a> LeanRules<'a> {
@@ -294,30 +280,25 @@ impl<'a> LeanRules<'a> {
     /// kept: equal JSON texts decode to the same name. Most assistant
     /// messages of a session name the model of the one before.
     fn same_model(&self, line: &[u8]) -> Option<u32> {
-        let (h, key) = self.raw_model.as_ref()?;
+        let last = self.raw_model.as_ref()?;
         let e = &self.entry;
-        let raw = |m: &Option<Member>| m.as_ref().map(|m| m.value.of(line));
-        if raw(&e.role) != Some(b"\"assistant\"".as_slice()) {
+        if raw_value(line, &e.role) != Some(b"\"assistant\"".as_slice()) {
             return None;
         }
-        raw_model_matches(key, raw(&e.provider), raw(&e.model)).then_some(*h)
+        let (provider, model) = (raw_value(line, &e.provider), raw_value(line, &e.model));
+        (last.provider.as_deref() == provider && last.model.as_deref() == model)
+            .then_some(last.hash)
     }
 
     /// Keeps the raw `provider` and `model` of the assistant message
-    /// just scanned with its model hash `h` (see [`LeanRules::same_model`]).
-    fn remember_model(&mut self, line: &[u8], h: u32) {
+    /// just scanned with its model hash (see [`LeanRules::same_model`]).
+    fn remember_model(&mut self, line: &[u8], hash: u32) {
         let e = &self.entry;
-        let raw = |m: &Option<Member>| m.as_ref().map(|m| m.value.of(line));
-        let (p, m) = (raw(&e.provider), raw(&e.model));
-        let mut key = match self.raw_model.take() {
-            Some((_, mut key)) => {
-                key.clear();
-                key
-            }
-            None => Vec::new(),
-        };
-        raw_model_key(&mut key, p, m);
-        self.raw_model = Some((h, key));
+        self.raw_model = Some(RawModel {
+            hash,
+            provider: raw_value(line, &e.provider).map(<[u8]>::to_vec),
+            model: raw_value(line, &e.model).map(<[u8]>::to_vec),
+        });
     }
 
     fn model(&mut self, name: &str) -> u32 {
