@@ -14,7 +14,7 @@ use crate::session::pretty_context_variant;
 use crate::session::EntryMeta;
 use crate::session::{
     write_last_context, write_last_context_growable, AgentDir, BlobStore, Error, IndexStore,
-    KeepRendering, Regrown, Storage, WriteSink,
+    KeepRendering, Regrown, Storage, TeeToStore, WriteSink,
 };
 use crate::session::{EntryKind, Facts};
 use crate::session::{Result, Session};
@@ -63,11 +63,6 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
             };
             match Regrown::of(&*files, &file, Some(&blobs), keep) {
                 Ok(Some(grown)) => {
-                    log::debug!(
-                        "{}: the stored context grown by the appended lines, {} bytes",
-                        file.display(),
-                        grown.len()
-                    );
                     write_out(|out| grown.write_and_store(&*files, &file, keep, out))?;
                     return Ok(0);
                 }
@@ -130,7 +125,10 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
         if args.compact {
             out.write_all(ctx.as_json().as_bytes())?;
         } else if let Some(mut keep) = keep {
-            let mut tee = Tee(&mut *out, &mut keep);
+            let mut tee = TeeToStore {
+                out: &mut *out,
+                store: Some(&mut keep),
+            };
             ctx.write_pretty(&mut tee)?;
             std::io::Write::write_all(&mut tee, b"\n")?;
             let _ = keep.finish();
@@ -219,21 +217,6 @@ impl<W: std::io::Write> std::io::Write for Counted<W> {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
-    }
-}
-
-/// Writes to two writers; the second's errors are its own business (see
-/// `ContextWriter`).
-struct Tee<'a>(&'a mut dyn std::io::Write, &'a mut dyn std::io::Write);
-
-impl std::io::Write for Tee<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write_all(buf)?;
-        self.1.write_all(buf)?;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
     }
 }
 

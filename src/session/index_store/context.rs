@@ -375,7 +375,13 @@ impl StoredText {
         let to = to.min(self.len);
         let size = usize::try_from(to.saturating_sub(from)).map_or(PIECE, |n| n.min(PIECE));
         let mut buf = vec![0u8; size];
-        copy_range(&self.file, self.start + from, self.start + to, &mut buf, out)
+        copy_range(
+            &self.file,
+            self.start + from,
+            self.start + to,
+            &mut buf,
+            out,
+        )
     }
 
     /// Fills `buf` with the text from `offset` on, as far as the text
@@ -448,6 +454,27 @@ const CHUNK: usize = 256 << 10;
 /// At most this many full chunks wait for the thread (the producer then
 /// waits: the memory stays bounded).
 const CHUNKS_QUEUED: usize = 4;
+
+/// Writes to an output and to a stored rendering's writer when there is
+/// one, which takes every byte and never fails (see [`ContextWriter`]):
+/// the output's errors are the only ones.
+pub(crate) struct TeeToStore<'a> {
+    pub(crate) out: &'a mut dyn std::io::Write,
+    pub(crate) store: Option<&'a mut ContextWriter>,
+}
+
+impl std::io::Write for TeeToStore<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.out.write_all(buf)?;
+        if let Some(w) = self.store.as_mut() {
+            w.write_all(buf)?;
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
 
 impl std::io::Write for ContextWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -33,6 +33,7 @@ pub(crate) use codec::decode;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use codec::decode_unchecked;
 use codec::encode;
+pub(crate) use context::TeeToStore;
 pub use context::{ContextWriter, StoredText};
 
 /// The first bytes of every index file.

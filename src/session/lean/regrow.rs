@@ -13,7 +13,7 @@ use super::{KeepRendering, LeanFold};
 use crate::session::blobrefs::contains_ref_prefix;
 use crate::session::blobs::BlobStore;
 use crate::session::error::{Error, Result};
-use crate::session::index_store::StoredText;
+use crate::session::index_store::{StoredText, TeeToStore};
 use crate::session::storage::Storage;
 
 /// A stored rendering extended by the lines appended to its file since
@@ -66,12 +66,18 @@ impl Regrown {
             return Ok(None);
         }
         fold.apply_from(growth, &mut tail, keep_len as usize);
-        Ok(Some(Regrown {
+        let grown = Regrown {
             text,
             keep: keep_len,
             tail,
             fold,
-        }))
+        };
+        log::debug!(
+            "{}: the stored context grown by the appended lines, {} bytes",
+            path.display(),
+            grown.len()
+        );
+        Ok(Some(grown))
     }
 
     /// The grown text's length in bytes.
@@ -114,7 +120,7 @@ impl Regrown {
             }
             _ => None,
         };
-        let mut both = Both {
+        let mut both = TeeToStore {
             out,
             store: writer.as_mut(),
         };
@@ -147,27 +153,6 @@ pub(crate) fn grows_cheaply(text_len: u64, stored: u64, now: u64) -> bool {
     appended < STORE_AGAIN_AFTER && appended.saturating_mul(4) < text_len
 }
 
-/// Writes to the output and, while it takes them, the stored
-/// rendering's writer (whose failures are its own: see
-/// [`crate::session::ContextWriter`]).
-struct Both<'a, 'w> {
-    out: &'a mut dyn std::io::Write,
-    store: Option<&'w mut crate::session::ContextWriter>,
-}
-
-impl std::io::Write for Both<'_, '_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.out.write_all(buf)?;
-        if let Some(w) = self.store.as_mut() {
-            let _ = w.write_all(buf);
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
-    }
-}
-
 /// [`write_last_context`](super::write_last_context) from the stored
 /// rendering of the file's first bytes, grown by the lines appended since
 /// with the growth file stored beside it (`docs/engine.md`, "A stored
@@ -185,11 +170,6 @@ pub fn write_grown_context(
     let Some(grown) = Regrown::of(storage, path, blobs, keep)? else {
         return Ok(false);
     };
-    log::debug!(
-        "{}: the stored context grown by the appended lines, {} bytes",
-        path.display(),
-        grown.len()
-    );
     grown
         .write_and_store(storage, path, keep, out)
         .map_err(|e| Error::io("<output>", e))?;
