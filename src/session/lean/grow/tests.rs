@@ -278,16 +278,14 @@ fn a_fold_read_back_builds_its_table_after_some_growths() {
     }
     // An id of the file read back, and one appended since.
     for old in ["u1", "x0"] {
+        let (text, fold) = build(&g.storage, &g.path, &g.blobs);
         let mut h = Grower {
             storage: g.storage.clone(),
             path: g.path.clone(),
             blobs: g.blobs.clone(),
-            text: g.text.clone(),
-            fold: None,
+            fold: fold.map(|f| read_back(f, text.len())),
+            text,
         };
-        let (text, fold) = build(&g.storage, &g.path, &g.blobs);
-        h.text = text.clone();
-        h.fold = fold.map(|f| read_back(f, text.len()));
         append(&g.path, user(old, &parent, "again").as_bytes());
         assert_eq!(h.grow(), Outcome::Declined, "{old} again, no table");
         assert_eq!(g.grow(), Outcome::Declined, "{old} again, with the table");
