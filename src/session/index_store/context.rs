@@ -1,17 +1,30 @@
 //! Stored context renderings: what `sessionfs context` printed and the
 //! mount's `context.json` held, kept beside the index and served again
 //! while the session file is unchanged.
+//!
+//! A rendering is two files (`docs/engine.md`, "Stored context renderings"): its
+//! text alone (`.ctxt`), so that the mount can hand the file itself to the
+//! kernel (FUSE passthrough: a `cat` of `context.json` then reads it without
+//! a request per piece), and a small header beside it (`.ctx`) naming the
+//! session file it is the context of, the form, the session file's
+//! fingerprint, and the text's length and checksum.
 
 use std::path::{Path, PathBuf};
 
 use super::codec::{read_fingerprint, write_fingerprint, Reader, Writer};
-use super::{Fingerprint, IndexStore, ENGINE_HASH};
+use super::{temporary_name, write_atomically, Fingerprint, IndexStore, ENGINE_HASH};
 use crate::session::storage::Storage;
 
 impl IndexStore {
-    /// The file of the stored rendering of a session's context.
+    /// The header file of the stored rendering of a session's context.
     pub(crate) fn context_file_for(&self, canonical: &Path) -> PathBuf {
         self.file_for(canonical).with_extension("ctx")
+    }
+
+    /// The text file of the stored rendering of a session's context (the
+    /// text alone; its header is [`IndexStore::context_file_for`]).
+    pub(crate) fn context_text_file_for(&self, canonical: &Path) -> PathBuf {
+        self.file_for(canonical).with_extension("ctxt")
     }
 
     /// The stored rendering of the context of `path` at its last entry in
@@ -30,50 +43,28 @@ impl IndexStore {
         expect: Option<&Fingerprint>,
     ) -> Option<Vec<u8>> {
         use std::os::unix::fs::FileExt;
-        let (file, text_start, text_end) =
-            self.stored_context_file(storage, path, variant, Want::Exact(expect))?;
-        let len = usize::try_from(text_end - text_start).ok()?;
-        let mut out = Vec::with_capacity(len + 8);
+        let found = self.stored_context_at(storage, path, variant, Want::Exact(expect))?;
+        let len = usize::try_from(found.len).ok()?;
+        let mut out = Vec::with_capacity(len);
         advise_huge_pages(out.spare_capacity_mut());
-        out.resize(len + 8, 0);
-        file.read_exact_at(&mut out, text_start).ok()?;
-        let sum = u64::from_le_bytes(out[len..].try_into().ok()?);
-        out.truncate(len);
-        (xxhash_rust::xxh3::xxh3_64(&out) == sum).then_some(out)
+        out.resize(len, 0);
+        found.file.read_exact_at(&mut out, 0).ok()?;
+        (xxhash_rust::xxh3::xxh3_64(&out) == found.sum).then_some(out)
     }
 
-    /// The stored rendering's file, checked up to its text: the file and
-    /// the text's range (the 8-byte checksum follows it).
-    fn stored_context_file(
-        &self,
-        storage: &dyn Storage,
-        path: &Path,
-        variant: &str,
-        want: Want<'_>,
-    ) -> Option<(std::fs::File, u64, u64)> {
-        self.stored_context_at(storage, path, variant, want)
-            .map(|(file, _, start, end, _)| (file, start, end))
-    }
-
-    /// [`IndexStore::stored_context_file`], with the path of the stored
-    /// rendering's file and the fingerprint it was stored for.
+    /// The stored rendering `want` takes, checked up to its text: its
+    /// header read and matched against the session file, its text file
+    /// opened and of the length the header gives (the text's checksum is
+    /// for the caller to check).
     fn stored_context_at(
         &self,
         storage: &dyn Storage,
         path: &Path,
         variant: &str,
         want: Want<'_>,
-    ) -> Option<(std::fs::File, PathBuf, u64, u64, Fingerprint)> {
-        use std::os::unix::fs::FileExt;
+    ) -> Option<Found> {
         let canonical = storage.canonicalize(path).ok()?;
-        let ctx_path = self.context_file_for(&canonical);
-        let file = std::fs::File::open(&ctx_path).ok()?;
-        let len = file.metadata().ok()?.len();
-        let mut head = vec![0u8; len.min(64 << 10) as usize];
-        if len < 8 || file.read_exact_at(&mut head, 0).is_err() {
-            return None;
-        }
-        let text_end = len - 8;
+        let head = read_small(&self.context_file_for(&canonical))?;
         let mut r = Reader {
             data: &head,
             pos: 0,
@@ -86,7 +77,13 @@ impl IndexStore {
             return None;
         }
         let fp = read_fingerprint(&mut r)?;
-        if r.pos as u64 > text_end {
+        let (len, sum) = (r.u64()?, r.u64()?);
+        if r.pos != head.len() {
+            return None;
+        }
+        let text_path = self.context_text_file_for(&canonical);
+        let file = std::fs::File::open(&text_path).ok()?;
+        if file.metadata().ok()?.len() != len {
             return None;
         }
         let stat = storage.stat(path).ok()?;
@@ -100,7 +97,13 @@ impl IndexStore {
         if !usable || !fp.bytes_match(storage, path, &stat) {
             return None;
         }
-        Some((file, ctx_path, r.pos as u64, text_end, fp))
+        Some(Found {
+            file,
+            path: text_path,
+            len,
+            sum,
+            fingerprint: fp,
+        })
     }
 
     /// The stored rendering of the context of `path` (as
@@ -143,15 +146,13 @@ impl IndexStore {
         variant: &str,
         want: Want<'_>,
     ) -> Option<StoredText> {
-        let (file, path, start, end, fingerprint) =
-            self.stored_context_at(storage, path, variant, want)?;
+        let found = self.stored_context_at(storage, path, variant, want)?;
         let mut buf = vec![0u8; PIECE];
-        checked_text(&file, start, end, &mut buf).then_some(StoredText {
-            file,
-            path,
-            start,
-            len: end - start,
-            fingerprint,
+        checked_text(&found.file, found.len, found.sum, &mut buf).then_some(StoredText {
+            file: found.file,
+            path: found.path,
+            len: found.len,
+            fingerprint: found.fingerprint,
         })
     }
 
@@ -166,17 +167,34 @@ impl IndexStore {
         expect: Option<&Fingerprint>,
         out: &mut dyn std::io::Write,
     ) -> std::io::Result<bool> {
-        let Some((file, text_start, text_end)) =
-            self.stored_context_file(storage, path, variant, Want::Exact(expect))
+        let Some(found) = self.stored_context_at(storage, path, variant, Want::Exact(expect))
         else {
             return Ok(false);
         };
         let mut buf = vec![0u8; PIECE];
-        if !checked_text(&file, text_start, text_end, &mut buf) {
+        if !checked_text(&found.file, found.len, found.sum, &mut buf) {
             return Ok(false);
         }
-        copy_range(&file, text_start, text_end, &mut buf, out)?;
+        copy_range(&found.file, 0, found.len, &mut buf, out)?;
         Ok(true)
+    }
+
+    /// Rewrites the stored text of `canonical` with `edit` and its header
+    /// to match (length and checksum): a consistently edited rendering,
+    /// for tests of what serves stored texts.
+    #[cfg(test)]
+    pub(crate) fn edit_stored_text(&self, canonical: &Path, edit: impl FnOnce(&mut Vec<u8>)) {
+        let text_path = self.context_text_file_for(canonical);
+        let mut text = std::fs::read(&text_path).unwrap();
+        edit(&mut text);
+        std::fs::write(&text_path, &text).unwrap();
+        let head_path = self.context_file_for(canonical);
+        let mut head = std::fs::read(&head_path).unwrap();
+        let n = head.len() - 16;
+        head.truncate(n);
+        head.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        head.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&text).to_le_bytes());
+        std::fs::write(&head_path, &head).unwrap();
     }
 
     /// A writer that stores a rendering of the context of the session file
@@ -199,28 +217,22 @@ impl IndexStore {
             .mode(0o700)
             .create(&self.dir)
             .ok()?;
-        let target = self.context_file_for(canonical);
-        let tmp = self.dir.join(format!(
-            ".ctx.{}.{}.tmp",
-            std::process::id(),
-            crate::session::ids::random_hex(4)
-        ));
+        let target = self.context_text_file_for(canonical);
+        let tmp = temporary_name(&self.dir, &target);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
             .ok()?;
+        // The header is written once the text's length and checksum are
+        // known (`ContextWriter::finish`).
         let mut w = Writer { out: Vec::new() };
         w.out.extend_from_slice(CTX_MAGIC);
         w.str(ENGINE_HASH);
         w.bytes(canonical.as_os_str().as_encoded_bytes());
         w.str(variant);
         write_fingerprint(&mut w, fingerprint);
-        if file.write_all(&w.out).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-            return None;
-        }
         // The text's chunks are hashed and written by a thread of their
         // own (see `ContextWriter`); full chunks come back for reuse.
         let (to_writer, chunks) = std::sync::mpsc::sync_channel::<Vec<u8>>(CHUNKS_QUEUED);
@@ -229,14 +241,16 @@ impl IndexStore {
             .name("sessionfs-ctx".into())
             .spawn(move || {
                 let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+                let mut len = 0u64;
                 for chunk in chunks {
                     hasher.update(&chunk);
                     // A failure ends the thread: the producer's next send
                     // fails, and nothing is stored.
                     file.write_all(&chunk).ok()?;
+                    len += chunk.len() as u64;
                     let _ = give_back.send(chunk);
                 }
-                Some((file, hasher.digest()))
+                Some((len, hasher.digest()))
             });
         let Ok(writer) = writer else {
             let _ = std::fs::remove_file(&tmp);
@@ -247,6 +261,9 @@ impl IndexStore {
             to_writer: Some(to_writer),
             spare,
             writer: Some(writer),
+            header: w.out,
+            dir: self.dir.clone(),
+            header_target: self.context_file_for(canonical),
             tmp,
             target,
             failed: false,
@@ -264,6 +281,31 @@ enum Want<'a> {
     /// One of the file's first bytes, unchanged since, the file having
     /// grown or not.
     Prefix,
+}
+
+/// A stored rendering found for a session file, its text not checked yet.
+struct Found {
+    /// The text file.
+    file: std::fs::File,
+    path: PathBuf,
+    /// The text's length and checksum, from the header.
+    len: u64,
+    sum: u64,
+    /// The session file as it was when the text was rendered.
+    fingerprint: Fingerprint,
+}
+
+/// The whole of a header file (at most 64 KiB: a longer one is not ours).
+fn read_small(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    const MAX: u64 = 64 << 10;
+    let mut out = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX + 1)
+        .read_to_end(&mut out)
+        .ok()?;
+    (out.len() as u64 <= MAX).then_some(out)
 }
 
 /// The pieces a stored rendering is checked and copied in.
@@ -289,16 +331,15 @@ fn copy_range(
     Ok(())
 }
 
-/// Whether the text at `start..end` of `file` matches the checksum that
-/// follows it, read in pieces through `buf`.
-fn checked_text(file: &std::fs::File, start: u64, end: u64, buf: &mut [u8]) -> bool {
+/// Whether the `len` bytes of `file` match the checksum `sum`, read in
+/// pieces through `buf`.
+fn checked_text(file: &std::fs::File, len: u64, sum: u64, buf: &mut [u8]) -> bool {
     use std::os::unix::fs::FileExt;
-    let mut sum = [0u8; 8];
-    if buf.is_empty() || file.read_exact_at(&mut sum, end).is_err() {
+    if buf.is_empty() {
         return false;
     }
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let mut at = start;
+    let (mut at, end) = (0, len);
     while at < end {
         let n = usize::try_from(end - at).map_or(buf.len(), |left| left.min(buf.len()));
         if file.read_exact_at(&mut buf[..n], at).is_err() {
@@ -307,19 +348,19 @@ fn checked_text(file: &std::fs::File, start: u64, end: u64, buf: &mut [u8]) -> b
         hasher.update(&buf[..n]);
         at += n as u64;
     }
-    hasher.digest() == u64::from_le_bytes(sum)
+    hasher.digest() == sum
 }
 
 /// A stored context rendering whose checksum matched, read from its file
 /// on demand (see `IndexStore::stored_context_text`). The file stays
 /// open: a newer rendering stored meanwhile replaces it by a rename and
 /// does not change what this one reads (the store never writes a
-/// rendering's file in place).
+/// rendering's file in place). The file holds the text alone, so that
+/// it can also be handed to the kernel whole ([`StoredText::file`]).
 #[derive(Debug)]
 pub struct StoredText {
     file: std::fs::File,
     path: PathBuf,
-    start: u64,
     len: u64,
     /// The session file as it was when the text was rendered.
     fingerprint: Fingerprint,
@@ -341,6 +382,13 @@ impl StoredText {
         &self.fingerprint
     }
 
+    /// The open file of the text: exactly the text's bytes, checked when
+    /// it was found (the store replaces a rendering by a rename, never in
+    /// place).
+    pub fn file(&self) -> &std::fs::File {
+        &self.file
+    }
+
     /// A stored text holding `bytes`, in a file under `dir` (for tests of
     /// what serves stored texts; no session file behind it).
     #[cfg(test)]
@@ -350,7 +398,6 @@ impl StoredText {
         StoredText {
             file: std::fs::File::open(&path).unwrap(),
             path,
-            start: 0,
             len: bytes.len() as u64,
             fingerprint: Fingerprint {
                 identity: (0, 0),
@@ -375,13 +422,7 @@ impl StoredText {
         let to = to.min(self.len);
         let size = usize::try_from(to.saturating_sub(from)).map_or(PIECE, |n| n.min(PIECE));
         let mut buf = vec![0u8; size];
-        copy_range(
-            &self.file,
-            self.start + from,
-            self.start + to,
-            &mut buf,
-            out,
-        )
+        copy_range(&self.file, from, to, &mut buf, out)
     }
 
     /// Fills `buf` with the text from `offset` on, as far as the text
@@ -392,7 +433,7 @@ impl StoredText {
         let left = self.len.saturating_sub(offset);
         let n = usize::try_from(left).map_or(buf.len(), |left| left.min(buf.len()));
         self.file
-            .read_exact_at(&mut buf[..n], self.start + offset)
+            .read_exact_at(&mut buf[..n], offset)
             .map_err(|e| crate::session::Error::io(&self.path, e))?;
         Ok(n)
     }
@@ -420,8 +461,9 @@ fn advise_huge_pages<T>(buf: &mut [T]) {
     }
 }
 
-/// The first bytes of a stored context rendering.
-const CTX_MAGIC: &[u8; 8] = b"SFSCTX\x00\x01";
+/// The first bytes of a stored context rendering's header (version 2:
+/// the text in a file of its own).
+const CTX_MAGIC: &[u8; 8] = b"SFSCTX\x00\x02";
 
 /// Stores a context rendering while it is written (see
 /// `IndexStore::context_writer`). Its `Write` never fails: a failure
@@ -439,9 +481,15 @@ pub struct ContextWriter {
     to_writer: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
     /// Chunks the thread is done with, for reuse.
     spare: std::sync::mpsc::Receiver<Vec<u8>>,
-    /// The thread: the file and the text's checksum when every write
+    /// The thread: the text's length and checksum when every write
     /// succeeded.
-    writer: Option<std::thread::JoinHandle<Option<(std::fs::File, u64)>>>,
+    writer: Option<std::thread::JoinHandle<Option<(u64, u64)>>>,
+    /// The header's first fields (its length and checksum come last).
+    header: Vec<u8>,
+    /// The store's directory, and the header's file there.
+    dir: PathBuf,
+    header_target: PathBuf,
+    /// The text file, while written and where it goes.
     tmp: PathBuf,
     target: PathBuf,
     failed: bool,
@@ -512,26 +560,31 @@ impl ContextWriter {
         self.failed |= !sent;
     }
 
-    /// Waits for the thread: the file and the text's checksum when every
+    /// Waits for the thread: the text's length and checksum when every
     /// write succeeded.
-    fn join(&mut self) -> Option<(std::fs::File, u64)> {
+    fn join(&mut self) -> Option<(u64, u64)> {
         self.to_writer = None;
         self.writer.take()?.join().ok().flatten()
     }
 
-    /// Puts the stored rendering in place (checksum, then rename), once
-    /// the thread has written everything; whether it is in place. A
-    /// writer dropped without it (the reader went away) leaves nothing.
+    /// Puts the stored rendering in place, once the thread has written
+    /// everything: the text file by a rename, then its header (with the
+    /// text's length and checksum) by another; whether it is in place. A
+    /// reader between the two renames finds a header that does not match
+    /// the text and takes neither. A writer dropped without it (the reader
+    /// went away) leaves nothing.
     pub fn finish(mut self) -> bool {
-        use std::io::Write;
         if !self.failed && !self.chunk.is_empty() {
             self.send();
         }
         let written = self.join();
         let done = !self.failed
-            && written.is_some_and(|(mut file, sum)| {
-                file.write_all(&sum.to_le_bytes()).is_ok()
-                    && std::fs::rename(&self.tmp, &self.target).is_ok()
+            && written.is_some_and(|(len, sum)| {
+                let mut header = std::mem::take(&mut self.header);
+                header.extend_from_slice(&len.to_le_bytes());
+                header.extend_from_slice(&sum.to_le_bytes());
+                std::fs::rename(&self.tmp, &self.target).is_ok()
+                    && write_atomically(&self.dir, &self.header_target, &header).is_ok()
             });
         // Drop removes the temporary file unless it was renamed.
         self.failed = !done;

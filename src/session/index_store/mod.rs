@@ -226,36 +226,9 @@ impl IndexStore {
         self.write_atomically(&self.file_for(canonical), &bytes)
     }
 
-    /// Writes `bytes` as the store's file `target`: to a temporary name
-    /// (private to this user), then renamed into place, so that readers
-    /// see the old file or the new one whole.
+    /// Writes `bytes` as the store's file `target` ([`write_atomically`]).
     fn write_atomically(&self, target: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)?;
-        let tmp = self.dir.join(format!(
-            ".{}.{}.{}.tmp",
-            target
-                .file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default(),
-            std::process::id(),
-            crate::session::ids::random_hex(4)
-        ));
-        let result = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(bytes))
-            .and_then(|()| std::fs::rename(&tmp, target));
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        write_atomically(&self.dir, target, bytes)
     }
 
     /// Loads a session file like `loader::load_file`, through the stored
@@ -456,6 +429,44 @@ fn header_line_end(storage: &dyn Storage, path: &Path, header_offset: u64) -> Op
         )
         .ok()?;
     end
+}
+
+/// Writes `bytes` as the file `target` in the store's directory `dir`:
+/// to a temporary name (private to this user), then renamed into place, so
+/// that readers see the old file or the new one whole.
+fn write_atomically(dir: &Path, target: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let tmp = temporary_name(dir, target);
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, target));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A fresh temporary name in `dir` for a file that becomes `target`:
+/// hidden, and unique to this process and call.
+fn temporary_name(dir: &Path, target: &Path) -> PathBuf {
+    dir.join(format!(
+        ".{}.{}.{}.tmp",
+        target
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id(),
+        crate::session::ids::random_hex(4)
+    ))
 }
 
 #[cfg(test)]
@@ -789,7 +800,12 @@ mod tests {
             }
         }
         assert!(w.finish());
-        assert_eq!(files(), 1);
+        assert_eq!(files(), 2, "the header and the text");
+        let text_file = e.store.context_text_file_for(&canonical);
+        assert!(
+            std::fs::read(&text_file).unwrap() == rendering,
+            "the text alone"
+        );
         let stored = e
             .store
             .stored_context(&e.storage, &e.file, "v", None)
@@ -807,5 +823,80 @@ mod tests {
             .store
             .stored_context(&e.storage, &e.file, "other", None)
             .is_none());
+    }
+
+    /// The header and the text of a stored rendering are taken together
+    /// only: a text of another length or checksum (a rendering stored
+    /// between the two renames of another, an edit, damage), a damaged or
+    /// cut header, or a missing text leave no stored rendering, and every
+    /// lookup says so without panicking.
+    #[test]
+    fn a_stored_renderings_header_and_text_are_taken_together_only() {
+        let e = env(&text(20));
+        let stat = e.storage.stat(&e.file).unwrap();
+        let canonical = std::fs::canonicalize(&e.file).unwrap();
+        let header_end = header_line_end(&e.storage, &e.file, 24).unwrap();
+        let fp = Fingerprint::compute(&e.storage, &e.file, &stat, stat.size, header_end).unwrap();
+        let store = |bytes: &[u8]| {
+            let mut w = e.store.context_writer(&canonical, &fp, "v").unwrap();
+            w.write_all(bytes).unwrap();
+            assert!(w.finish());
+        };
+        let found = || {
+            let whole = e.store.stored_context(&e.storage, &e.file, "v", None);
+            let text = e
+                .store
+                .stored_context_text(&e.storage, &e.file, "v", None)
+                .map(|t| {
+                    let mut buf = vec![0u8; t.len() as usize];
+                    let n = t.read_at(0, &mut buf).unwrap();
+                    buf.truncate(n);
+                    buf
+                });
+            let mut out = Vec::new();
+            let written = e
+                .store
+                .write_stored_context(&e.storage, &e.file, "v", None, &mut out)
+                .unwrap();
+            assert_eq!(whole, text);
+            assert_eq!(written, whole.is_some());
+            if written {
+                assert_eq!(Some(out), whole);
+            }
+            whole
+        };
+        let head_file = e.store.context_file_for(&canonical);
+        let text_file = e.store.context_text_file_for(&canonical);
+        store(b"first rendering");
+        assert_eq!(found().as_deref(), Some(&b"first rendering"[..]));
+        let first_head = std::fs::read(&head_file).unwrap();
+        // The text of another rendering under the first one's header: of
+        // another length, then of the same length.
+        store(b"second, a longer rendering");
+        std::fs::write(&head_file, &first_head).unwrap();
+        assert_eq!(found(), None, "another length");
+        std::fs::write(&text_file, b"FIRST rendering").unwrap();
+        assert_eq!(found(), None, "another checksum");
+        std::fs::write(&text_file, b"first rendering").unwrap();
+        assert_eq!(found().as_deref(), Some(&b"first rendering"[..]));
+        // Every cut and every changed byte of the header.
+        for cut in 0..first_head.len() {
+            std::fs::write(&head_file, &first_head[..cut]).unwrap();
+            assert_eq!(found(), None, "cut at {cut}");
+        }
+        for at in 0..first_head.len() {
+            let mut b = first_head.clone();
+            b[at] = b[at].wrapping_add(0x5b);
+            std::fs::write(&head_file, &b).unwrap();
+            assert_eq!(found(), None, "byte {at} changed");
+        }
+        // A header with bytes after its fields.
+        let mut longer = first_head.clone();
+        longer.push(0);
+        std::fs::write(&head_file, &longer).unwrap();
+        assert_eq!(found(), None, "trailing bytes");
+        std::fs::write(&head_file, &first_head).unwrap();
+        std::fs::remove_file(&text_file).unwrap();
+        assert_eq!(found(), None, "no text");
     }
 }

@@ -29,7 +29,8 @@ fn session(pairs: usize) -> String {
 }
 
 /// The files with the extension `ext` in the index cache under `cache`:
-/// `ctx` for stored context renderings, `idx` for indexes.
+/// `ctx` and `ctxt` for stored context renderings (header, text), `idx`
+/// for indexes.
 fn cache_files(cache: &Path, ext: &str) -> Vec<PathBuf> {
     let dir = cache.join("sessionfs").join("index");
     let Ok(entries) = fs::read_dir(dir) else {
@@ -61,8 +62,9 @@ fn the_next_mount_serves_the_stored_rendering_from_its_file() {
         assert!(log.contains("built by the lean first-time path"), "{log}");
         assert!(!log.contains("from the stored rendering"), "{log}");
     }
-    let stored = cache_files(&cache, "ctx");
+    let stored = cache_files(&cache, "ctxt");
     assert_eq!(stored.len(), 1, "stored renderings: {stored:?}");
+    assert_eq!(cache_files(&cache, "ctx").len(), 1, "their headers");
 
     // Second mount: served from the stored file, at any offset and size.
     let m = Mount::start_with_cache(tmp.path(), &[], LOG, &cache);

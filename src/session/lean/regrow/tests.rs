@@ -224,10 +224,13 @@ fn what_the_growth_cannot_follow_declines_and_writes_nothing() {
     // The stored text damaged.
     let s = Setup::new(3);
     s.store_rendering();
-    let mut ctx = std::fs::read(ctx_file(&s)).unwrap();
+    let text_file = s
+        .store
+        .context_text_file_for(&s.storage.canonicalize(&s.path).unwrap());
+    let mut ctx = std::fs::read(&text_file).unwrap();
     let n = ctx.len();
     ctx[n - 20] ^= 1;
-    std::fs::write(ctx_file(&s), ctx).unwrap();
+    std::fs::write(&text_file, ctx).unwrap();
     s.append(&user("u4", "a3", "q4"));
     assert_eq!(s.grown(), None, "a damaged rendering");
     // The file rewritten (its first bytes changed), longer.
