@@ -64,6 +64,10 @@ pub(crate) struct MountArgs {
     /// Neither use nor write the persistent index (scan whole files).
     #[arg(long)]
     pub no_index: bool,
+    /// Serve every read of `context.json` through the mount, never by
+    /// FUSE passthrough from a stored rendering's file.
+    #[arg(long)]
+    pub no_passthrough: bool,
     /// Where to mount.
     #[arg(value_name = "MOUNTPOINT")]
     pub mountpoint: PathBuf,
@@ -155,6 +159,7 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
     config.debug = args.debug();
     config.recover = recover;
     config.kernel_options = opts.kernel.clone();
+    config.passthrough = !args.no_passthrough;
     config.index = (!args.no_index).then(|| {
         // A read-only mount writes nothing into the agent directory.
         let store = IndexStore::default_for(agent.root());

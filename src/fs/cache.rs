@@ -571,14 +571,14 @@ mod tests {
     fn a_removed_session_keeps_the_counts_of_open_context_descriptors() {
         let cache = SessionCache::new(1 << 20);
         let key = SessionKey::new("--p--", "2026_a");
-        let opened = cache.with_slot(&key, |st| st.context_pages.open(10));
+        let opened = cache.with_slot(&key, |st| st.context_pages.open(10, None).0);
         cache.remove(&key);
         let kept = cache.with_existing(&key, |st| {
             assert!(
                 st.context_pages.to_clean().is_none(),
                 "an older descriptor is open"
             );
-            st.context_pages.release(opened.epoch, opened.keep)
+            st.context_pages.release(&opened)
         });
         assert_eq!(kept, Some(true), "its release makes the cache cleanable");
         cache.remove(&key);

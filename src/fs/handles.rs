@@ -12,8 +12,9 @@ use std::sync::Arc;
 use crate::fs::cache::HeldSlot;
 use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
-use crate::fs::pages::PagedOpen;
+use crate::fs::pages::{PagedOpen, ThroughOpen};
 use crate::fs::text::Text;
+use crate::fs::tree::MakeBacking;
 use crate::fs::tree::Tree;
 use crate::session::{Error, Result};
 
@@ -70,7 +71,7 @@ impl OpenMode {
 }
 
 /// How the kernel may cache an open file's pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum PageCache {
     /// Not at all: every read comes here (control files, dynamic files).
     Direct,
@@ -83,6 +84,23 @@ pub(crate) enum PageCache {
     /// `context.json` while its cached pages are its current rendering's,
     /// see `fs::pages`).
     Keep,
+    /// Read by the kernel from a stored rendering's file (FUSE
+    /// passthrough, `fs::pages` rule 7), named by this reference.
+    Through(Arc<fuser::BackingId>),
+    /// Named with the backing file of other open handles (the kernel asks
+    /// that of every open while one is in passthrough mode), its reads
+    /// come here (direct I/O).
+    Attached(Arc<fuser::BackingId>),
+}
+
+impl PartialEq for PageCache {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (PageCache::Through(a), PageCache::Through(b))
+            | (PageCache::Attached(a), PageCache::Attached(b)) => Arc::ptr_eq(a, b),
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
+    }
 }
 
 /// Bytes of a file's content, without copying it (a stored rendering's
@@ -153,8 +171,16 @@ impl Handles {
     /// Opens `node`: control files for reading and writing, every other
     /// file for reading only (writing it is `PermissionDenied`, or
     /// `ReadOnly` on a read-only mount), directories not at all. Returns
-    /// the new handle and how the kernel may cache the pages.
-    pub(crate) fn open(&self, node: &Node, mode: OpenMode) -> Result<(u64, PageCache)> {
+    /// the new handle and how the kernel may cache the pages. `backing`
+    /// makes the kernel's reference to a stored rendering's file, for
+    /// `context.json` to be read directly (FUSE passthrough; `None` when
+    /// the mount does not use it).
+    pub(crate) fn open(
+        &self,
+        node: &Node,
+        mode: OpenMode,
+        backing: Option<MakeBacking<'_>>,
+    ) -> Result<(u64, PageCache)> {
         let (mut handle, cache) = match node {
             n if n.is_control() => {
                 if mode.writes() && self.tree.read_only() {
@@ -178,7 +204,7 @@ impl Handles {
                 // Rendered now: whether the kernel may keep its pages
                 // depends on the rendering the handle serves.
                 let held = self.tree.hold(key);
-                let (content, opened) = self.tree.open_context(&held, key)?;
+                let (content, opened, through) = self.tree.open_context(&held, key, backing)?;
                 let fh = self.next.fetch_add(1, Ordering::Relaxed);
                 // A handle reading through the cache serves this one
                 // rendering for its life (the kernel's pages of it are
@@ -186,22 +212,23 @@ impl Handles {
                 // again at offset 0 like every dynamic file (a newer
                 // rendering than its epoch: it only blocks the cleaning
                 // longer).
+                // A handle the kernel reads directly serves its rendering
+                // too, should a read come (none does).
                 let handle = Handle::Read {
                     node: node.clone(),
                     content: Some(content),
-                    dynamic: !opened.keep,
+                    dynamic: !opened.keep && opened.through != Some(ThroughOpen::Reads),
                     paged: Some(opened),
                     slot: Some(held),
                 };
                 self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
-                return Ok((
-                    fh,
-                    if opened.keep {
-                        PageCache::Keep
-                    } else {
-                        PageCache::Bypass
-                    },
-                ));
+                let cache = match (opened.through, through) {
+                    (Some(ThroughOpen::Reads), Some(b)) => PageCache::Through(b),
+                    (Some(ThroughOpen::Attached), Some(b)) => PageCache::Attached(b),
+                    _ if opened.keep => PageCache::Keep,
+                    _ => PageCache::Bypass,
+                };
+                return Ok((fh, cache));
             }
             Node::File(..) | Node::EntryFile(..) | Node::Diff(..) | Node::Image(..) => {
                 if mode.writes() {
@@ -541,8 +568,8 @@ mod tests {
             ),
         ];
         for (node, mode, want, cache) in cases {
-            let got = h.open(&node, mode);
-            assert_eq!(errno(h.open(&node, mode)), want, "{node:?} {mode:?}");
+            let got = h.open(&node, mode, None);
+            assert_eq!(errno(h.open(&node, mode, None)), want, "{node:?} {mode:?}");
             assert_eq!(got.ok().map(|(_, c)| c), cache, "{node:?} {mode:?}");
         }
     }
@@ -559,8 +586,8 @@ mod tests {
         let md = file(&key, SessionFile::ContextMd);
         let entry = Node::EntryFile(key.clone(), "e1".into(), View::Flat, EntryFile::Entry);
         let (v, e) = (
-            h.open(&md, OpenMode::READ).unwrap().0,
-            h.open(&entry, OpenMode::READ).unwrap().0,
+            h.open(&md, OpenMode::READ, None).unwrap().0,
+            h.open(&entry, OpenMode::READ, None).unwrap().0,
         );
         assert_eq!(rendered(), (0, 0), "rendered at open");
         assert!(!read_all(&h, v).is_empty());
@@ -575,13 +602,13 @@ mod tests {
         ];
         for node in gone {
             assert_eq!(
-                errno(h.open(&node, OpenMode::READ)),
+                errno(h.open(&node, OpenMode::READ, None)),
                 libc::ENOENT,
                 "{node:?}"
             );
         }
         let diff = Node::Diff(key.clone(), "e0".into(), "e2".into());
-        let (d, _) = h.open(&diff, OpenMode::READ).unwrap();
+        let (d, _) = h.open(&diff, OpenMode::READ, None).unwrap();
         assert!(!read_all(&h, d).is_empty());
     }
 
@@ -593,9 +620,9 @@ mod tests {
         let lookups = || tree.cache().lookups.load(Relaxed);
         let leaf = file(&key, SessionFile::Leaf);
         let ctx = file(&key, SessionFile::Context);
-        let (l, _) = h.open(&leaf, OpenMode::READ).unwrap();
-        let (c, _) = h.open(&ctx, OpenMode::READ).unwrap();
-        let (w, _) = h.open(&leaf, WRITE).unwrap();
+        let (l, _) = h.open(&leaf, OpenMode::READ, None).unwrap();
+        let (c, _) = h.open(&ctx, OpenMode::READ, None).unwrap();
+        let (w, _) = h.open(&leaf, WRITE, None).unwrap();
         let before = lookups();
         for _ in 0..5 {
             assert_eq!(read_all(&h, l), "e2\n");
@@ -612,7 +639,7 @@ mod tests {
         let (tmp, tree, key) = setup(false);
         let h = Handles::new(tree.clone());
         let leaf = file(&key, SessionFile::Leaf);
-        let (l, _) = h.open(&leaf, OpenMode::READ).unwrap();
+        let (l, _) = h.open(&leaf, OpenMode::READ, None).unwrap();
         assert_eq!(read_all(&h, l), "e2\n");
         // The file goes (the watcher forgets the session): gone for the
         // handle too.
@@ -633,10 +660,14 @@ mod tests {
         let (_tmp, tree, key) = setup(true);
         let h = Handles::new(tree);
         for f in [SessionFile::Leaf, SessionFile::Append, SessionFile::Context] {
-            assert_eq!(errno(h.open(&file(&key, f), WRITE)), libc::EROFS, "{f:?}");
+            assert_eq!(
+                errno(h.open(&file(&key, f), WRITE, None)),
+                libc::EROFS,
+                "{f:?}"
+            );
         }
         assert_eq!(
-            errno(h.open(&file(&key, SessionFile::Leaf), OpenMode::READ)),
+            errno(h.open(&file(&key, SessionFile::Leaf), OpenMode::READ, None)),
             0
         );
     }
@@ -650,7 +681,7 @@ mod tests {
         assert_eq!(errno(h.flush(99, 1)), 0, "a flush of nothing is fine");
         h.release(99, 1);
         let (fh, _) = h
-            .open(&file(&key, SessionFile::Context), OpenMode::READ)
+            .open(&file(&key, SessionFile::Context), OpenMode::READ, None)
             .unwrap();
         assert_eq!(errno(h.write(fh, 1, b"{}")), libc::EBADF);
         assert_eq!(h.len(), 1);
@@ -663,13 +694,13 @@ mod tests {
         let (tmp, tree, key) = setup(false);
         let h = Handles::new(tree.clone());
         let (fh, _) = h
-            .open(&file(&key, SessionFile::Leaf), OpenMode::READ)
+            .open(&file(&key, SessionFile::Leaf), OpenMode::READ, None)
             .unwrap();
         assert_eq!(read_all(&h, fh), "e2\n");
         assert_eq!(h.read(fh, 1, 1).unwrap().to_vec(), b"2");
         assert_eq!(h.read(fh, 10, 5).unwrap().to_vec(), b"");
         // Another writer moves the leaf: a read at offset 0 sees it.
-        let (w, _) = h.open(&file(&key, SessionFile::Leaf), WRITE).unwrap();
+        let (w, _) = h.open(&file(&key, SessionFile::Leaf), WRITE, None).unwrap();
         assert_eq!(h.write(w, 1, b"e0\n").unwrap(), 3);
         assert_eq!(
             h.read(fh, 1, 5).unwrap().to_vec(),
@@ -678,7 +709,9 @@ mod tests {
         );
         assert_eq!(read_all(&h, fh), "e0\n");
         // `append` reads as empty.
-        let (a, _) = h.open(&file(&key, SessionFile::Append), WRITE).unwrap();
+        let (a, _) = h
+            .open(&file(&key, SessionFile::Append), WRITE, None)
+            .unwrap();
         assert_eq!(read_all(&h, a), "");
         drop(tmp);
     }
@@ -689,7 +722,9 @@ mod tests {
         let path = tree.session_path(&key);
         let h = Handles::new(tree.clone());
         let lines = || fs::read_to_string(&path).unwrap().lines().count();
-        let (fh, _) = h.open(&file(&key, SessionFile::Append), WRITE).unwrap();
+        let (fh, _) = h
+            .open(&file(&key, SessionFile::Append), WRITE, None)
+            .unwrap();
         let obj = br#"{"type":"custom","customType":"x"}"#;
         assert_eq!(h.write(fh, 7, obj).unwrap(), obj.len());
         assert_eq!(lines(), 5);
@@ -719,18 +754,18 @@ mod tests {
         let h = Handles::new(tree);
         let labels = file(&key, SessionFile::Labels);
         let read_labels = |h: &Handles| {
-            let (fh, _) = h.open(&labels, OpenMode::READ).unwrap();
+            let (fh, _) = h.open(&labels, OpenMode::READ, None).unwrap();
             let text = read_all(h, fh);
             h.release(fh, 1);
             text
         };
-        let (fh, _) = h.open(&labels, WRITE).unwrap();
+        let (fh, _) = h.open(&labels, WRITE, None).unwrap();
         h.write(fh, 1, b"e0 first\ne1 second\n").unwrap();
         h.flush(fh, 1).unwrap();
         h.release(fh, 1);
         assert_eq!(read_labels(&h), "e0\tfirst\ne1\tsecond\n");
         // `>`: the table replaces the labels, at close.
-        let (fh, _) = h.open(&labels, TRUNCATE).unwrap();
+        let (fh, _) = h.open(&labels, TRUNCATE, None).unwrap();
         h.write(fh, 1, b"e1\tsecond\n").unwrap();
         assert_eq!(
             read_labels(&h),
@@ -741,7 +776,7 @@ mod tests {
         h.release(fh, 1);
         assert_eq!(read_labels(&h), "e1\tsecond\n");
         // `: > labels`: opened with O_TRUNC, nothing written, released.
-        let (fh, _) = h.open(&labels, TRUNCATE).unwrap();
+        let (fh, _) = h.open(&labels, TRUNCATE, None).unwrap();
         h.flush(fh, 1).unwrap();
         h.release(fh, 1);
         assert_eq!(read_labels(&h), "");

@@ -52,6 +52,7 @@ pub(crate) use tree::{Tree, TreeConfig};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -67,7 +68,7 @@ use crate::fs::inode::InodeTable;
 use crate::fs::layout::{Caching, EntryFile, SessionFile};
 use crate::fs::listing::Listings;
 use crate::fs::owner::{check_access, masked_perm, owner_of, Owner, Wants};
-use crate::fs::tree::Attr;
+use crate::fs::tree::{Attr, MakeBacking};
 use crate::session::Error;
 
 /// Directories, symlinks and their names.
@@ -87,6 +88,12 @@ pub(crate) struct SessionFs {
     listings: Listings,
     /// The kernel supports answering `opendir` with `ENOSYS` (5.1+).
     no_opendir: bool,
+    /// Stored renderings of `context.json` are handed to the kernel to
+    /// read directly (FUSE passthrough, `fs::pages` rule 7): asked for by
+    /// the mount's configuration, granted by the kernel at `init`, and
+    /// turned off for good when the kernel refuses a backing file (it
+    /// needs `CAP_SYS_ADMIN`).
+    passthrough: AtomicBool,
     uid: u32,
     gid: u32,
 }
@@ -116,7 +123,7 @@ fn err_of(e: &Error) -> Errno {
 }
 
 impl SessionFs {
-    pub(crate) fn new(tree: Arc<Tree>, inodes: Arc<InodeTable>) -> Self {
+    pub(crate) fn new(tree: Arc<Tree>, inodes: Arc<InodeTable>, passthrough: bool) -> Self {
         let (uid, gid) = (
             nix::unistd::getuid().as_raw(),
             nix::unistd::getgid().as_raw(),
@@ -127,6 +134,7 @@ impl SessionFs {
             inodes,
             listings: Listings::new(),
             no_opendir: false,
+            passthrough: AtomicBool::new(passthrough),
             uid,
             gid,
         }
@@ -229,6 +237,19 @@ impl Filesystem for SessionFs {
         }
         // Listings carry the attributes of their directories (see
         // `readdirplus`): a walk over `entries/` needs no lookup per entry.
+        // Stored renderings read by the kernel itself (`fs::pages`, rule
+        // 7). A stacking depth of 1 lets the backing files live on any
+        // plain filesystem and the mount still be a layer of an overlay.
+        if self.passthrough.load(Ordering::Relaxed) {
+            let granted = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            if !granted {
+                log::info!(
+                    "the kernel lacks FUSE_PASSTHROUGH: context.json is read through the mount"
+                );
+                self.passthrough.store(false, Ordering::Relaxed);
+            }
+        }
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS) {
             log::info!("the kernel lacks {missing:?}: listings without attributes");
         }
@@ -423,13 +444,33 @@ impl Filesystem for SessionFs {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY,
             truncate: flags.0 & libc::O_TRUNC != 0,
         };
-        match self.handles.open(&node, mode) {
+        let mut make = |file: &std::fs::File| match reply.open_backing(file) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                if self.passthrough.swap(false, Ordering::Relaxed) {
+                    log::info!("no FUSE passthrough ({e}): context.json is read through the mount");
+                }
+                None
+            }
+        };
+        let backing = self
+            .passthrough
+            .load(Ordering::Relaxed)
+            .then_some(&mut make as MakeBacking<'_>);
+        let opened = self.handles.open(&node, mode, backing);
+        match opened {
+            Ok((fh, PageCache::Through(b))) => {
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b)
+            }
+            Ok((fh, PageCache::Attached(b))) => {
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &b)
+            }
             Ok((fh, cache)) => reply.opened(
                 FileHandle(fh),
                 match cache {
                     PageCache::Direct => FopenFlags::FOPEN_DIRECT_IO,
                     PageCache::Keep => FopenFlags::FOPEN_KEEP_CACHE,
-                    PageCache::Bypass => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
+                    _ => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
                 },
             ),
             Err(e) => reply.error(err_of(&e)),

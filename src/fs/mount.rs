@@ -67,6 +67,10 @@ pub struct MountConfig {
     pub index: Option<IndexStore>,
     /// Where the sessions live (`None`: the agent directory's files).
     pub storage: Option<Arc<dyn Storage>>,
+    /// Hand stored renderings of `context.json` to the kernel to read
+    /// directly (FUSE passthrough, where the kernel and the privileges
+    /// allow it; `docs/filesystem.md`, "Stored renderings read directly").
+    pub passthrough: bool,
 }
 
 impl MountConfig {
@@ -87,6 +91,7 @@ impl MountConfig {
             threads: 4,
             index: None,
             storage: None,
+            passthrough: true,
         }
     }
 }
@@ -252,7 +257,7 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
         None => Tree::new(tree_config),
     });
     let inodes = Arc::new(InodeTable::new());
-    let fs = SessionFs::new(tree.clone(), inodes.clone());
+    let fs = SessionFs::new(tree.clone(), inodes.clone(), config.passthrough);
 
     let mut options = vec![
         MountOption::FSName("sessionfs".into()),

@@ -341,7 +341,10 @@ impl Worker {
 
     fn apply(&self, change: Change) {
         match change {
-            Change::ContextPages { key } => self.clean_context_pages(&key, false),
+            Change::ContextPages { key } => {
+                self.clean_context_pages(&key, false);
+                self.fill_context_pages(&key);
+            }
             Change::Session {
                 key,
                 new_entries,
@@ -403,6 +406,52 @@ impl Worker {
                 key.session
             );
         }
+    }
+
+    /// Puts the current text of a session's `context.json` into the
+    /// kernel's cache when its last passthrough handle is gone (`fs::pages`,
+    /// rule 9): later opens read the cache, and the `cat` after an append
+    /// only the changed tail through the mount. A failure leaves pages
+    /// out, which the next read through the cache asks for.
+    fn fill_context_pages(&self, key: &SessionKey) {
+        /// The bytes stored per notification.
+        const PIECE: u64 = 1 << 20;
+        let Some(n) = &self.notifier else {
+            return;
+        };
+        let ino = self
+            .inodes
+            .ino_of(&Node::File(key.clone(), SessionFile::Context));
+        if !self.inodes.is_known(ino) {
+            return;
+        }
+        let Some((held, text, opened)) = self.tree.begin_context_fill(key) else {
+            return;
+        };
+        let len = text.len();
+        let mut at = 0;
+        while at < len {
+            let end = (at + PIECE).min(len);
+            let stored = text.with_range(at, end, |bytes| n.store(INodeNo(ino), at, bytes));
+            if let Err(e) = stored
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                log::debug!(
+                    "{}/{}: context.json: storing pages at {at}: {e}",
+                    key.project,
+                    key.session
+                );
+                break;
+            }
+            at = end;
+        }
+        log::debug!(
+            "{}/{}: context.json: {at} of {len} bytes put into the kernel's cache",
+            key.project,
+            key.session
+        );
+        self.tree.release_context(&held, key, opened);
     }
 
     /// Every node of a session the kernel holds: attributes and pages, and

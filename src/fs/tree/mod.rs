@@ -21,6 +21,7 @@ mod commands;
 mod disk;
 mod namespace;
 mod paged;
+pub(crate) use paged::MakeBacking;
 mod render;
 mod slots;
 mod stamps;

@@ -5,8 +5,12 @@
 
 use super::render::render_session_file;
 use super::*;
-use crate::fs::pages::PagedOpen;
-use crate::fs::text::Text;
+use crate::fs::pages::{PagedOpen, WholeFile};
+use crate::fs::text::{Base, Text};
+
+/// Makes the kernel's reference to a rendering's file for passthrough
+/// (`fs::pages`, rule 7); `None` when it cannot.
+pub(crate) type MakeBacking<'a> = &'a mut dyn FnMut(&std::fs::File) -> Option<fuser::BackingId>;
 
 impl Tree {
     /// Opens `context.json` of a session: its current rendering (rendered
@@ -16,20 +20,40 @@ impl Tree {
     /// kernel holds pages of the file only after an open (a read through
     /// the cache, or an `mmap`), so none can be stale yet, and the pages
     /// it keeps serve the `cat` after the next append (`fs::pages`).
+    /// A stored rendering may instead be handed to the kernel to read
+    /// directly, with a reference `backing` makes (FUSE passthrough,
+    /// `fs::pages` rules 7 and 8): then the reply must name the reference
+    /// returned.
     pub(crate) fn open_context(
         &self,
         held: &HeldSlot,
         key: &SessionKey,
-    ) -> Result<(Text, PagedOpen)> {
+        backing: Option<MakeBacking<'_>>,
+    ) -> Result<(Text, PagedOpen, Option<Arc<fuser::BackingId>>)> {
         let first = self.context_opened.lock().insert(key.clone());
+        let mut backing = backing;
         let stored = self.unloaded_context_then(key, |st, data| {
             if first {
                 st.context_pages.never_opened();
             }
-            let opened = st.context_pages.open(data.len());
-            (data, opened)
+            let file = match (&data, backing.as_mut()) {
+                (Text::Base(Base::Stored(text)), Some(_)) => Some(text.clone()),
+                _ => None,
+            };
+            let mut make = || {
+                let text = file.as_ref()?;
+                backing.as_mut().and_then(|make| make(text.file()))
+            };
+            let whole = file.as_ref().map(|text| WholeFile {
+                // The same `Arc` for every open of this rendering while
+                // the slot keeps it (and while a handle holds it).
+                id: Arc::as_ptr(text) as usize as u64,
+                backing: &mut make,
+            });
+            let (opened, through) = st.context_pages.open(data.len(), whole);
+            (data, opened, through)
         });
-        let (data, opened) = match stored {
+        let (data, opened, through) = match stored {
             Some(found) => found,
             None => self.with_session_in(Some(held), key, |st, s| {
                 let s = s.ok_or_else(|| not_found(SessionFile::Context.name()))?;
@@ -43,24 +67,52 @@ impl Tree {
                 if first {
                     st.context_pages.never_opened();
                 }
-                let opened = st.context_pages.open(data.len() as u64);
-                Ok((Text::Memory(data), opened))
+                let (opened, through) = st.context_pages.open(data.len() as u64, None);
+                Ok((Text::Memory(data), opened, through))
             })?,
         };
         if opened.clean_now {
             self.report(Change::ContextPages { key: key.clone() });
         }
-        Ok((data, opened))
+        Ok((data, opened, through))
     }
 
     /// The kernel released a handle of `context.json` opened as `opened`.
+    /// The last passthrough handle gone, the worker fills the kernel's
+    /// cache (`fs::pages`, rule 9).
     pub(crate) fn release_context(&self, held: &HeldSlot, key: &SessionKey, opened: PagedOpen) {
         let clean_now = self.cache.with_held_existing(held, key, |st| {
-            st.context_pages.release(opened.epoch, opened.keep)
+            st.context_pages.release(&opened)
+                || (opened.through.is_some() && st.context_pages.wants_fill())
         });
         if clean_now == Some(true) {
             self.report(Change::ContextPages { key: key.clone() });
         }
+    }
+
+    /// For the watch worker: the current text of `context.json`, to be put
+    /// into the kernel's cache (`fs::pages`, rule 9), counted as a handle
+    /// until [`Tree::release_context`] (with the slot held); `None` when
+    /// that is not to be done now.
+    pub(crate) fn begin_context_fill(
+        &self,
+        key: &SessionKey,
+    ) -> Option<(HeldSlot, Text, PagedOpen)> {
+        // Cheap check first: no rendering for a slot that does not want it.
+        if self
+            .cache
+            .with_existing(key, |st| st.context_pages.wants_fill())
+            != Some(true)
+        {
+            return None;
+        }
+        let held = self.hold(key);
+        let (text, opened) = self
+            .unloaded_context_then(key, |st, data| {
+                st.context_pages.open_fill(data.len()).map(|o| (data, o))
+            })
+            .flatten()?;
+        Some((held, text, opened))
     }
 
     /// For the watch worker: what to invalidate of `context.json`'s pages

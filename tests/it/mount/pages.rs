@@ -430,3 +430,154 @@ fn overlapping_readers_during_appends_each_read_one_whole_rendering() {
     );
     drop(m);
 }
+
+/// The request log and the watch worker's lines.
+const REQUESTS: &str = "warn,sessionfs::request=debug,sessionfs::fs::watch=debug";
+
+/// A session of `pairs` exchanges under `tmp`, its rendering stored in
+/// `tmp/cache` by a first mount: the file and its context.
+fn stored(tmp: &std::path::Path, pairs: usize) -> (PathBuf, Vec<u8>) {
+    let file = write_session(tmp, PROJECT, STEM, &big_session(pairs));
+    let want = cli_context_no_index(&file);
+    let m = Mount::start_with_cache(tmp, &[], "warn", &tmp.join("cache"));
+    let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+    assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "storing mount");
+    (file, want)
+}
+
+/// A stored rendering is read by the kernel from its file (FUSE
+/// passthrough, `fs::pages` rules 7–9): no read request reaches the
+/// mount (with `--no-passthrough`, every byte does). Once the reader is
+/// gone the worker puts the text into the kernel's cache: a second read
+/// needs no request either, and after an append only the tail is read
+/// through the mount.
+#[test]
+fn a_stored_rendering_is_read_by_the_kernel_itself() {
+    if !fuse_ok("a_stored_rendering_is_read_by_the_kernel_itself") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, want) = stored(tmp.path(), 400);
+    let len = want.len() as u64;
+    for passthrough in [false, true] {
+        let args: &[&str] = if passthrough {
+            &["--debug"]
+        } else {
+            &["--debug", "--no-passthrough"]
+        };
+        let m = Mount::start_with_cache(tmp.path(), args, REQUESTS, &tmp.path().join("cache"));
+        let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+        let ino = fs::metadata(&ctx).unwrap().ino();
+        let from = m.log_text().len();
+        assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "first read");
+        let served = read_bytes_logged(&m.log_text(), from, ino);
+        if !passthrough {
+            assert!(served >= len, "{served} of {len} bytes through the mount");
+            continue;
+        }
+        assert_eq!(served, 0, "read through the mount:\n{}", m.log_text());
+        // Rule 9: the text goes into the kernel's cache.
+        assert!(
+            eventually(|| m.log_text().contains("put into the kernel's cache")),
+            "{}",
+            m.log_text()
+        );
+        let from = m.log_text().len();
+        assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "second read");
+        assert_eq!(
+            read_bytes_logged(&m.log_text(), from, ino),
+            0,
+            "second read"
+        );
+        // An append under the leaf: the rest comes from the cache.
+        plain_append(&file, &user_line("n1", "a400", "one more"));
+        let grown = cli_context_no_index(&file);
+        assert!(eventually(
+            || fs::metadata(&ctx).unwrap().len() == grown.len() as u64
+        ));
+        std::thread::sleep(Duration::from_millis(200));
+        let from = m.log_text().len();
+        assert_same_bytes(&fs::read(&ctx).unwrap(), &grown, "after an append");
+        let served = read_bytes_logged(&m.log_text(), from, ino);
+        assert!(
+            served < len / 4,
+            "{served} bytes of {} through the mount after an append",
+            grown.len()
+        );
+    }
+}
+
+/// Readers of a stored rendering (passthrough), of the grown renderings
+/// after appends (attached to the same backing file while one is open,
+/// then through the cache) and many threads opening and reading while an
+/// outside writer appends: every open succeeds (the kernel refuses opens
+/// that mix its modes with `EIO`), every descriptor reads the whole of one
+/// rendering, and the text read last is the file's.
+#[test]
+fn readers_of_a_stored_rendering_and_of_newer_ones_overlap() {
+    if !fuse_ok("readers_of_a_stored_rendering_and_of_newer_ones_overlap") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, want) = stored(tmp.path(), 300);
+    let m = Mount::start_with_cache(tmp.path(), &[], "warn", &tmp.path().join("cache"));
+    let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+    let read_rest = |f: &mut fs::File| {
+        let mut v = Vec::new();
+        f.read_to_end(&mut v).unwrap();
+        v
+    };
+    // A passthrough reader, half read.
+    let mut f = fs::File::open(&ctx).unwrap();
+    let mut head = vec![0u8; 1000];
+    f.read_exact(&mut head).unwrap();
+    assert_same_bytes(&head, &want[..1000], "head");
+    // An append: a new reader gets the grown text while the first is open.
+    plain_append(&file, &user_line("n1", "a300", "first append"));
+    let grown = cli_context_no_index(&file);
+    assert!(eventually(
+        || fs::metadata(&ctx).unwrap().len() == grown.len() as u64
+    ));
+    let mut g = fs::File::open(&ctx).unwrap();
+    assert_same_bytes(&read_rest(&mut g), &grown, "attached reader");
+    assert_same_bytes(&read_rest(&mut f), &want[1000..], "the first reader's rest");
+    drop(f);
+    // While `g` is open, still attached; then through the cache.
+    let mut h = fs::File::open(&ctx).unwrap();
+    assert_same_bytes(&read_rest(&mut h), &grown, "second attached reader");
+    drop((g, h));
+    assert_same_bytes(&fs::read(&ctx).unwrap(), &grown, "after all were closed");
+
+    // Many readers, while an outside writer appends.
+    let texts = std::sync::Mutex::new(vec![grown.clone()]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut f = fs::File::open(&ctx).expect("open");
+                    let got = read_rest(&mut f);
+                    let v: serde_json::Value = serde_json::from_slice(&got)
+                        .unwrap_or_else(|e| panic!("not JSON ({e}), {} bytes", got.len()));
+                    assert!(v["messages"].is_array());
+                }
+            });
+        }
+        let mut parent = "n1".to_string();
+        for i in 2..12 {
+            let id = format!("n{i}");
+            plain_append(&file, &user_line(&id, &parent, &format!("append {i}")));
+            texts.lock().unwrap().push(cli_context_no_index(&file));
+            parent = id;
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let last = texts.lock().unwrap().last().cloned().unwrap();
+    assert!(eventually(
+        || fs::metadata(&ctx).unwrap().len() == last.len() as u64
+    ));
+    assert_same_bytes(&fs::read(&ctx).unwrap(), &last, "the last text");
+    drop(m);
+}
