@@ -91,7 +91,8 @@ pub fn is_mounted(path: &Path) -> bool {
     })
 }
 
-fn detach(path: &Path) {
+/// Unmounts `path` if it is mounted (lazily: also when busy).
+pub fn detach(path: &Path) {
     if !is_mounted(path) {
         return;
     }
@@ -325,4 +326,23 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// Runs a shell command as user `nobody` (uid 65534): (success, stdout).
+pub fn as_nobody(script: &str) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("setpriv");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }

@@ -581,3 +581,60 @@ fn readers_of_a_stored_rendering_and_of_newer_ones_overlap() {
     assert_same_bytes(&fs::read(&ctx).unwrap(), &last, "the last text");
     drop(m);
 }
+
+/// Without `CAP_SYS_ADMIN` the kernel refuses backing files: a mount by
+/// an unprivileged user (`nobody`, through `fusermount3`) turns
+/// passthrough off at the first refusal, logs it, and serves the stored
+/// rendering itself, byte for byte. Needs root (to become `nobody`).
+#[test]
+fn an_unprivileged_mount_serves_stored_renderings_itself() {
+    if !fuse_ok("an_unprivileged_mount_serves_stored_renderings_itself") {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipping an_unprivileged_mount_serves_stored_renderings_itself: not root (every mount here is unprivileged)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let file = write_session(&t.join("agent"), PROJECT, STEM, &big_session(100));
+    let want = cli_context_no_index(&file);
+    fs::create_dir(t.join("mnt")).unwrap();
+    let bin = t.join("sessionfs");
+    fs::copy(env!("CARGO_BIN_EXE_sessionfs"), &bin).unwrap();
+    fs::set_permissions(t, fs::Permissions::from_mode(0o755)).unwrap();
+    let (ok, _, err) = fuse::sh(t, "chown -R 65534:65534 .");
+    assert!(ok, "{err}");
+    let (t, mnt) = (t.display().to_string(), t.join("mnt"));
+    // Unmounted whatever happens.
+    struct Detach(PathBuf);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            fuse::detach(&self.0);
+        }
+    }
+    let _guard = Detach(mnt.clone());
+    let ctx = format!("{t}/mnt/{PROJECT}/{STEM}/context.json");
+    let mount = |log: &str| {
+        format!(
+            "XDG_CACHE_HOME={t}/cache RUST_LOG=info,sessionfs::fs::tree=debug {t}/sessionfs mount \
+             --agent-dir {t}/agent --log-file {t}/{log} {t}/mnt"
+        )
+    };
+    // The first mount stores the rendering, the second serves it.
+    let (ok, out) = fuse::as_nobody(&format!(
+        "{} && cat {ctx} > /dev/null; {t}/sessionfs umount {t}/mnt && {} && cat {ctx} > {t}/out; {t}/sessionfs umount {t}/mnt",
+        mount("first.log"),
+        mount("second.log")
+    ));
+    assert!(ok, "{out}");
+    let log = fs::read_to_string(format!("{t}/second.log")).unwrap();
+    assert!(log.contains("from the stored rendering"), "{log}");
+    assert!(log.contains("no FUSE passthrough"), "{log}");
+    assert_same_bytes(
+        &fs::read(format!("{t}/out")).unwrap(),
+        &want,
+        "nobody's cat",
+    );
+}

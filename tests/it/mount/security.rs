@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use fuse::{fuse_ok, sh, Mount};
+use fuse::{as_nobody, fuse_ok, sh, Mount};
 use sessionfs::session::{sha256_hex, BlobStore};
 use sessionfs::session::{Error, OpenOptions, Session};
 use sessionfs::session::{FileStorage, Storage};
@@ -225,25 +225,6 @@ fn mount_handles_held_across_a_symlink_swap_fail() {
     assert_eq!(fs::read_to_string(&secret).unwrap(), victim);
     let (_, out, _) = sh(m.path(), &format!("cat {PROJECT}/{STEM}/context.json 2>&1"));
     assert!(!out.contains("TOP-SECRET"), "{out}");
-}
-
-/// Runs a shell command as user `nobody` (uid 65534): (success, stdout).
-fn as_nobody(script: &str) -> (bool, String) {
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
-        .output()
-        .expect("setpriv");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
 }
 
 #[test]
