@@ -454,7 +454,22 @@ impl Tree {
                         if fold.is_some() { ", growable" } else { "" }
                     );
                     st.lean_fold = fold;
-                    Text::Base(Base::Pieces(Arc::new(text)))
+                    // What the lean path stored is the same text in a file
+                    // of its own: served from there (the kernel may read it
+                    // directly, `fs::pages` rule 7), the pieces freed.
+                    match store.and_then(|store| {
+                        store.stored_context_text(&*self.storage, &path, &variant, None)
+                    }) {
+                        Some(stored) if stored.len() == text.len() => {
+                            log::debug!(
+                                "{}/{}: context.json served from the rendering just stored",
+                                key.project,
+                                key.session
+                            );
+                            Text::Base(Base::Stored(Arc::new(stored)))
+                        }
+                        _ => Text::Base(Base::Pieces(Arc::new(text))),
+                    }
                 }
                 None => return None,
             };
@@ -566,18 +581,21 @@ impl Tree {
         store: &IndexStore,
         variant: &str,
     ) -> Option<Text> {
-        let text = store.stored_context_prefix_text(&*self.storage, path, variant)?;
         // Much appended: the lean path builds the text and stores it (this
         // mount stores nothing it grows), so that the next remount starts
-        // from there.
-        if !grows_cheaply(text.len(), text.fingerprint().size, fp.size) {
-            log::debug!(
-                "{}/{}: context.json: much appended since the stored rendering",
-                key.project,
-                key.session
-            );
-            return None;
-        }
+        // from there. Decided before the stored text is read.
+        let text =
+            store.stored_context_prefix_text(&*self.storage, path, variant, |len, was| {
+                let cheap = grows_cheaply(len, was.size, fp.size);
+                if !cheap {
+                    log::debug!(
+                        "{}/{}: context.json: much appended since the stored rendering",
+                        key.project,
+                        key.session
+                    );
+                }
+                cheap
+            })?;
         st.stored_context = Some((fp, Text::Base(Base::Stored(Arc::new(text)))));
         let Some(data) = self.grow_unloaded_context(key, st, path, fp) else {
             st.stored_context = None;

@@ -128,14 +128,21 @@ impl IndexStore {
     /// and tail hashes, as an index that grows is checked; the mtime may
     /// differ). What was appended since is for a
     /// [`crate::session::LeanFold`] stored with the text to add
-    /// (`session::lean::regrow`).
+    /// (`session::lean::regrow`). `worth` decides from the text's length
+    /// and the fingerprint it was stored for, before the text is read
+    /// (its checksum checked), whether it is wanted at all.
     pub(crate) fn stored_context_prefix_text(
         &self,
         storage: &dyn Storage,
         path: &Path,
         variant: &str,
+        worth: impl FnOnce(u64, &Fingerprint) -> bool,
     ) -> Option<StoredText> {
-        self.checked_stored_text(storage, path, variant, Want::Prefix)
+        let found = self.stored_context_at(storage, path, variant, Want::Prefix)?;
+        if !worth(found.len, &found.fingerprint) {
+            return None;
+        }
+        checked(found)
     }
 
     /// The stored rendering `want` takes, checked whole.
@@ -146,14 +153,7 @@ impl IndexStore {
         variant: &str,
         want: Want<'_>,
     ) -> Option<StoredText> {
-        let found = self.stored_context_at(storage, path, variant, want)?;
-        let mut buf = vec![0u8; PIECE];
-        checked_text(&found.file, found.len, found.sum, &mut buf).then_some(StoredText {
-            file: found.file,
-            path: found.path,
-            len: found.len,
-            fingerprint: found.fingerprint,
-        })
+        checked(self.stored_context_at(storage, path, variant, want)?)
     }
 
     /// [`IndexStore::stored_context`] written to `out` in pieces (the text
@@ -293,6 +293,17 @@ struct Found {
     sum: u64,
     /// The session file as it was when the text was rendered.
     fingerprint: Fingerprint,
+}
+
+/// The stored text `found` names, when its checksum holds.
+fn checked(found: Found) -> Option<StoredText> {
+    let mut buf = vec![0u8; PIECE];
+    checked_text(&found.file, found.len, found.sum, &mut buf).then_some(StoredText {
+        file: found.file,
+        path: found.path,
+        len: found.len,
+        fingerprint: found.fingerprint,
+    })
 }
 
 /// The whole of a header file (at most 64 KiB: a longer one is not ours).

@@ -896,6 +896,25 @@ mod tests {
         std::fs::write(&head_file, &longer).unwrap();
         assert_eq!(found(), None, "trailing bytes");
         std::fs::write(&head_file, &first_head).unwrap();
+        // A lookup that may decline before the text is read is asked with
+        // the text's length and fingerprint first, also for a damaged text
+        // (which it then does not get).
+        let asked = std::cell::Cell::new(None);
+        let prefix = |answer: bool| {
+            e.store
+                .stored_context_prefix_text(&e.storage, &e.file, "v", |len, was| {
+                    asked.set(Some((len, was.size)));
+                    answer
+                })
+                .is_some()
+        };
+        assert!(prefix(true));
+        let want = Some((15, stat.size));
+        assert_eq!(asked.take(), want);
+        assert!(!prefix(false));
+        std::fs::write(&text_file, b"FIRST rendering").unwrap();
+        assert!(!prefix(true), "damaged");
+        assert_eq!(asked.take(), want, "asked before the text was read");
         std::fs::remove_file(&text_file).unwrap();
         assert_eq!(found(), None, "no text");
     }

@@ -41,9 +41,9 @@ impl Regrown {
         blobs: Option<&BlobStore>,
         keep: KeepRendering<'_>,
     ) -> Result<Option<Regrown>> {
-        let Some(text) = keep
-            .store
-            .stored_context_prefix_text(storage, path, keep.variant)
+        let Some(text) =
+            keep.store
+                .stored_context_prefix_text(storage, path, keep.variant, |_, _| true)
         else {
             return Ok(None);
         };

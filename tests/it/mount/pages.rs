@@ -638,3 +638,45 @@ fn an_unprivileged_mount_serves_stored_renderings_itself() {
         "nobody's cat",
     );
 }
+
+/// The first `context.json` ever (nothing stored yet): the lean path
+/// builds the text and stores it, and the mount serves the stored file
+/// (read by the kernel itself) instead of the pieces it rendered; with
+/// `--no-index` nothing is stored and every byte is read through the
+/// mount.
+#[test]
+fn the_first_rendering_ever_is_served_from_the_file_it_was_stored_in() {
+    if !fuse_ok("the_first_rendering_ever_is_served_from_the_file_it_was_stored_in") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), PROJECT, STEM, &big_session(200));
+    let want = cli_context_no_index(&file);
+    for args in [&["--debug", "--no-index"][..], &["--debug"][..]] {
+        let m = Mount::start_with_cache(
+            tmp.path(),
+            args,
+            &format!("{REQUESTS},sessionfs::fs::tree=debug"),
+            &tmp.path().join("cache"),
+        );
+        let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+        let ino = fs::metadata(&ctx).unwrap().ino();
+        assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "first read");
+        let log = m.log_text();
+        assert!(log.contains("built by the lean first-time path"), "{log}");
+        let served = read_bytes_logged(&log, 0, ino);
+        if args.contains(&"--no-index") {
+            assert!(
+                served >= want.len() as u64,
+                "{served} bytes through the mount"
+            );
+        } else {
+            assert!(
+                log.contains("served from the rendering just stored"),
+                "{log}"
+            );
+            assert_eq!(served, 0, "read through the mount:\n{log}");
+        }
+    }
+}
