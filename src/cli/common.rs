@@ -273,6 +273,31 @@ pub(crate) fn print_out(text: &str) -> Result<()> {
     }
 }
 
+/// Writes the first `len` bytes of `file` (from its start) to standard
+/// output, copied by the kernel where it can (`std::io::copy` uses
+/// `copy_file_range`, `sendfile` or `splice` between a file and stdout);
+/// a closed pipe is not an error, as in [`write_out`]. Fewer bytes than
+/// `len` (the file cut short meanwhile) is an error.
+pub(crate) fn write_file_out(file: &std::fs::File, len: u64) -> Result<()> {
+    use std::io::{Read, Seek, Write};
+    let mut from = file;
+    let copied = from.seek(std::io::SeekFrom::Start(0)).and_then(|_| {
+        let mut out = std::io::stdout().lock();
+        let n = std::io::copy(&mut from.take(len), &mut out)?;
+        out.flush()?;
+        Ok(n)
+    });
+    match copied {
+        Ok(n) if n == len => Ok(()),
+        Ok(n) => Err(Error::io(
+            "<stdout>",
+            std::io::Error::other(format!("{n} of {len} bytes: the file was cut short")),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::io("<stdout>", e)),
+    }
+}
+
 /// Writes to stdout through `f`; a closed pipe (`| head`) is not an error.
 pub(crate) fn write_out(
     f: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::cli::common::{
     open_arg, open_existing, print_json, print_out, resolve_file, storage, uses_database,
-    write_out, AgentArgs, LeafArg,
+    write_file_out, write_out, AgentArgs, LeafArg,
 };
 use crate::session::json::RawObject;
 use crate::session::pretty_context_variant;
@@ -46,12 +46,10 @@ pub(crate) fn context(args: &ContextArgs) -> Result<i32> {
     let files = storage(&agent)?;
     if stored && files.supports_persistent_index() {
         if let Some(store) = args.agent.index() {
-            let mut printed = false;
-            write_out(|out| {
-                printed = store.write_stored_context(&*files, &file, &variant, None, out)?;
-                Ok(())
-            })?;
-            if printed {
+            // Checked whole, then copied by the kernel: the text is a
+            // file of its own (docs/engine.md, "Stored context renderings").
+            if let Some(text) = store.stored_context_text(&*files, &file, &variant, None) {
+                write_file_out(text.file(), text.len())?;
                 return Ok(0);
             }
             // The file grew since its rendering was stored: the rendering

@@ -156,29 +156,6 @@ impl IndexStore {
         checked(self.stored_context_at(storage, path, variant, want)?)
     }
 
-    /// [`IndexStore::stored_context`] written to `out` in pieces (the text
-    /// is checked whole first, then copied: it is never held in memory).
-    /// `Ok(false)` when there is no usable rendering; errors are `out`'s.
-    pub(crate) fn write_stored_context(
-        &self,
-        storage: &dyn Storage,
-        path: &Path,
-        variant: &str,
-        expect: Option<&Fingerprint>,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<bool> {
-        let Some(found) = self.stored_context_at(storage, path, variant, Want::Exact(expect))
-        else {
-            return Ok(false);
-        };
-        let mut buf = vec![0u8; PIECE];
-        if !checked_text(&found.file, found.len, found.sum, &mut buf) {
-            return Ok(false);
-        }
-        copy_range(&found.file, 0, found.len, &mut buf, out)?;
-        Ok(true)
-    }
-
     /// Rewrites the stored text of `canonical` with `edit` and its header
     /// to match (length and checksum): a consistently edited rendering,
     /// for tests of what serves stored texts.

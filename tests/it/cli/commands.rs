@@ -408,6 +408,49 @@ fn index_files(agent: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// A stored rendering is printed by the kernel's copy (`sendfile`,
+/// `copy_file_range`, `splice`) to whatever stdout is: a file, a pipe,
+/// `/dev/null`, a pipe closed after a few bytes (not an error) — the
+/// same bytes as a build.
+#[test]
+fn a_stored_rendering_is_printed_to_files_pipes_and_closed_pipes() {
+    let (tmp, agent) = fixture_agent_dir();
+    let root = agent.root();
+    // A context larger than a pipe's buffer.
+    let file = common::live::write_session(
+        root,
+        "--print--",
+        "2026-03-03T10-00-00-000Z_3434565634345656",
+        &common::exchange_session("3434565634345656", "/print", "2026-03-03", 1500, 40),
+    );
+    let f = file.to_str().unwrap();
+    let plain = stdout(&run(root, &["context", f, "--no-index"], None));
+    assert!(plain.len() > 1 << 20, "{} bytes", plain.len());
+    // Stores it, then prints it from the store.
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain);
+    assert_eq!(stdout(&run(root, &["context", f], None)), plain, "a pipe");
+    let out = tmp.path().join("out.json");
+    let to = |stdout: Stdio| {
+        let status = sessionfs(root, &["context", f])
+            .stdout(stdout)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    to(Stdio::from(std::fs::File::create(&out).unwrap()));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), plain, "a file");
+    to(Stdio::from(std::fs::File::create("/dev/null").unwrap()));
+    let mut child = sessionfs(root, &["context", f])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    assert!(child.wait().unwrap().success(), "a pipe closed early");
+    assert_eq!(&first[..], &plain.as_bytes()[..10]);
+}
+
 #[test]
 fn context_keeps_a_persistent_index() {
     let (_tmp, agent) = fixture_agent_dir();
