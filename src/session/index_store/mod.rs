@@ -552,6 +552,16 @@ mod tests {
     }
 
     impl Env {
+        /// The session file's canonical path, its stat and fingerprint.
+        fn fingerprint(&self) -> (PathBuf, FileStat, Fingerprint) {
+            let stat = self.storage.stat(&self.file).unwrap();
+            let canonical = std::fs::canonicalize(&self.file).unwrap();
+            let header_end = header_line_end(&self.storage, &self.file, 24).unwrap();
+            let fp = Fingerprint::compute(&self.storage, &self.file, &stat, stat.size, header_end)
+                .unwrap();
+            (canonical, stat, fp)
+        }
+
         fn load(&self) -> (String, IndexUse) {
             let stat = self.storage.stat(&self.file).unwrap();
             let (l, used) = self
@@ -780,10 +790,7 @@ mod tests {
     #[test]
     fn context_writer_stores_many_chunks_and_drops_cleanly() {
         let e = env(&text(20));
-        let stat = e.storage.stat(&e.file).unwrap();
-        let canonical = std::fs::canonicalize(&e.file).unwrap();
-        let header_end = header_line_end(&e.storage, &e.file, 24).unwrap();
-        let fp = Fingerprint::compute(&e.storage, &e.file, &stat, stat.size, header_end).unwrap();
+        let (canonical, _, fp) = e.fingerprint();
         let rendering: Vec<u8> = (0..1_300_000u32).map(|i| (i % 251) as u8).collect();
         let dropped = e.store.context_writer(&canonical, &fp, "v").unwrap();
         drop(dropped);
@@ -833,10 +840,7 @@ mod tests {
     #[test]
     fn a_stored_renderings_header_and_text_are_taken_together_only() {
         let e = env(&text(20));
-        let stat = e.storage.stat(&e.file).unwrap();
-        let canonical = std::fs::canonicalize(&e.file).unwrap();
-        let header_end = header_line_end(&e.storage, &e.file, 24).unwrap();
-        let fp = Fingerprint::compute(&e.storage, &e.file, &stat, stat.size, header_end).unwrap();
+        let (canonical, stat, fp) = e.fingerprint();
         let store = |bytes: &[u8]| {
             let mut w = e.store.context_writer(&canonical, &fp, "v").unwrap();
             w.write_all(bytes).unwrap();
