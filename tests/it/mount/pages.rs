@@ -434,13 +434,21 @@ fn overlapping_readers_during_appends_each_read_one_whole_rendering() {
 /// The request log and the watch worker's lines.
 const REQUESTS: &str = "warn,sessionfs::request=debug,sessionfs::fs::watch=debug";
 
+/// A mount of the agent directory `tmp` with its index cache in
+/// `tmp/cache` (shared by the mounts of a test): the mount and the
+/// session's `context.json` in it.
+fn mount_cached(tmp: &std::path::Path, args: &[&str], log: &str) -> (Mount, PathBuf) {
+    let m = Mount::start_with_cache(tmp, args, log, &tmp.join("cache"));
+    let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+    (m, ctx)
+}
+
 /// A session of `pairs` exchanges under `tmp`, its rendering stored in
 /// `tmp/cache` by a first mount: the file and its context.
 fn stored(tmp: &std::path::Path, pairs: usize) -> (PathBuf, Vec<u8>) {
     let file = write_session(tmp, PROJECT, STEM, &big_session(pairs));
     let want = cli_context_no_index(&file);
-    let m = Mount::start_with_cache(tmp, &[], "warn", &tmp.join("cache"));
-    let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+    let (_m, ctx) = mount_cached(tmp, &[], "warn");
     assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "storing mount");
     (file, want)
 }
@@ -466,8 +474,7 @@ fn a_stored_rendering_is_read_by_the_kernel_itself() {
         } else {
             &["--debug", "--no-passthrough"]
         };
-        let m = Mount::start_with_cache(tmp.path(), args, REQUESTS, &tmp.path().join("cache"));
-        let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+        let (m, ctx) = mount_cached(tmp.path(), args, REQUESTS);
         let ino = fs::metadata(&ctx).unwrap().ino();
         let from = m.log_text().len();
         assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "first read");
@@ -521,8 +528,7 @@ fn readers_of_a_stored_rendering_and_of_newer_ones_overlap() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let (file, want) = stored(tmp.path(), 300);
-    let m = Mount::start_with_cache(tmp.path(), &[], "warn", &tmp.path().join("cache"));
-    let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
+    let (m, ctx) = mount_cached(tmp.path(), &[], "warn");
     let read_rest = |f: &mut fs::File| {
         let mut v = Vec::new();
         f.read_to_end(&mut v).unwrap();
@@ -654,13 +660,11 @@ fn the_first_rendering_ever_is_served_from_the_file_it_was_stored_in() {
     let file = write_session(tmp.path(), PROJECT, STEM, &big_session(200));
     let want = cli_context_no_index(&file);
     for args in [&["--debug", "--no-index"][..], &["--debug"][..]] {
-        let m = Mount::start_with_cache(
+        let (m, ctx) = mount_cached(
             tmp.path(),
             args,
             &format!("{REQUESTS},sessionfs::fs::tree=debug"),
-            &tmp.path().join("cache"),
         );
-        let ctx = m.join(format!("{PROJECT}/{STEM}/context.json"));
         let ino = fs::metadata(&ctx).unwrap().ino();
         assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "first read");
         let log = m.log_text();
