@@ -28,10 +28,9 @@ impl Tree {
         &self,
         held: &HeldSlot,
         key: &SessionKey,
-        backing: Option<MakeBacking<'_>>,
+        mut backing: Option<MakeBacking<'_>>,
     ) -> Result<(Text, PagedOpen, Option<Arc<fuser::BackingId>>)> {
         let first = self.context_opened.lock().insert(key.clone());
-        let mut backing = backing;
         let stored = self.unloaded_context_then(key, |st, data| {
             if first {
                 st.context_pages.never_opened();

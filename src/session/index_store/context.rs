@@ -119,7 +119,7 @@ impl IndexStore {
         variant: &str,
         expect: Option<&Fingerprint>,
     ) -> Option<StoredText> {
-        self.checked_stored_text(storage, path, variant, Want::Exact(expect))
+        checked(self.stored_context_at(storage, path, variant, Want::Exact(expect))?)
     }
 
     /// [`IndexStore::stored_context_text`] of a file that may have grown
@@ -143,17 +143,6 @@ impl IndexStore {
             return None;
         }
         checked(found)
-    }
-
-    /// The stored rendering `want` takes, checked whole.
-    fn checked_stored_text(
-        &self,
-        storage: &dyn Storage,
-        path: &Path,
-        variant: &str,
-        want: Want<'_>,
-    ) -> Option<StoredText> {
-        checked(self.stored_context_at(storage, path, variant, want)?)
     }
 
     /// Rewrites the stored text of `canonical` with `edit` and its header
@@ -272,10 +261,13 @@ struct Found {
     fingerprint: Fingerprint,
 }
 
-/// The stored text `found` names, when its checksum holds.
+/// The stored text `found` names, when its checksum holds: read in
+/// pieces into the hasher (never held whole).
 fn checked(found: Found) -> Option<StoredText> {
     let mut buf = vec![0u8; PIECE];
-    checked_text(&found.file, found.len, found.sum, &mut buf).then_some(StoredText {
+    let mut hash = HashingWriter(xxhash_rust::xxh3::Xxh3::new());
+    copy_range(&found.file, 0, found.len, &mut buf, &mut hash).ok()?;
+    (hash.0.digest() == found.sum).then_some(StoredText {
         file: found.file,
         path: found.path,
         len: found.len,
@@ -319,24 +311,17 @@ fn copy_range(
     Ok(())
 }
 
-/// Whether the `len` bytes of `file` match the checksum `sum`, read in
-/// pieces through `buf`.
-fn checked_text(file: &std::fs::File, len: u64, sum: u64, buf: &mut [u8]) -> bool {
-    use std::os::unix::fs::FileExt;
-    if buf.is_empty() {
-        return false;
+/// A writer that only hashes what it is given.
+struct HashingWriter(xxhash_rust::xxh3::Xxh3);
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
     }
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let (mut at, end) = (0, len);
-    while at < end {
-        let n = usize::try_from(end - at).map_or(buf.len(), |left| left.min(buf.len()));
-        if file.read_exact_at(&mut buf[..n], at).is_err() {
-            return false;
-        }
-        hasher.update(&buf[..n]);
-        at += n as u64;
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
-    hasher.digest() == sum
 }
 
 /// A stored context rendering whose checksum matched, read from its file
