@@ -313,6 +313,20 @@ pub fn sh(dir: &Path, script: &str) -> (bool, String, String) {
     )
 }
 
+/// Whether `tool` is on the `PATH` (saying so when it is not: what needs
+/// it is skipped; `.ci/run` installs it).
+pub fn which(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        println!("{tool} is not installed: skipped");
+    }
+    found
+}
+
 /// Polls `cond` until it holds (bounded: 10 s); false if it never did. For
 /// effects the kernel delivers asynchronously (e.g. `release` after close).
 pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {

@@ -12,7 +12,7 @@ use std::fs;
 use std::path::Path;
 
 use common::{fixture_agent_dir, session_files};
-use fuse::{fuse_ok, sh, Mount};
+use fuse::{fuse_ok, sh, which, Mount};
 use sessionfs::fs::image_link;
 use sessionfs::session::render_tree;
 use sessionfs::session::Session;
@@ -148,18 +148,6 @@ fn recursive_tools_over_the_corpus_exit_0_with_the_expected_hits() {
         .join("context.json");
     assert!(fs::read_to_string(ctx).unwrap().contains("messages"));
     assert_eq!(m.stop().code(), Some(0));
-}
-
-fn which(tool: &str) -> bool {
-    let found = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        println!("{tool} is not installed: skipped");
-    }
-    found
 }
 
 /// A chain of `n` user/assistant messages, each with a unique marker.
