@@ -45,6 +45,7 @@ pub(crate) fn code_of(err: &Error) -> i32 {
         | Error::PermissionDenied(_)
         | Error::History(_)
         | Error::BadHandle(_)
+        | Error::Replaced(_)
         | Error::Internal(_) => IO,
     }
 }

@@ -571,7 +571,7 @@ mod tests {
     fn a_removed_session_keeps_the_counts_of_open_context_descriptors() {
         let cache = SessionCache::new(1 << 20);
         let key = SessionKey::new("--p--", "2026_a");
-        let opened = cache.with_slot(&key, |st| st.context_pages.open(10, None).0);
+        let opened = cache.with_slot(&key, |st| st.context_pages.open(2, 10, None).unwrap().0);
         cache.remove(&key);
         let kept = cache.with_existing(&key, |st| {
             assert!(

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::fs::cache::HeldSlot;
 use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
-use crate::fs::pages::{PagedOpen, ThroughOpen};
+use crate::fs::pages::PagedOpen;
 use crate::fs::text::Text;
 use crate::fs::tree::MakeBacking;
 use crate::fs::tree::Tree;
@@ -87,17 +87,12 @@ pub(crate) enum PageCache {
     /// Read by the kernel from a stored rendering's file (FUSE
     /// passthrough, `fs::pages` rule 7), named by this reference.
     Through(Arc<fuser::BackingId>),
-    /// Named with the backing file of other open handles (the kernel asks
-    /// that of every open while one is in passthrough mode), its reads
-    /// come here (direct I/O).
-    Attached(Arc<fuser::BackingId>),
 }
 
 impl PartialEq for PageCache {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (PageCache::Through(a), PageCache::Through(b))
-            | (PageCache::Attached(a), PageCache::Attached(b)) => Arc::ptr_eq(a, b),
+            (PageCache::Through(a), PageCache::Through(b)) => Arc::ptr_eq(a, b),
             _ => std::mem::discriminant(self) == std::mem::discriminant(other),
         }
     }
@@ -168,7 +163,7 @@ impl Handles {
             .ok_or(Error::BadHandle(fh))
     }
 
-    /// Opens `node`: control files for reading and writing, every other
+    /// Opens `node` (the kernel's inode `ino`): control files for reading and writing, every other
     /// file for reading only (writing it is `PermissionDenied`, or
     /// `ReadOnly` on a read-only mount), directories not at all. Returns
     /// the new handle and how the kernel may cache the pages. `backing`
@@ -178,6 +173,7 @@ impl Handles {
     pub(crate) fn open(
         &self,
         node: &Node,
+        ino: u64,
         mode: OpenMode,
         backing: Option<MakeBacking<'_>>,
     ) -> Result<(u64, PageCache)> {
@@ -204,7 +200,8 @@ impl Handles {
                 // Rendered now: whether the kernel may keep its pages
                 // depends on the rendering the handle serves.
                 let held = self.tree.hold(key);
-                let (content, opened, through) = self.tree.open_context(&held, key, backing)?;
+                let (content, opened, through) =
+                    self.tree.open_context(&held, key, ino, backing)?;
                 let fh = self.next.fetch_add(1, Ordering::Relaxed);
                 // A handle reading through the cache serves this one
                 // rendering for its life (the kernel's pages of it are
@@ -217,16 +214,15 @@ impl Handles {
                 let handle = Handle::Read {
                     node: node.clone(),
                     content: Some(content),
-                    dynamic: !opened.keep && opened.through != Some(ThroughOpen::Reads),
+                    dynamic: !opened.keep && !opened.through,
                     paged: Some(opened),
                     slot: Some(held),
                 };
                 self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
-                let cache = match (opened.through, through) {
-                    (Some(ThroughOpen::Reads), Some(b)) => PageCache::Through(b),
-                    (Some(ThroughOpen::Attached), Some(b)) => PageCache::Attached(b),
-                    _ if opened.keep => PageCache::Keep,
-                    _ => PageCache::Bypass,
+                let cache = match through {
+                    Some(b) => PageCache::Through(b),
+                    None if opened.keep => PageCache::Keep,
+                    None => PageCache::Bypass,
                 };
                 return Ok((fh, cache));
             }
@@ -453,6 +449,9 @@ mod tests {
     use crate::session::AgentDir;
     use std::fs;
 
+    /// The kernel's inode number the tests open.
+    const INO: u64 = 2;
+
     const KEY: (&str, &str) = ("--p--", "2026_aaaa-a");
     const WRITE: OpenMode = OpenMode {
         write: true,
@@ -568,8 +567,12 @@ mod tests {
             ),
         ];
         for (node, mode, want, cache) in cases {
-            let got = h.open(&node, mode, None);
-            assert_eq!(errno(h.open(&node, mode, None)), want, "{node:?} {mode:?}");
+            let got = h.open(&node, INO, mode, None);
+            assert_eq!(
+                errno(h.open(&node, INO, mode, None)),
+                want,
+                "{node:?} {mode:?}"
+            );
             assert_eq!(got.ok().map(|(_, c)| c), cache, "{node:?} {mode:?}");
         }
     }
@@ -586,8 +589,8 @@ mod tests {
         let md = file(&key, SessionFile::ContextMd);
         let entry = Node::EntryFile(key.clone(), "e1".into(), View::Flat, EntryFile::Entry);
         let (v, e) = (
-            h.open(&md, OpenMode::READ, None).unwrap().0,
-            h.open(&entry, OpenMode::READ, None).unwrap().0,
+            h.open(&md, INO, OpenMode::READ, None).unwrap().0,
+            h.open(&entry, INO, OpenMode::READ, None).unwrap().0,
         );
         assert_eq!(rendered(), (0, 0), "rendered at open");
         assert!(!read_all(&h, v).is_empty());
@@ -602,13 +605,13 @@ mod tests {
         ];
         for node in gone {
             assert_eq!(
-                errno(h.open(&node, OpenMode::READ, None)),
+                errno(h.open(&node, INO, OpenMode::READ, None)),
                 libc::ENOENT,
                 "{node:?}"
             );
         }
         let diff = Node::Diff(key.clone(), "e0".into(), "e2".into());
-        let (d, _) = h.open(&diff, OpenMode::READ, None).unwrap();
+        let (d, _) = h.open(&diff, INO, OpenMode::READ, None).unwrap();
         assert!(!read_all(&h, d).is_empty());
     }
 
@@ -620,9 +623,9 @@ mod tests {
         let lookups = || tree.cache().lookups.load(Relaxed);
         let leaf = file(&key, SessionFile::Leaf);
         let ctx = file(&key, SessionFile::Context);
-        let (l, _) = h.open(&leaf, OpenMode::READ, None).unwrap();
-        let (c, _) = h.open(&ctx, OpenMode::READ, None).unwrap();
-        let (w, _) = h.open(&leaf, WRITE, None).unwrap();
+        let (l, _) = h.open(&leaf, INO, OpenMode::READ, None).unwrap();
+        let (c, _) = h.open(&ctx, INO, OpenMode::READ, None).unwrap();
+        let (w, _) = h.open(&leaf, INO, WRITE, None).unwrap();
         let before = lookups();
         for _ in 0..5 {
             assert_eq!(read_all(&h, l), "e2\n");
@@ -639,7 +642,7 @@ mod tests {
         let (tmp, tree, key) = setup(false);
         let h = Handles::new(tree.clone());
         let leaf = file(&key, SessionFile::Leaf);
-        let (l, _) = h.open(&leaf, OpenMode::READ, None).unwrap();
+        let (l, _) = h.open(&leaf, INO, OpenMode::READ, None).unwrap();
         assert_eq!(read_all(&h, l), "e2\n");
         // The file goes (the watcher forgets the session): gone for the
         // handle too.
@@ -661,13 +664,13 @@ mod tests {
         let h = Handles::new(tree);
         for f in [SessionFile::Leaf, SessionFile::Append, SessionFile::Context] {
             assert_eq!(
-                errno(h.open(&file(&key, f), WRITE, None)),
+                errno(h.open(&file(&key, f), INO, WRITE, None)),
                 libc::EROFS,
                 "{f:?}"
             );
         }
         assert_eq!(
-            errno(h.open(&file(&key, SessionFile::Leaf), OpenMode::READ, None)),
+            errno(h.open(&file(&key, SessionFile::Leaf), INO, OpenMode::READ, None)),
             0
         );
     }
@@ -681,7 +684,7 @@ mod tests {
         assert_eq!(errno(h.flush(99, 1)), 0, "a flush of nothing is fine");
         h.release(99, 1);
         let (fh, _) = h
-            .open(&file(&key, SessionFile::Context), OpenMode::READ, None)
+            .open(&file(&key, SessionFile::Context), INO, OpenMode::READ, None)
             .unwrap();
         assert_eq!(errno(h.write(fh, 1, b"{}")), libc::EBADF);
         assert_eq!(h.len(), 1);
@@ -694,13 +697,15 @@ mod tests {
         let (tmp, tree, key) = setup(false);
         let h = Handles::new(tree.clone());
         let (fh, _) = h
-            .open(&file(&key, SessionFile::Leaf), OpenMode::READ, None)
+            .open(&file(&key, SessionFile::Leaf), INO, OpenMode::READ, None)
             .unwrap();
         assert_eq!(read_all(&h, fh), "e2\n");
         assert_eq!(h.read(fh, 1, 1).unwrap().to_vec(), b"2");
         assert_eq!(h.read(fh, 10, 5).unwrap().to_vec(), b"");
         // Another writer moves the leaf: a read at offset 0 sees it.
-        let (w, _) = h.open(&file(&key, SessionFile::Leaf), WRITE, None).unwrap();
+        let (w, _) = h
+            .open(&file(&key, SessionFile::Leaf), INO, WRITE, None)
+            .unwrap();
         assert_eq!(h.write(w, 1, b"e0\n").unwrap(), 3);
         assert_eq!(
             h.read(fh, 1, 5).unwrap().to_vec(),
@@ -710,7 +715,7 @@ mod tests {
         assert_eq!(read_all(&h, fh), "e0\n");
         // `append` reads as empty.
         let (a, _) = h
-            .open(&file(&key, SessionFile::Append), WRITE, None)
+            .open(&file(&key, SessionFile::Append), INO, WRITE, None)
             .unwrap();
         assert_eq!(read_all(&h, a), "");
         drop(tmp);
@@ -723,7 +728,7 @@ mod tests {
         let h = Handles::new(tree.clone());
         let lines = || fs::read_to_string(&path).unwrap().lines().count();
         let (fh, _) = h
-            .open(&file(&key, SessionFile::Append), WRITE, None)
+            .open(&file(&key, SessionFile::Append), INO, WRITE, None)
             .unwrap();
         let obj = br#"{"type":"custom","customType":"x"}"#;
         assert_eq!(h.write(fh, 7, obj).unwrap(), obj.len());
@@ -754,18 +759,18 @@ mod tests {
         let h = Handles::new(tree);
         let labels = file(&key, SessionFile::Labels);
         let read_labels = |h: &Handles| {
-            let (fh, _) = h.open(&labels, OpenMode::READ, None).unwrap();
+            let (fh, _) = h.open(&labels, INO, OpenMode::READ, None).unwrap();
             let text = read_all(h, fh);
             h.release(fh, 1);
             text
         };
-        let (fh, _) = h.open(&labels, WRITE, None).unwrap();
+        let (fh, _) = h.open(&labels, INO, WRITE, None).unwrap();
         h.write(fh, 1, b"e0 first\ne1 second\n").unwrap();
         h.flush(fh, 1).unwrap();
         h.release(fh, 1);
         assert_eq!(read_labels(&h), "e0\tfirst\ne1\tsecond\n");
         // `>`: the table replaces the labels, at close.
-        let (fh, _) = h.open(&labels, TRUNCATE, None).unwrap();
+        let (fh, _) = h.open(&labels, INO, TRUNCATE, None).unwrap();
         h.write(fh, 1, b"e1\tsecond\n").unwrap();
         assert_eq!(
             read_labels(&h),
@@ -776,7 +781,7 @@ mod tests {
         h.release(fh, 1);
         assert_eq!(read_labels(&h), "e1\tsecond\n");
         // `: > labels`: opened with O_TRUNC, nothing written, released.
-        let (fh, _) = h.open(&labels, TRUNCATE, None).unwrap();
+        let (fh, _) = h.open(&labels, INO, TRUNCATE, None).unwrap();
         h.flush(fh, 1).unwrap();
         h.release(fh, 1);
         assert_eq!(read_labels(&h), "");

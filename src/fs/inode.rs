@@ -184,6 +184,10 @@ enum Stored {
 struct Known {
     node: Stored,
     lookups: u64,
+    /// The node has another number now (a `context.json` replaced while
+    /// open, `fs::pages` rule 10): this one stays until the kernel forgets
+    /// it, but is never given out again.
+    retired: bool,
 }
 
 /// Inode numbers are already hashes: the table uses them as they are.
@@ -330,7 +334,7 @@ impl InodeTable {
                 && inner
                     .by_ino
                     .get(&ino)
-                    .is_none_or(|known| inner.is(&known.node, node));
+                    .is_none_or(|known| !known.retired && inner.is(&known.node, node));
             if free {
                 return ino;
             }
@@ -373,8 +377,29 @@ impl InodeTable {
             Known {
                 node: stored,
                 lookups,
+                retired: false,
             },
         );
+    }
+
+    /// Gives `ino`'s node a new number from now on (see [`Known`]); the
+    /// old one keeps naming the node until the kernel forgets it.
+    pub(crate) fn retire(&self, ino: u64) {
+        let mut inner = self.lock();
+        let Some(known) = inner.by_ino.get_mut(&ino) else {
+            return;
+        };
+        known.retired = true;
+        if let Some(node) = inner.node(&inner.by_ino[&ino].node) {
+            if inner.salted.get(&node) == Some(&ino) {
+                inner.salted.remove(&node);
+            }
+        }
+    }
+
+    /// Whether `ino` was retired (see [`InodeTable::retire`]).
+    pub(crate) fn is_retired(&self, ino: u64) -> bool {
+        self.lock().by_ino.get(&ino).is_some_and(|k| k.retired)
     }
 
     /// The kernel forgot `n` lookups of `ino` (entry files have no count).
@@ -394,7 +419,11 @@ impl InodeTable {
             if let Some(known) = inner.by_ino.remove(&ino) {
                 if !inner.salted.is_empty() {
                     if let Some(node) = inner.node(&known.node) {
-                        inner.salted.remove(&node);
+                        // Only its own number (a retired one's node may
+                        // have another now).
+                        if inner.salted.get(&node) == Some(&ino) {
+                            inner.salted.remove(&node);
+                        }
                     }
                 }
             }
@@ -472,6 +501,33 @@ mod tests {
         t.forget(ino, 1);
         assert_eq!(t.get(ino), None);
         assert_eq!(t.get(ROOT_INO), Some(Node::Root));
+    }
+
+    #[test]
+    fn a_retired_number_names_its_node_until_forgotten_and_is_never_given_again() {
+        let t = InodeTable::new();
+        let ctx = Node::File(SessionKey::new("--p--", "s1"), SessionFile::Context);
+        let first = t.remember(&ctx);
+        t.retire(first);
+        assert!(t.is_retired(first));
+        assert_eq!(t.get(first), Some(ctx.clone()), "open handles still use it");
+        let second = t.ino_of(&ctx);
+        assert_ne!(second, first);
+        assert_eq!(t.remember(&ctx), second);
+        assert!(!t.is_retired(second));
+        // Retired again while the first is still known: a third number.
+        t.retire(second);
+        let third = t.remember(&ctx);
+        assert!(third != first && third != second);
+        // Forgetting a retired number leaves the current one alone.
+        t.forget(first, 1);
+        t.forget(second, 1);
+        assert_eq!(t.get(first), None);
+        assert_eq!(t.ino_of(&ctx), third);
+        assert_eq!(t.remember(&ctx), third);
+        // All forgotten: the first choice again.
+        t.forget(third, 2);
+        assert_eq!(t.ino_of(&ctx), first);
     }
 
     #[test]

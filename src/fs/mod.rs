@@ -457,13 +457,15 @@ impl Filesystem for SessionFs {
             .passthrough
             .load(Ordering::Relaxed)
             .then_some(&mut make as MakeBacking<'_>);
-        let opened = self.handles.open(&node, mode, backing);
+        // An inode the file no longer has (`fs::pages`, rule 10): the
+        // kernel looks the name up again and opens the new one.
+        if self.inodes.is_retired(ino.0) {
+            return reply.error(err_of(&Error::Replaced(node.describe())));
+        }
+        let opened = self.handles.open(&node, ino.0, mode, backing);
         match opened {
             Ok((fh, PageCache::Through(b))) => {
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b)
-            }
-            Ok((fh, PageCache::Attached(b))) => {
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &b)
             }
             Ok((fh, cache)) => reply.opened(
                 FileHandle(fh),
@@ -473,7 +475,12 @@ impl Filesystem for SessionFs {
                     _ => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
                 },
             ),
-            Err(e) => reply.error(err_of(&e)),
+            Err(e) => {
+                if matches!(e, Error::Replaced(_)) {
+                    self.inodes.retire(ino.0);
+                }
+                reply.error(err_of(&e))
+            }
         }
     }
 

@@ -44,9 +44,8 @@
 //! backing file per inode and refuses what would mix the modes:
 //!
 //! 7. While a handle is open in passthrough mode, every open of the file
-//!    must name the same backing file; one that serves another rendering
-//!    names it too and is served with direct I/O (its reads come here,
-//!    its `mmap` would see the backing file's text).
+//!    must name the same backing file, so only opens of that same
+//!    rendering are served while one is (reading it directly too).
 //! 8. A handle is opened in passthrough mode only while the kernel holds
 //!    none of the file's pages (its first open since mounting; every
 //!    passthrough open drops the cache anyway, the kernel does not let it
@@ -58,6 +57,19 @@
 //!    through the cache while it does), so that later opens read the
 //!    cache, and the `cat` after an append reads only the changed tail
 //!    through the mount.
+//! 10. An open that must serve another rendering while passthrough
+//!     handles are open (after an append) gives the file a new inode
+//!     instead, as an editor's save by rename would: the inode the
+//!     passthrough handles read becomes *retired* (the caller takes it
+//!     out of the inode table and lets the kernel's name for it go), its
+//!     handles are counted apart until they are released, and the open
+//!     fails with [`Replaced`] (`ESTALE`), on which the kernel looks the
+//!     name up again and opens the new inode. That inode is new to the
+//!     kernel: it holds none of its pages, so the state starts clean and
+//!     empty (rule 8 applies again). Every open of a retired inode is
+//!     refused the same way. So a rendering's reads and its `mmap` always
+//!     see that rendering (naming the older backing file instead, as an
+//!     open must while the inode has one, would map the older text).
 //!
 //! The kernel forgets an open file's mode before it tells us of the
 //! release, so what is counted here is never less than what the kernel
@@ -83,7 +95,7 @@ struct Opened {
 struct Through<B> {
     /// Which text file they read (an identity the caller chooses).
     text: u64,
-    /// How many are open, reading it or attached to it (direct reads).
+    /// How many are open.
     handles: u32,
     /// The kernel's reference to the file, named by every open while
     /// one is.
@@ -107,6 +119,24 @@ pub(crate) struct ContextPages<B = fuser::BackingId> {
     through: Option<Through<B>>,
     /// The kernel holds none of the file's pages (rule 8).
     empty: bool,
+    /// The kernel's inode this state is of, once an open named it.
+    ino: Option<u64>,
+    /// Inodes the file had before, with their handles still open (rule 10).
+    retired: Vec<Retired<B>>,
+}
+
+/// An inode the file no longer has, and its handles still open (rule 10).
+#[derive(Debug)]
+struct Retired<B> {
+    ino: u64,
+    through: Option<Through<B>>,
+    open: Vec<Opened>,
+}
+
+impl<B> Retired<B> {
+    fn is_empty(&self) -> bool {
+        self.through.is_none() && self.open.is_empty()
+    }
 }
 
 impl<B> Default for ContextPages<B> {
@@ -118,31 +148,32 @@ impl<B> Default for ContextPages<B> {
             reported: None,
             through: None,
             empty: false,
+            ino: None,
+            retired: Vec::new(),
         }
     }
 }
+
+/// The open was of an inode the file no longer has: it must be made again
+/// on the new one (rule 10; `ESTALE`, which makes the kernel look the name
+/// up again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replaced;
 
 /// How a new handle of `context.json` is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PagedOpen {
     /// The epoch of the rendering it serves (give it back to `release`).
     pub(crate) epoch: u64,
+    /// The kernel's inode it is a handle of.
+    pub(crate) ino: u64,
     /// It may use (and keep) the kernel's cached pages; else direct I/O.
     pub(crate) keep: bool,
-    /// Opened in passthrough mode (rules 7 and 8), and how.
-    pub(crate) through: Option<ThroughOpen>,
+    /// Opened in passthrough mode: the kernel reads the stored
+    /// rendering's file for it (rules 7 and 8).
+    pub(crate) through: bool,
     /// The stale tail can be invalidated now: ask the watch worker.
     pub(crate) clean_now: bool,
-}
-
-/// How a handle in passthrough mode is served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ThroughOpen {
-    /// The kernel reads the backing file for it.
-    Reads,
-    /// It names the backing file of other open handles but serves another
-    /// rendering: its reads come here (direct I/O).
-    Attached,
 }
 
 /// A rendering in a file of its own, which an open may hand to the kernel:
@@ -179,17 +210,15 @@ impl<B> ContextPages<B> {
     /// The rendering may go into the kernel's cache now (rule 9): the
     /// last passthrough handle is gone, and the cache is empty and clean.
     pub(crate) fn wants_fill(&self) -> bool {
-        self.empty && self.through.is_none() && self.is_clean()
+        self.ino.is_some() && self.empty && self.through.is_none() && self.is_clean()
     }
 
     /// Counts the worker putting the current rendering, `len` bytes long,
     /// into the kernel's cache (rule 9) as a handle reading through it;
     /// `None` when that is not to be done now. Release it when done.
     pub(crate) fn open_fill(&mut self, len: u64) -> Option<PagedOpen> {
-        if !self.wants_fill() {
-            return None;
-        }
-        let opened = self.open_paged(len);
+        let ino = self.ino.filter(|_| self.wants_fill())?;
+        let opened = self.open_paged(ino, len);
         debug_assert!(opened.keep);
         Some(opened)
     }
@@ -201,38 +230,51 @@ impl<B> ContextPages<B> {
 
     /// Some descriptor is open.
     pub(crate) fn has_open(&self) -> bool {
-        !self.open.is_empty() || self.through.is_some()
+        !self.open.is_empty() || self.through.is_some() || !self.retired.is_empty()
     }
 
     fn older_open(&self) -> bool {
         self.open.iter().any(|o| o.epoch < self.epoch)
     }
 
-    /// Opens a handle on the current rendering, `len` bytes long; `file`:
-    /// the rendering is a file the kernel may read directly. With a
-    /// backing file (rules 7 and 8), the reference the reply must name.
+    /// Opens a handle of the kernel's inode `ino` on the current
+    /// rendering, `len` bytes long; `file`: the rendering is a file the
+    /// kernel may read directly. With a backing file (rules 7 and 8), the
+    /// reference the reply must name. [`Replaced`] when the open must be
+    /// made again on another inode (rule 10).
     pub(crate) fn open(
         &mut self,
+        ino: u64,
         len: u64,
         file: Option<WholeFile<'_, B>>,
-    ) -> (PagedOpen, Option<Arc<B>>) {
+    ) -> Result<(PagedOpen, Option<Arc<B>>), Replaced> {
+        if self.retired.iter().any(|r| r.ino == ino) {
+            return Err(Replaced);
+        }
+        if let Some(old) = self.ino.filter(|&old| old != ino) {
+            // The kernel has another inode for the file (it let the old
+            // one go, or the caller retired it): new to it, like any.
+            self.retire(old);
+        }
+        self.ino = Some(ino);
         let epoch = self.epoch;
-        let through = |s: &Self, how| PagedOpen {
+        let through = |s: &Self| PagedOpen {
             epoch,
+            ino,
             keep: false,
-            through: Some(how),
+            through: true,
             clean_now: s.to_clean().is_some(),
         };
-        // Rule 7: every open names the backing file of those open.
+        // Rule 7: every open names the backing file of those open, so it
+        // must read that file; any other rendering gets a new inode.
         if let Some(t) = &mut self.through {
+            if file.is_none_or(|f| f.id != t.text) {
+                self.retire(ino);
+                return Err(Replaced);
+            }
             t.handles += 1;
-            let how = if file.is_some_and(|f| f.id == t.text) {
-                ThroughOpen::Reads
-            } else {
-                ThroughOpen::Attached
-            };
             let backing = t.backing.clone();
-            return (through(self, how), Some(backing));
+            return Ok((through(self), Some(backing)));
         }
         // Rule 8.
         if let Some(f) = file.filter(|_| self.empty && self.open.iter().all(|o| o.kept == 0)) {
@@ -243,14 +285,31 @@ impl<B> ContextPages<B> {
                     handles: 1,
                     backing: backing.clone(),
                 });
-                return (through(self, ThroughOpen::Reads), Some(backing));
+                return Ok((through(self), Some(backing)));
             }
         }
-        (self.open_paged(len), None)
+        Ok((self.open_paged(ino, len), None))
+    }
+
+    /// Rule 10: the handles of `ino` are counted apart from now on, and
+    /// the file's next inode, new to the kernel, holds no page.
+    fn retire(&mut self, ino: u64) {
+        let retired = Retired {
+            ino,
+            through: self.through.take(),
+            open: std::mem::take(&mut self.open),
+        };
+        if !retired.is_empty() {
+            self.retired.push(retired);
+        }
+        self.ino = None;
+        self.stale_from = None;
+        self.empty = true;
+        self.reported = None;
     }
 
     /// Opens a handle that reads through the cache or with direct I/O.
-    fn open_paged(&mut self, len: u64) -> PagedOpen {
+    fn open_paged(&mut self, ino: u64, len: u64) -> PagedOpen {
         // Rule 3; clean also means that no older handle is open (rule 4).
         let keep = self.is_clean() && self.through.is_none();
         self.empty &= !keep;
@@ -272,8 +331,9 @@ impl<B> ContextPages<B> {
         }
         PagedOpen {
             epoch,
+            ino,
             keep,
-            through: None,
+            through: false,
             clean_now: self.to_clean().is_some(),
         }
     }
@@ -281,31 +341,36 @@ impl<B> ContextPages<B> {
     /// The kernel released a handle opened as `opened`. True when the
     /// stale tail can be invalidated now (the last older handle is gone).
     pub(crate) fn release(&mut self, opened: &PagedOpen) -> bool {
-        let (epoch, keep) = (opened.epoch, opened.keep);
-        if opened.through.is_some() {
-            // Passthrough handles hold no pages: only the backing file's
-            // reference, dropped with the last of them.
-            if let Some(t) = &mut self.through {
-                t.handles = t.handles.saturating_sub(1);
-                if t.handles == 0 {
-                    self.through = None;
+        if self.ino != Some(opened.ino) {
+            // A handle of a retired inode (rule 10): its pages were never
+            // the current inode's.
+            if let Some(i) = self.retired.iter().position(|r| r.ino == opened.ino) {
+                let r = &mut self.retired[i];
+                if opened.through {
+                    release_through(&mut r.through);
+                } else {
+                    release_paged(&mut r.open, opened);
+                }
+                if r.is_empty() {
+                    self.retired.remove(i);
                 }
             }
             return false;
         }
-        let older_before = self.older_open();
-        if let Some(i) = self.open.iter().position(|o| o.epoch == epoch) {
-            let o = &mut self.open[i];
-            if keep {
-                o.kept = o.kept.saturating_sub(1);
-            } else {
-                o.direct = o.direct.saturating_sub(1);
-            }
-            if o.kept == 0 && o.direct == 0 {
-                self.open.remove(i);
-            }
+        if opened.through {
+            // Passthrough handles hold no pages: only the backing file's
+            // reference, dropped with the last of them.
+            release_through(&mut self.through);
+            return false;
         }
+        let older_before = self.older_open();
+        release_paged(&mut self.open, opened);
         older_before && self.to_clean().is_some()
+    }
+
+    /// Whether `opened` is a handle of the file's current inode.
+    pub(crate) fn is_current(&self, opened: &PagedOpen) -> bool {
+        self.ino == Some(opened.ino)
     }
 
     /// The size `getattr` reports for a current rendering of `len` bytes
@@ -349,6 +414,31 @@ impl<B> ContextPages<B> {
     }
 }
 
+/// One passthrough handle of `through` released.
+fn release_through<B>(through: &mut Option<Through<B>>) {
+    if let Some(t) = through {
+        t.handles = t.handles.saturating_sub(1);
+        if t.handles == 0 {
+            *through = None;
+        }
+    }
+}
+
+/// One handle of `open` (reading through the cache or not) released.
+fn release_paged(open: &mut Vec<Opened>, opened: &PagedOpen) {
+    if let Some(i) = open.iter().position(|o| o.epoch == opened.epoch) {
+        let o = &mut open[i];
+        if opened.keep {
+            o.kept = o.kept.saturating_sub(1);
+        } else {
+            o.direct = o.direct.saturating_sub(1);
+        }
+        if o.kept == 0 && o.direct == 0 {
+            open.remove(i);
+        }
+    }
+}
+
 /// The length of the common beginning of two renderings.
 pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> u64 {
     const CHUNK: usize = 4096;
@@ -369,9 +459,14 @@ mod tests {
 
     type Pages = ContextPages<()>;
 
-    /// Opens a handle without a file the kernel could read directly.
+    /// The kernel's inode of the file in these tests, until rule 10 gives
+    /// it another.
+    const INO: u64 = 2;
+
+    /// Opens a handle of [`INO`] without a file the kernel could read
+    /// directly.
     fn open(p: &mut Pages, len: u64) -> PagedOpen {
-        p.open(len, None).0
+        p.open(INO, len, None).unwrap().0
     }
 
     fn clean() -> Pages {
@@ -459,22 +554,34 @@ mod tests {
         assert!(!q.is_clean());
     }
 
-    /// Opens a handle on a rendering in the file `id`; `made` counts the
-    /// backing references made.
-    fn open_file(p: &mut Pages, id: u64, made: &mut u32) -> (PagedOpen, bool) {
+    /// Opens a handle of `ino` on a rendering in the file `id`; `made`
+    /// counts the backing references made.
+    fn open_file_of(
+        p: &mut Pages,
+        ino: u64,
+        id: u64,
+        made: &mut u32,
+    ) -> Result<(PagedOpen, bool), Replaced> {
         let mut backing = || {
             *made += 1;
             Some(())
         };
         let (o, b) = p.open(
+            ino,
             100,
             Some(WholeFile {
                 id,
                 backing: &mut backing,
             }),
-        );
-        assert_eq!(o.through.is_some(), b.is_some());
-        (o, b.is_some())
+        )?;
+        assert_eq!(o.through, b.is_some());
+        assert_eq!(o.ino, ino);
+        Ok((o, b.is_some()))
+    }
+
+    /// [`open_file_of`] on [`INO`].
+    fn open_file(p: &mut Pages, id: u64, made: &mut u32) -> (PagedOpen, bool) {
+        open_file_of(p, INO, id, made).unwrap()
     }
 
     /// A state as at the first open since mounting.
@@ -489,25 +596,15 @@ mod tests {
         let mut p = unopened();
         let mut made = 0;
         let (a, _) = open_file(&mut p, 7, &mut made);
-        assert_eq!(
-            (a.through, a.keep, made),
-            (Some(ThroughOpen::Reads), false, 1)
-        );
+        assert_eq!((a.through, a.keep, made), (true, false, 1));
         // The same file: the same reference.
         let (b, _) = open_file(&mut p, 7, &mut made);
-        assert_eq!((b.through, made), (Some(ThroughOpen::Reads), 1));
-        // Another rendering (in memory, or another file): attached to the
-        // same reference, its reads come here.
-        p.changed(50);
-        let c = p.open(120, None);
-        assert_eq!(c.0.through, Some(ThroughOpen::Attached));
-        assert!(c.1.is_some());
-        let (d, _) = open_file(&mut p, 8, &mut made);
-        assert_eq!((d.through, made), (Some(ThroughOpen::Attached), 1));
+        assert_eq!((b.through, made), (true, 1));
         // Passthrough handles hold no pages: they never block the cleaning.
+        p.changed(100);
         assert!(p.to_clean().is_some());
         assert!(p.has_open());
-        for o in [a, b, c.0, d] {
+        for o in [a, b] {
             assert!(!p.release(&o));
         }
         assert!(!p.has_open());
@@ -519,10 +616,84 @@ mod tests {
         assert!(p.cleaned(e));
         assert!(p.wants_fill());
         let fill = p.open_fill(120).unwrap();
-        assert!(fill.keep && !p.wants_fill());
+        assert!(fill.keep && !p.wants_fill() && fill.ino == INO);
         assert!(!p.release(&fill));
         let (o, through) = open_file(&mut p, 7, &mut made);
         assert!(!through && o.keep && made == 1, "the cache is filled");
+    }
+
+    #[test]
+    fn another_rendering_while_one_is_read_directly_gets_a_new_inode() {
+        let mut p = unopened();
+        let mut made = 0;
+        let (a, _) = open_file(&mut p, 7, &mut made);
+        let (b, _) = open_file(&mut p, 7, &mut made);
+        // A newer rendering, in memory or in another file: the inode the
+        // kernel reads file 7 through is retired, the open is made again.
+        p.changed(50);
+        assert_eq!(p.open(INO, 120, None).err(), Some(Replaced));
+        assert_eq!(
+            open_file_of(&mut p, INO, 8, &mut made).err(),
+            Some(Replaced)
+        );
+        // The new inode is new to the kernel: empty and clean, so it is
+        // read directly too (rule 8), from its own file.
+        assert!(p.is_clean() && p.has_open());
+        let (c, through) = open_file_of(&mut p, 3, 8, &mut made).unwrap();
+        assert!(through && made == 2);
+        assert_eq!(
+            open_file_of(&mut p, INO, 8, &mut made).err(),
+            Some(Replaced)
+        );
+        // The retired inode's handles are counted apart: their release
+        // does not touch the new inode's, nor asks for a fill.
+        assert!(!p.release(&a) && !p.release(&b));
+        assert!(p.has_open() && !p.wants_fill());
+        assert!(!p.release(&c));
+        assert!(!p.has_open());
+        assert!(p.wants_fill());
+        // Retired for good once forgotten there: an open of that number
+        // now is the caller's to refuse (the inode table knows it).
+    }
+
+    #[test]
+    fn a_retired_inodes_other_handles_are_counted_apart_too() {
+        let mut p = unopened();
+        let mut made = 0;
+        // A direct handle (stale state) open before a passthrough one.
+        p.changed(10);
+        let d = open(&mut p, 100);
+        assert!(!d.keep);
+        let (t, through) = open_file(&mut p, 7, &mut made);
+        assert!(through);
+        p.changed(20);
+        assert_eq!(p.open(INO, 120, None).err(), Some(Replaced));
+        // The new inode: clean, no older handle blocks it.
+        let n = p.open(3, 120, None).unwrap().0;
+        assert!(n.keep && n.ino == 3);
+        assert_eq!(p.to_clean(), None);
+        p.changed(30);
+        assert_eq!(p.to_clean(), None, "`n` could refill the tail");
+        // The retired inode's older handles do not block the new inode's
+        // cleaning: only its own do.
+        assert!(p.release(&n), "the last older handle of the new inode");
+        assert_eq!(p.to_clean().map(|(_, f)| f), Some(30));
+        assert!(p.has_open());
+        assert!(!p.release(&d));
+        assert!(!p.release(&t));
+        assert!(!p.has_open());
+    }
+
+    #[test]
+    fn another_inode_from_the_kernel_starts_clean() {
+        // The kernel let the inode go and looked the name up again (the
+        // table gave another number): nothing of it is cached.
+        let mut p = clean();
+        let o = open(&mut p, 100);
+        assert!(!p.release(&o));
+        p.changed(10);
+        let n = p.open(5, 100, None).unwrap().0;
+        assert!(n.keep && n.ino == 5);
     }
 
     #[test]
@@ -542,14 +713,17 @@ mod tests {
         // A failed passthrough leaves the state as it was.
         let mut p = unopened();
         let mut none = || None;
-        let (o, b) = p.open(
-            100,
-            Some(WholeFile {
-                id: 7,
-                backing: &mut none,
-            }),
-        );
-        assert!(b.is_none() && o.through.is_none() && o.keep);
+        let (o, b) = p
+            .open(
+                INO,
+                100,
+                Some(WholeFile {
+                    id: 7,
+                    backing: &mut none,
+                }),
+            )
+            .unwrap();
+        assert!(b.is_none() && !o.through && o.keep);
     }
 
     #[test]
@@ -567,11 +741,6 @@ mod tests {
         let mut p = unopened();
         let (o, through) = open_file(&mut p, 7, &mut made);
         assert!(through && made == 1);
-        // While it is open, no handle reads through the cache.
-        let other = p.open(100, None);
-        assert_eq!(other.0.through, Some(ThroughOpen::Attached));
-        assert!(!other.0.keep);
-        p.release(&other.0);
         p.release(&o);
         assert!(p.wants_fill());
     }

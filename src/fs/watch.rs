@@ -345,6 +345,12 @@ impl Worker {
                 self.clean_context_pages(&key, false);
                 self.fill_context_pages(&key);
             }
+            Change::ContextReplaced { key } => {
+                // The kernel's name leads to the retired inode: dropped, the
+                // next open looks it up (`fs::pages`, rule 10).
+                let dir = self.inodes.ino_of(&Node::Session(key));
+                self.inval_entry(dir, SessionFile::Context.name());
+            }
             Change::Session {
                 key,
                 new_entries,

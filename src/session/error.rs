@@ -17,6 +17,7 @@
 //! | `ReadOnly` (a write on a read-only mount or session) | `EROFS` |
 //! | `TooLarge` (input over a size cap) | `EFBIG` |
 //! | `BadHandle` (a file handle the mount does not know, or a write to one opened for reading) | `EBADF` |
+//! | `Replaced` (an open of a file the mount has since given a new inode: the kernel looks the name up again and retries) | `ESTALE` |
 //! | `Io` with `ENOSPC`, `EDQUOT` or `EROFS` (disk full, quota, read-only filesystem) | itself |
 //! | `Io` (any other operating-system error: a failed write, a read error) | `EIO` |
 //! | `Unreadable` (a file the engine cannot parse, also a write to it) | `EIO` |
@@ -116,6 +117,10 @@ pub enum Error {
     /// a write to a file opened for reading).
     #[error("bad file handle {0}")]
     BadHandle(u64),
+    /// An open of an inode the file no longer has: the mount gave the file
+    /// a new one (`docs/filesystem.md`, "Stored renderings read directly").
+    #[error("{0}: replaced by a newer rendering, open it again")]
+    Replaced(String),
     /// A broken invariant of the engine: a bug, not bad input.
     #[error("internal error: {0}")]
     Internal(String),
@@ -147,6 +152,7 @@ impl Error {
             Error::ReadOnly => libc::EROFS,
             Error::TooLarge(_) => libc::EFBIG,
             Error::BadHandle(_) => libc::EBADF,
+            Error::Replaced(_) => libc::ESTALE,
             Error::Io { source, .. } => match source.raw_os_error() {
                 Some(e @ (libc::ENOSPC | libc::EDQUOT | libc::EROFS)) => e,
                 _ if source.kind() == io::ErrorKind::NotFound => libc::ENOENT,

@@ -78,6 +78,9 @@ pub(crate) enum Change {
     /// Cached pages of a session's `context.json` are stale and can be
     /// invalidated now (`fs::pages`).
     ContextPages { key: SessionKey },
+    /// A session's `context.json` has a new inode (`fs::pages`, rule 10):
+    /// the kernel's name for the old one can go.
+    ContextReplaced { key: SessionKey },
 }
 
 /// Attributes of a node.
@@ -133,7 +136,7 @@ fn keep_pending(pending: &mut Vec<Change>, change: Change) {
             new_entries,
             reloaded,
         } => (key, new_entries, reloaded),
-        Change::ContextPages { .. } => {
+        Change::ContextPages { .. } | Change::ContextReplaced { .. } => {
             if !pending.contains(&change) {
                 pending.push(change);
             }

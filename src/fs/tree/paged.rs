@@ -5,7 +5,7 @@
 
 use super::render::render_session_file;
 use super::*;
-use crate::fs::pages::{PagedOpen, WholeFile};
+use crate::fs::pages::{PagedOpen, Replaced, WholeFile};
 use crate::fs::text::{Base, Text};
 
 /// Makes the kernel's reference to a rendering's file for passthrough
@@ -23,11 +23,14 @@ impl Tree {
     /// A stored rendering may instead be handed to the kernel to read
     /// directly, with a reference `backing` makes (FUSE passthrough,
     /// `fs::pages` rules 7 and 8): then the reply must name the reference
-    /// returned.
+    /// returned. `ino` is the kernel's inode opened; `Error::Replaced`
+    /// when the file has another one now (`fs::pages`, rule 10: the caller
+    /// retires `ino`, the kernel opens the name again).
     pub(crate) fn open_context(
         &self,
         held: &HeldSlot,
         key: &SessionKey,
+        ino: u64,
         mut backing: Option<MakeBacking<'_>>,
     ) -> Result<(Text, PagedOpen, Option<Arc<fuser::BackingId>>)> {
         let first = self.context_opened.lock().insert(key.clone());
@@ -49,26 +52,31 @@ impl Tree {
                 id: Arc::as_ptr(text) as usize as u64,
                 backing: &mut make,
             });
-            let (opened, through) = st.context_pages.open(data.len(), whole);
-            (data, opened, through)
+            let opened = st.context_pages.open(ino, data.len(), whole);
+            opened.map(|(opened, through)| (data, opened, through))
         });
         let (data, opened, through) = match stored {
-            Some(found) => found,
-            None => self.with_session_in(Some(held), key, |st, s| {
-                let s = s.ok_or_else(|| not_found(SessionFile::Context.name()))?;
-                let data = match render_session_file(st, s, SessionFile::Context) {
-                    Err(Error::Stale(reason)) => {
-                        self.recover_stale(key, st, s, &reason)?;
-                        render_session_file(st, s, SessionFile::Context)?
+            Some(Ok(found)) => found,
+            Some(Err(Replaced)) => return Err(self.replaced(key)),
+            None => self
+                .with_session_in(Some(held), key, |st, s| {
+                    let s = s.ok_or_else(|| not_found(SessionFile::Context.name()))?;
+                    let data = match render_session_file(st, s, SessionFile::Context) {
+                        Err(Error::Stale(reason)) => {
+                            self.recover_stale(key, st, s, &reason)?;
+                            render_session_file(st, s, SessionFile::Context)?
+                        }
+                        other => other?,
+                    };
+                    if first {
+                        st.context_pages.never_opened();
                     }
-                    other => other?,
-                };
-                if first {
-                    st.context_pages.never_opened();
-                }
-                let (opened, through) = st.context_pages.open(data.len() as u64, None);
-                Ok((Text::Memory(data), opened, through))
-            })?,
+                    match st.context_pages.open(ino, data.len() as u64, None) {
+                        Ok((opened, through)) => Ok(Ok((Text::Memory(data), opened, through))),
+                        Err(replaced) => Ok(Err(replaced)),
+                    }
+                })?
+                .map_err(|Replaced| self.replaced(key))?,
         };
         if opened.clean_now {
             self.report(Change::ContextPages { key: key.clone() });
@@ -81,12 +89,26 @@ impl Tree {
     /// cache (`fs::pages`, rule 9).
     pub(crate) fn release_context(&self, held: &HeldSlot, key: &SessionKey, opened: PagedOpen) {
         let clean_now = self.cache.with_held_existing(held, key, |st| {
+            let current = st.context_pages.is_current(&opened);
             st.context_pages.release(&opened)
-                || (opened.through.is_some() && st.context_pages.wants_fill())
+                || (current && opened.through && st.context_pages.wants_fill())
         });
         if clean_now == Some(true) {
             self.report(Change::ContextPages { key: key.clone() });
         }
+    }
+
+    /// The error of an open of `context.json` that must be made again on
+    /// its new inode (`fs::pages`, rule 10); the watch worker drops the
+    /// kernel's name for the old one.
+    fn replaced(&self, key: &SessionKey) -> Error {
+        self.report(Change::ContextReplaced { key: key.clone() });
+        Error::Replaced(format!(
+            "{}/{}/{}",
+            key.project,
+            key.session,
+            SessionFile::Context.name()
+        ))
     }
 
     /// For the watch worker: the current text of `context.json`, to be put

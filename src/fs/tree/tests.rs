@@ -476,7 +476,7 @@ fn appends_that_change_older_paths_mark_entry_files_stale() {
         rx.try_iter()
             .filter_map(|c| match c {
                 Change::Session { reloaded, .. } => Some(reloaded),
-                Change::ContextPages { .. } => None,
+                Change::ContextPages { .. } | Change::ContextReplaced { .. } => None,
             })
             .collect()
     };

@@ -15,7 +15,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fuse::{eventually, fuse_ok, Mount};
+use fuse::{eventually, fuse_ok, which, Mount};
 
 const PROJECT: &str = "--work-pages--";
 const STEM: &str = "2026-03-01T10-00-00-000Z_7777888877778888";
@@ -516,10 +516,11 @@ fn a_stored_rendering_is_read_by_the_kernel_itself() {
 }
 
 /// Readers of a stored rendering (passthrough), of the grown renderings
-/// after appends (attached to the same backing file while one is open,
-/// then through the cache) and many threads opening and reading while an
-/// outside writer appends: every open succeeds (the kernel refuses opens
-/// that mix its modes with `EIO`), every descriptor reads the whole of one
+/// after appends (on a new inode while the first is open, `fs::pages`
+/// rule 10; there through the cache) and many threads opening and reading
+/// while an outside writer appends: every open succeeds (the kernel
+/// refuses opens that mix its modes with `EIO`, and retries those the
+/// mount answers with `ESTALE`), every descriptor reads the whole of one
 /// rendering, and the text read last is the file's.
 #[test]
 fn readers_of_a_stored_rendering_and_of_newer_ones_overlap() {
@@ -546,12 +547,12 @@ fn readers_of_a_stored_rendering_and_of_newer_ones_overlap() {
         || fs::metadata(&ctx).unwrap().len() == grown.len() as u64
     ));
     let mut g = fs::File::open(&ctx).unwrap();
-    assert_same_bytes(&read_rest(&mut g), &grown, "attached reader");
+    assert_same_bytes(&read_rest(&mut g), &grown, "reader of the new inode");
     assert_same_bytes(&read_rest(&mut f), &want[1000..], "the first reader's rest");
     drop(f);
-    // While `g` is open, still attached; then through the cache.
+    // While `g` is open; then after both are closed.
     let mut h = fs::File::open(&ctx).unwrap();
-    assert_same_bytes(&read_rest(&mut h), &grown, "second attached reader");
+    assert_same_bytes(&read_rest(&mut h), &grown, "second reader of the new inode");
     drop((g, h));
     assert_same_bytes(&fs::read(&ctx).unwrap(), &grown, "after all were closed");
 
@@ -585,6 +586,97 @@ fn readers_of_a_stored_rendering_and_of_newer_ones_overlap() {
         || fs::metadata(&ctx).unwrap().len() == last.len() as u64
     ));
     assert_same_bytes(&fs::read(&ctx).unwrap(), &last, "the last text");
+    drop(m);
+}
+
+/// The bytes of `f` as `mmap` shows them (what `rg` and other tools that
+/// map a file see).
+fn mapped(f: &fs::File) -> Vec<u8> {
+    use std::os::fd::AsRawFd;
+    let len = f.metadata().unwrap().len() as usize;
+    assert!(len > 0);
+    // SAFETY: a private, read-only mapping of `len` bytes of an open file
+    // descriptor; it is copied out and unmapped before `f` can go away,
+    // and nothing writes through it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        let bytes = std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
+        libc::munmap(p, len);
+        bytes
+    }
+}
+
+/// A newer rendering while the kernel reads a stored one directly (an
+/// outside append while the first reader is open) gives `context.json` a
+/// new inode (`fs::pages`, rule 10), as a save by rename would: opens by
+/// name get the new text through `read` and `mmap` alike (`rg`, which maps
+/// a file it is given, finds the new message), while the first reader
+/// still reads the whole of the text it opened. Before, a new open was
+/// attached to the older text's file, and its `mmap` showed that text.
+#[test]
+fn a_newer_rendering_while_a_stored_one_is_read_directly_gets_a_new_inode() {
+    if !fuse_ok("a_newer_rendering_while_a_stored_one_is_read_directly_gets_a_new_inode") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, want) = stored(tmp.path(), 300);
+    let (m, ctx) = mount_cached(tmp.path(), &[], "warn");
+    // The first reader: the kernel reads the stored file for it.
+    let mut first = fs::File::open(&ctx).unwrap();
+    let mut head = vec![0u8; 1000];
+    first.read_exact(&mut head).unwrap();
+    assert_same_bytes(&head, &want[..1000], "head");
+    let old_ino = first.metadata().unwrap().ino();
+    assert_same_bytes(&mapped(&first), &want, "the first reader's mapping");
+
+    plain_append(&file, &user_line("n1", "a300", "a needle appended"));
+    let grown = cli_context_no_index(&file);
+    let mut second = fs::File::open(&ctx).expect("an open by name succeeds");
+    let new_ino = second.metadata().unwrap().ino();
+    assert_ne!(new_ino, old_ino, "a new inode");
+    assert_eq!(
+        fs::metadata(&ctx).unwrap().ino(),
+        new_ino,
+        "the name leads to it"
+    );
+    assert_same_bytes(&mapped(&second), &grown, "mapped");
+    let mut read = Vec::new();
+    second.read_to_end(&mut read).unwrap();
+    assert_same_bytes(&read, &grown, "read");
+    if which("rg") {
+        let (ok, out, err) = fuse::sh(
+            tmp.path(),
+            &format!("rg --mmap -c 'a needle' '{}'", ctx.display()),
+        );
+        assert!(ok, "rg: {err}");
+        assert_eq!(out.trim(), "1", "rg found the appended message");
+    }
+    let mut rest = Vec::new();
+    first.read_to_end(&mut rest).unwrap();
+    assert_same_bytes(&rest, &want[1000..], "the first reader's rest");
+    // Its inode still names the file while it is open (`fstat`).
+    assert_eq!(first.metadata().unwrap().ino(), old_ino);
+    drop((first, second));
+    // Later opens: the same new inode, the grown text, also mapped.
+    let again = fs::File::open(&ctx).unwrap();
+    assert_eq!(again.metadata().unwrap().ino(), new_ino);
+    assert_same_bytes(&mapped(&again), &grown, "mapped again");
+    drop(again);
+    assert_same_bytes(&fs::read(&ctx).unwrap(), &grown, "read again");
     drop(m);
 }
 
