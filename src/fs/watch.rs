@@ -425,15 +425,16 @@ impl Worker {
         let Some(n) = &self.notifier else {
             return;
         };
-        let ino = self
-            .inodes
-            .ino_of(&Node::File(key.clone(), SessionFile::Context));
-        if !self.inodes.is_known(ino) {
-            return;
-        }
         let Some((held, text, opened)) = self.tree.begin_context_fill(key) else {
             return;
         };
+        // The inode the fill is counted on (`fs::pages`, rule 10 gives the
+        // file new ones), if the kernel still holds it.
+        let ino = opened.ino;
+        if !self.inodes.is_known(ino) || self.inodes.is_retired(ino) {
+            self.tree.release_context(&held, key, opened);
+            return;
+        }
         let len = text.len();
         let mut at = 0;
         while at < len {
