@@ -465,6 +465,7 @@ impl Filesystem for SessionFs {
         let opened = self.handles.open(&node, ino.0, mode, backing);
         match opened {
             Ok((fh, PageCache::Through(b))) => {
+                log::debug!("{}: read directly by the kernel (fh {fh})", node.describe());
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b)
             }
             Ok((fh, cache)) => reply.opened(
@@ -477,6 +478,11 @@ impl Filesystem for SessionFs {
             ),
             Err(e) => {
                 if matches!(e, Error::Replaced(_)) {
+                    log::debug!(
+                        "{}: inode {} retired, a new one follows",
+                        node.describe(),
+                        ino.0
+                    );
                     self.inodes.retire(ino.0);
                 }
                 reply.error(err_of(&e))

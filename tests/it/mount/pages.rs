@@ -9,6 +9,7 @@ use crate::common::fuse;
 use crate::common::live::{plain_append, write_session};
 use crate::common::{assert_same_bytes, cli_context_no_index, exchange_session};
 use crate::common::{js_json, message_texts};
+use crate::common::{sessionfs_cmd, stdout_ok};
 
 use std::fs;
 use std::io::Read;
@@ -678,6 +679,94 @@ fn a_newer_rendering_while_a_stored_one_is_read_directly_gets_a_new_inode() {
     drop(again);
     assert_same_bytes(&fs::read(&ctx).unwrap(), &grown, "read again");
     drop(m);
+}
+
+/// Outside appends, each followed by `sessionfs context` storing the
+/// grown rendering in the mount's cache, while the first reader of a
+/// stored rendering (read directly by the kernel) stays open and threads
+/// open and read the file from the first append on: the threads' opens
+/// meet the retired inode at once, concurrently (`fs::pages`, rule 10).
+/// No open fails (the kernel retries the ones answered with `ESTALE`), the
+/// threads read only whole texts on the new inode, the first reader reads
+/// its own text to the end on the old one, and the last text is the
+/// file's, by `read` and `mmap` alike.
+#[test]
+fn appends_and_stored_renderings_while_a_first_reader_is_held() {
+    if !fuse_ok("appends_and_stored_renderings_while_a_first_reader_is_held") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, want) = stored(tmp.path(), 200);
+    let (m, ctx) = mount_cached(tmp.path(), &[], "warn");
+    let cache = tmp.path().join("cache");
+    let mut first = fs::File::open(&ctx).unwrap();
+    let mut head = vec![0u8; 100];
+    first.read_exact(&mut head).unwrap();
+    let first_ino = first.metadata().unwrap().ino();
+    let inos = std::sync::Mutex::new(std::collections::HashSet::new());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Appends one message and stores the grown rendering as
+    // `sessionfs context` does: the grown text.
+    let append_and_store = |i: usize| {
+        let parent = if i == 1 {
+            "a200".to_string()
+        } else {
+            format!("r{}", i - 1)
+        };
+        plain_append(
+            &file,
+            &user_line(&format!("r{i}"), &parent, &format!("stored append {i}")),
+        );
+        let grown = cli_context_no_index(&file);
+        let stored = stdout_ok(
+            sessionfs_cmd()
+                .arg("context")
+                .arg(&file)
+                .env("XDG_CACHE_HOME", &cache),
+        );
+        assert_same_bytes(&stored, &grown, "the stored text");
+        grown
+    };
+    // The first append before the threads start: their every open meets
+    // the retired inode or the new one.
+    let mut last = append_and_store(1);
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut f = fs::File::open(&ctx).expect("every open succeeds");
+                    inos.lock().unwrap().insert(f.metadata().unwrap().ino());
+                    let mut got = Vec::new();
+                    f.read_to_end(&mut got).unwrap();
+                    let v: serde_json::Value = serde_json::from_slice(&got)
+                        .unwrap_or_else(|e| panic!("not JSON ({e}), {} bytes", got.len()));
+                    assert!(v["messages"].is_array());
+                }
+            });
+        }
+        for i in 2..=8 {
+            last = append_and_store(i);
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let seen = inos.lock().unwrap().clone();
+    assert!(
+        !seen.is_empty() && !seen.contains(&first_ino),
+        "the threads' inodes {seen:?}, the first reader's {first_ino}"
+    );
+    assert!(eventually(
+        || fs::metadata(&ctx).unwrap().len() == last.len() as u64
+    ));
+    let f = fs::File::open(&ctx).unwrap();
+    assert_same_bytes(&mapped(&f), &last, "the last text, mapped");
+    assert_same_bytes(&fs::read(&ctx).unwrap(), &last, "the last text, read");
+    let mut rest = Vec::new();
+    first.read_to_end(&mut rest).unwrap();
+    assert_same_bytes(&rest, &want[100..], "the first reader's rest");
+    assert_eq!(first.metadata().unwrap().ino(), first_ino);
+    drop((f, first, m));
 }
 
 /// Without `CAP_SYS_ADMIN` the kernel refuses backing files: a mount by
