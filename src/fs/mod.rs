@@ -303,7 +303,17 @@ impl Filesystem for SessionFs {
             Err(e) => return reply.error(e),
         };
         match self.tree.attr(&node) {
-            Ok(a) => reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a)),
+            Ok(mut a) => {
+                // A retired inode of `context.json` keeps the size of the
+                // rendering its readers read (`fs::pages`, rule 10; asked
+                // of the slot, which retires it before the inode table).
+                if let Node::File(key, SessionFile::Context) = &node {
+                    if let Some(size) = self.tree.retired_context_size(key, ino.0) {
+                        a.size = size;
+                    }
+                }
+                reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a))
+            }
             Err(e) => reply.error(err_of(&e)),
         }
     }

@@ -57,19 +57,29 @@
 //!    through the cache while it does), so that later opens read the
 //!    cache, and the `cat` after an append reads only the changed tail
 //!    through the mount.
-//! 10. An open that must serve another rendering while passthrough
-//!     handles are open (after an append) gives the file a new inode
-//!     instead, as an editor's save by rename would: the inode the
-//!     passthrough handles read becomes *retired* (the caller takes it
-//!     out of the inode table and lets the kernel's name for it go), its
-//!     handles are counted apart until they are released, and the open
+//! 10. A newer rendering moves to a **new inode** when handles of an
+//!     older one still use the current inode: passthrough handles (the
+//!     kernel ties every open to their backing file, whose `mmap` shows
+//!     the older text) or handles that read or map through the cache
+//!     (their pages, and the size rule 5 reports for them) — as an
+//!     editor's save by rename would. The old inode becomes *retired*:
+//!     the caller takes its number out of the inode table and lets the
+//!     kernel's name for it go, its handles are counted apart until they
+//!     are released, and `getattr` of it keeps the size of the rendering
+//!     its readers read through the cache. The watch worker moves the file
+//!     when such handles are still open a moment (`MOVE_DELAY` of
+//!     `fs::watch`: a `cat` that just ended is often released a little
+//!     after the next append) after it brought the rendering up to date
+//!     ([`ContextPages::retire_moved`]), so later opens and `stat`s by
+//!     name meet the new inode, which is new to the kernel: it holds none
+//!     of its pages, so the state starts clean and empty (rule 8 applies
+//!     again). An open that comes first, or that meets a retired inode
+//!     (a name looked up just before the move), is served as before the
+//!     move (rules 3 and 5: direct I/O, the older size) — except where a
+//!     passthrough handle is open: that open moves the file itself and
 //!     fails with [`Replaced`] (`ESTALE`), on which the kernel looks the
-//!     name up again and opens the new inode. That inode is new to the
-//!     kernel: it holds none of its pages, so the state starts clean and
-//!     empty (rule 8 applies again). Every open of a retired inode is
-//!     refused the same way. So a rendering's reads and its `mmap` always
-//!     see that rendering (naming the older backing file instead, as an
-//!     open must while the inode has one, would map the older text).
+//!     name up again and opens the new inode, so that no handle of a newer
+//!     rendering ever names the older backing file.
 //!
 //! The kernel forgets an open file's mode before it tells us of the
 //! release, so what is counted here is never less than what the kernel
@@ -95,6 +105,8 @@ struct Opened {
 struct Through<B> {
     /// Which text file they read (an identity the caller chooses).
     text: u64,
+    /// The epoch of that rendering.
+    epoch: u64,
     /// How many are open.
     handles: u32,
     /// The kernel's reference to the file, named by every open while
@@ -248,8 +260,26 @@ impl<B> ContextPages<B> {
         len: u64,
         file: Option<WholeFile<'_, B>>,
     ) -> Result<(PagedOpen, Option<Arc<B>>), Replaced> {
-        if self.retired.iter().any(|r| r.ino == ino) {
-            return Err(Replaced);
+        if let Some(r) = self.retired.iter_mut().find(|r| r.ino == ino) {
+            // An open of a retired inode (the kernel looked the name up
+            // just before the move): one whose backing file is still
+            // open is made again on the new inode; any other is served
+            // the current rendering with direct I/O, counted there.
+            if r.through.is_some() {
+                return Err(Replaced);
+            }
+            let epoch = self.epoch;
+            count_direct(&mut r.open, epoch, len);
+            return Ok((
+                PagedOpen {
+                    epoch,
+                    ino,
+                    keep: false,
+                    through: false,
+                    clean_now: false,
+                },
+                None,
+            ));
         }
         if let Some(old) = self.ino.filter(|&old| old != ino) {
             // The kernel has another inode for the file (it let the old
@@ -282,6 +312,7 @@ impl<B> ContextPages<B> {
                 let backing = Arc::new(b);
                 self.through = Some(Through {
                     text: f.id,
+                    epoch,
                     handles: 1,
                     backing: backing.clone(),
                 });
@@ -308,6 +339,38 @@ impl<B> ContextPages<B> {
         self.reported = None;
     }
 
+    /// Rule 10, as soon as a newer rendering is current (the watch worker
+    /// asks after an append, before any open): when handles of an older
+    /// one are open on the kernel's inode, the file moves to a new inode
+    /// now; the retired inode's number, which the caller takes out of the
+    /// inode table (and the kernel's name for it away).
+    pub(crate) fn retire_moved(&mut self) -> Option<u64> {
+        let ino = self.ino.filter(|_| self.wants_move())?;
+        self.retire(ino);
+        Some(ino)
+    }
+
+    /// Whether handles of an older rendering than the current one are open
+    /// on the kernel's inode (rule 10).
+    pub(crate) fn wants_move(&self) -> bool {
+        self.ino.is_some()
+            && (self.through.as_ref().is_some_and(|t| t.epoch != self.epoch) || self.older_open())
+    }
+
+    /// The size `getattr` reports for the retired inode `ino` (rule 5 for
+    /// its handles): the length of the rendering its handles that read
+    /// through the cache read, `None` when none is open.
+    pub(crate) fn retired_size(&self, ino: u64) -> Option<u64> {
+        self.retired
+            .iter()
+            .find(|r| r.ino == ino)?
+            .open
+            .iter()
+            .filter(|o| o.kept > 0)
+            .map(|o| o.len)
+            .max()
+    }
+
     /// Opens a handle that reads through the cache or with direct I/O.
     fn open_paged(&mut self, ino: u64, len: u64) -> PagedOpen {
         // Rule 3; clean also means that no older handle is open (rule 4).
@@ -315,13 +378,8 @@ impl<B> ContextPages<B> {
         self.empty &= !keep;
         let epoch = self.epoch;
         match self.open.iter_mut().find(|o| o.epoch == epoch) {
-            Some(o) => {
-                if keep {
-                    o.kept += 1;
-                } else {
-                    o.direct += 1;
-                }
-            }
+            Some(o) if keep => o.kept += 1,
+            Some(o) => o.direct += 1,
             None => self.open.push(Opened {
                 epoch,
                 len,
@@ -411,6 +469,19 @@ impl<B> ContextPages<B> {
             return true;
         }
         false
+    }
+}
+
+/// One more handle with direct I/O of `epoch` (`len` bytes) in `open`.
+fn count_direct(open: &mut Vec<Opened>, epoch: u64, len: u64) {
+    match open.iter_mut().find(|o| o.epoch == epoch) {
+        Some(o) => o.direct += 1,
+        None => open.push(Opened {
+            epoch,
+            len,
+            kept: 0,
+            direct: 1,
+        }),
     }
 }
 
@@ -515,16 +586,55 @@ mod tests {
         let old = open(&mut p, 100);
         assert!(old.keep);
         p.changed(50);
+        // Until the file moves (rule 10): the old handle could refill the
+        // tail, and the size is its rendering's.
         assert_eq!(p.to_clean(), None, "the old handle could refill the tail");
         assert_eq!(p.attr_size(120), 100);
-        let new = open(&mut p, 120);
-        assert!(!new.keep && !new.clean_now);
-        assert!(!p.cleaned(new.epoch));
         assert!(p.release(&old), "last older handle gone");
         assert_eq!(p.attr_size(120), 120);
-        assert!(p.cleaned(new.epoch));
-        assert!(!p.release(&new));
+        let (e, _) = p.to_clean().unwrap();
+        assert!(p.cleaned(e));
         assert!(open(&mut p, 120).keep);
+    }
+
+    #[test]
+    fn a_newer_rendering_moves_to_a_new_inode_while_older_handles_are_open() {
+        let mut p = clean();
+        let old = open(&mut p, 100);
+        assert!(old.keep);
+        assert_eq!(p.retire_moved(), None, "nothing older is open");
+        p.changed(50);
+        // An open before the worker moves the file: as before (rules 3, 5).
+        let early = open(&mut p, 120);
+        assert!(!early.keep);
+        assert_eq!(p.attr_size(120), 100);
+        // The worker moves it: the old inode keeps its readers' size.
+        assert_eq!(p.retire_moved(), Some(INO));
+        assert_eq!(p.retire_moved(), None, "moved once");
+        assert_eq!(p.retired_size(INO), Some(100));
+        // A name looked up before the move: served on the retired inode,
+        // with direct I/O, counted there.
+        let late = p.open(INO, 120, None).unwrap().0;
+        assert!(!late.keep && late.ino == INO);
+        // The new inode: clean, its size the rendering's.
+        let new = p.open(3, 120, None).unwrap().0;
+        assert!(new.keep && !new.clean_now);
+        assert_eq!(p.attr_size(120), 120);
+        for o in [old, early, late] {
+            assert!(!p.release(&o));
+        }
+        assert_eq!(p.retired_size(INO), None);
+        assert!(!p.release(&new));
+        assert!(!p.has_open());
+        // Direct handles of an older rendering move it too (they may map
+        // its pages), but fix no size.
+        let mut r = Pages::default();
+        let d = open(&mut r, 100);
+        assert!(!d.keep);
+        r.changed(0);
+        assert_eq!(r.retire_moved(), Some(INO));
+        assert_eq!(r.retired_size(INO), None);
+        assert!(!r.release(&d) && !r.has_open());
     }
 
     #[test]

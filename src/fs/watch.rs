@@ -19,6 +19,7 @@
 //! changes on the next access — every access refreshes the session — and
 //! kernel caches expire by their short TTLs.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
@@ -37,6 +38,12 @@ use crate::fs::inode::{InodeTable, ROOT_INO};
 use crate::fs::layout::{escape_name, Node, SessionFile, SessionKey, View};
 use crate::fs::tree::{Change, Tree};
 use crate::session::session_id_from_file_name;
+
+/// How long handles of an older `context.json` must stay open after a newer
+/// rendering came before the file moves to a new inode (`fs::pages`, rule
+/// 10): a `cat` that just ended is often released by the kernel a little
+/// after an append that follows it, and should not cost a move.
+const MOVE_DELAY: Duration = Duration::from_millis(50);
 
 /// At most this many new entries of one change are invalidated by name
 /// (a bulk load is left to the negative-lookup TTL).
@@ -130,6 +137,7 @@ pub(crate) fn start(
         inotify: Inotify::new().ok(),
         watches: HashMap::new(),
         sessions_wd: None,
+        moves: RefCell::new(HashMap::new()),
     };
     // Watched before this returns (the mount serves no request before
     // that): a change made after the first request is never missed.
@@ -205,6 +213,8 @@ struct Worker {
     /// wd → project name.
     watches: HashMap<i32, String>,
     sessions_wd: Option<i32>,
+    /// Sessions whose `context.json` may move to a new inode, and when.
+    moves: RefCell<HashMap<SessionKey, Instant>>,
 }
 
 impl Worker {
@@ -216,7 +226,13 @@ impl Worker {
                 if let Some(ino) = &self.inotify {
                     fds.push(PollFd::new(ino.0.as_fd(), PollFlags::POLLIN));
                 }
-                let _ = poll(&mut fds, PollTimeout::from(1000u16));
+                // Woken for the next move that falls due, at the latest.
+                let wait = self.moves.borrow().values().min().map_or(1000, |due| {
+                    due.saturating_duration_since(Instant::now())
+                        .as_millis()
+                        .min(1000) as u16
+                });
+                let _ = poll(&mut fds, PollTimeout::from(wait));
             }
             self.event_fd.drain();
             self.handle_inotify();
@@ -230,6 +246,7 @@ impl Worker {
             for c in changes {
                 self.apply(c);
             }
+            self.due_moves();
             if self.sessions_wd.is_none() && last_rescan.elapsed() > Duration::from_secs(2) {
                 last_rescan = Instant::now();
                 self.add_watches();
@@ -345,12 +362,7 @@ impl Worker {
                 self.clean_context_pages(&key, false);
                 self.fill_context_pages(&key);
             }
-            Change::ContextReplaced { key } => {
-                // The kernel's name leads to the retired inode: dropped, the
-                // next open looks it up (`fs::pages`, rule 10).
-                let dir = self.inodes.ino_of(&Node::Session(key));
-                self.inval_entry(dir, SessionFile::Context.name());
-            }
+            Change::ContextReplaced { key } => self.drop_context_name(&key),
             Change::Session {
                 key,
                 new_entries,
@@ -392,7 +404,15 @@ impl Worker {
             .ino_of(&Node::File(key.clone(), SessionFile::Context));
         // An inode the kernel does not hold has no pages.
         let known = self.inodes.is_known(ino);
-        let Some((epoch, from)) = self.tree.context_pages_to_clean(key, render && known) else {
+        let to_clean = self.tree.context_pages_to_clean(key, render && known);
+        // Handles of an older rendering open: a new inode soon.
+        if self.tree.context_wants_move(key) {
+            self.moves
+                .borrow_mut()
+                .entry(key.clone())
+                .or_insert_with(|| Instant::now() + MOVE_DELAY);
+        }
+        let Some((epoch, from)) = to_clean else {
             return;
         };
         if known {
@@ -480,6 +500,40 @@ impl Worker {
                 self.inval_entry(dir, &escape_name(id));
             }
         }
+    }
+
+    /// Moves the `context.json` of sessions whose move fell due to a new
+    /// inode, if handles of an older rendering are still open on theirs
+    /// (`fs::pages`, rule 10).
+    fn due_moves(&self) {
+        let now = Instant::now();
+        let due: Vec<SessionKey> = self
+            .moves
+            .borrow()
+            .iter()
+            .filter(|(_, &at)| at <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            self.moves.borrow_mut().remove(&key);
+            if let Some(old) = self.tree.context_moved(&key) {
+                log::debug!(
+                    "{}/{}: context.json: inode {old} retired, a new one follows",
+                    key.project,
+                    key.session
+                );
+                self.inodes.retire(old);
+                self.drop_context_name(&key);
+            }
+        }
+    }
+
+    /// The kernel's name `context.json` of a session leads to a retired
+    /// inode: dropped, the next open or `stat` looks it up (`fs::pages`,
+    /// rule 10).
+    fn drop_context_name(&self, key: &SessionKey) {
+        let dir = self.inodes.ino_of(&Node::Session(key.clone()));
+        self.inval_entry(dir, SessionFile::Context.name());
     }
 
     fn inval_entry(&self, parent: u64, name: &str) {

@@ -164,6 +164,32 @@ impl Tree {
             .flatten()
     }
 
+    /// For the watch worker: whether handles of an older rendering are
+    /// open on `context.json`'s inode (`fs::pages`, rule 10).
+    pub(crate) fn context_wants_move(&self, key: &SessionKey) -> bool {
+        self.cache
+            .with_existing(key, |st| st.context_pages.wants_move())
+            .unwrap_or(false)
+    }
+
+    /// For the watch worker, once the rendering is up to date: when
+    /// handles of an older rendering are open on `context.json`'s inode,
+    /// the file moves to a new one now (`fs::pages`, rule 10); the retired
+    /// inode's number.
+    pub(crate) fn context_moved(&self, key: &SessionKey) -> Option<u64> {
+        self.cache
+            .with_existing(key, |st| st.context_pages.retire_moved())
+            .flatten()
+    }
+
+    /// The size of a retired inode of `context.json` (`fs::pages`, rule
+    /// 10), when handles of it read through the cache.
+    pub(crate) fn retired_context_size(&self, key: &SessionKey, ino: u64) -> Option<u64> {
+        self.cache
+            .with_existing(key, |st| st.context_pages.retired_size(ino))
+            .flatten()
+    }
+
     /// For the watch worker: the pages [`Tree::context_pages_to_clean`]
     /// named for `epoch` were invalidated.
     pub(crate) fn context_pages_cleaned(&self, key: &SessionKey, epoch: u64) -> bool {

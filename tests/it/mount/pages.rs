@@ -115,13 +115,23 @@ fn a_reader_of_an_older_rendering_leaves_no_bytes_for_later_readers() {
         parent = id;
         let want_new = cli_context_no_index(&file);
         std::thread::sleep(Duration::from_millis(300));
-        // While the old reader is open, `stat` shows its size.
+        // While the old reader is open, the name has moved to a new inode
+        // (`fs::pages`, rule 10): `stat` shows the new text's size, while
+        // the old reader's inode keeps the size of its text.
+        use std::os::unix::fs::MetadataExt;
         assert_eq!(
-            fs::metadata(&ctx).unwrap().len(),
+            old.metadata().unwrap().len(),
             want_old.len() as u64,
-            "round {round}: size while an older rendering is read"
+            "round {round}: the old reader's size"
         );
-        // Others read the new text meanwhile (not through the cache).
+        let by_name = fs::metadata(&ctx).unwrap();
+        assert_eq!(
+            by_name.len(),
+            want_new.len() as u64,
+            "round {round}: the size by name while an older rendering is read"
+        );
+        assert_ne!(by_name.ino(), old.metadata().unwrap().ino());
+        // Others read the new text meanwhile.
         assert_same_bytes(
             &fs::read(&ctx).unwrap(),
             &want_new,
@@ -220,37 +230,40 @@ fn after_an_append_only_the_tail_is_read_through_fuse_again() {
             "round {i}: {through} of {whole} bytes read through FUSE"
         );
     }
-    // Reads with direct I/O (a descriptor of an older rendering is open
-    // meanwhile) leave the good pages cached: once the old descriptor is
-    // closed and the worker cleaned, the tail alone goes through FUSE.
+    // A descriptor of an older rendering held open: the worker moves the
+    // file to a new inode (`fs::pages`, rule 10), whose cache the reads by
+    // name fill; from then on an append again reads only the tail through
+    // FUSE, while the held descriptor's inode is left alone.
     let held = fs::File::open(&ctx).unwrap();
+    let held_ino = held.metadata().unwrap().ino();
     for i in 0..3 {
         let id = format!("h{i}");
         plain_append(&file, &user_line(&id, &parent, "held"));
         parent = id;
-        assert_same_bytes(
-            &fs::read(&ctx).unwrap(),
-            &cli_context_no_index(&file),
-            "direct read",
+        let want = cli_context_no_index(&file);
+        assert!(
+            eventually(|| fs::metadata(&ctx).unwrap().ino() != held_ino),
+            "round {i}: the name never moved"
         );
+        assert_same_bytes(&fs::read(&ctx).unwrap(), &want, "read while one is held");
     }
+    let new_ino = fs::metadata(&ctx).unwrap().ino();
     let before = cleaned();
-    drop(held);
-    assert!(
-        eventually(|| cleaned() > before),
-        "never clean after the close"
-    );
+    plain_append(&file, &user_line("h3", &parent, "held"));
+    assert!(eventually(|| cleaned() > before), "never clean");
     let from = m.log_text().len();
     assert_same_bytes(
         &fs::read(&ctx).unwrap(),
         &cli_context_no_index(&file),
-        "read after the close",
+        "read on the new inode",
     );
-    let through = read_bytes_logged(&m.log_text(), from, ino);
+    let through = read_bytes_logged(&m.log_text(), from, new_ino);
     assert!(
         through < whole / 10,
-        "after direct reads: {through} of {whole} bytes read through FUSE"
+        "on the new inode: {through} of {whole} bytes read through FUSE"
     );
+    assert_eq!(fs::metadata(&ctx).unwrap().ino(), new_ino);
+    drop(held);
     drop(m);
 }
 
@@ -767,6 +780,57 @@ fn appends_and_stored_renderings_while_a_first_reader_is_held() {
     assert_same_bytes(&rest, &want[100..], "the first reader's rest");
     assert_eq!(first.metadata().unwrap().ino(), first_ino);
     drop((f, first, m));
+}
+
+/// `tar` (which reads as many bytes as `stat` gives) and `mmap` of
+/// `context.json` after an outside append while an older reader is still
+/// open (a `less` in another terminal): the name moved to a new inode
+/// (`fs::pages`, rule 10), so its size is the new text's and the archive
+/// holds the whole new text. Before, `stat` kept the older reader's size
+/// as long as it was open, and `tar` archived a cut text, invalid JSON.
+#[test]
+fn tar_and_mmap_get_the_whole_new_text_while_an_older_reader_is_open() {
+    if !fuse_ok("tar_and_mmap_get_the_whole_new_text_while_an_older_reader_is_open") {
+        return;
+    }
+    // Without passthrough: the older reader reads through the cache.
+    let (tmp, file, m, ctx) = setup(200, &["--no-passthrough"]);
+    let old_text = fs::read(&ctx).unwrap();
+    let mut old = fs::File::open(&ctx).unwrap();
+    let mut head = vec![0u8; 4096];
+    old.read_exact(&mut head).unwrap();
+    plain_append(&file, &user_line("t1", "a200", "a tarred needle"));
+    let new_text = cli_context_no_index(&file);
+    assert!(new_text.len() > old_text.len());
+    assert!(
+        eventually(|| fs::metadata(&ctx).unwrap().len() == new_text.len() as u64),
+        "the size by name stayed {}",
+        fs::metadata(&ctx).unwrap().len()
+    );
+    let out = tmp.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let (ok, _, err) = fuse::sh(
+        tmp.path(),
+        &format!(
+            "tar cf - -C '{}' context.json | tar xf - -C '{}'",
+            ctx.parent().unwrap().display(),
+            out.display()
+        ),
+    );
+    assert!(ok, "tar: {err}");
+    assert_same_bytes(
+        &fs::read(out.join("context.json")).unwrap(),
+        &new_text,
+        "tar",
+    );
+    let f = fs::File::open(&ctx).unwrap();
+    assert_same_bytes(&mapped(&f), &new_text, "mapped");
+    // The older reader still reads its own text to the end.
+    let mut rest = Vec::new();
+    old.read_to_end(&mut rest).unwrap();
+    head.extend_from_slice(&rest);
+    assert_same_bytes(&head, &old_text, "the older reader");
+    drop((f, old, m));
 }
 
 /// Without `CAP_SYS_ADMIN` the kernel refuses backing files: a mount by
