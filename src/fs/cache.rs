@@ -571,7 +571,11 @@ mod tests {
     fn a_removed_session_keeps_the_counts_of_open_context_descriptors() {
         let cache = SessionCache::new(1 << 20);
         let key = SessionKey::new("--p--", "2026_a");
-        let opened = cache.with_slot(&key, |st| st.context_pages.open(2, 10, None).unwrap().0);
+        let at = crate::fs::pages::Opening {
+            ino: 2,
+            retired: false,
+        };
+        let opened = cache.with_slot(&key, |st| st.context_pages.open(at, 10, None).unwrap().0);
         cache.remove(&key);
         let kept = cache.with_existing(&key, |st| {
             assert!(

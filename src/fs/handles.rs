@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::fs::cache::HeldSlot;
 use crate::fs::control::{AppendStream, LabelTable};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
-use crate::fs::pages::PagedOpen;
+use crate::fs::pages::{Opening, PagedOpen};
 use crate::fs::text::Text;
 use crate::fs::tree::MakeBacking;
 use crate::fs::tree::Tree;
@@ -163,7 +163,7 @@ impl Handles {
             .ok_or(Error::BadHandle(fh))
     }
 
-    /// Opens `node` (the kernel's inode `ino`): control files for reading and writing, every other
+    /// Opens `node` (the kernel's inode `at`): control files for reading and writing, every other
     /// file for reading only (writing it is `PermissionDenied`, or
     /// `ReadOnly` on a read-only mount), directories not at all. Returns
     /// the new handle and how the kernel may cache the pages. `backing`
@@ -173,7 +173,7 @@ impl Handles {
     pub(crate) fn open(
         &self,
         node: &Node,
-        ino: u64,
+        at: Opening,
         mode: OpenMode,
         backing: Option<MakeBacking<'_>>,
     ) -> Result<(u64, PageCache)> {
@@ -200,8 +200,7 @@ impl Handles {
                 // Rendered now: whether the kernel may keep its pages
                 // depends on the rendering the handle serves.
                 let held = self.tree.hold(key);
-                let (content, opened, through) =
-                    self.tree.open_context(&held, key, ino, backing)?;
+                let (content, opened, through) = self.tree.open_context(&held, key, at, backing)?;
                 let fh = self.next.fetch_add(1, Ordering::Relaxed);
                 // A handle reading through the cache serves this one
                 // rendering for its life (the kernel's pages of it are
@@ -449,8 +448,11 @@ mod tests {
     use crate::session::AgentDir;
     use std::fs;
 
-    /// The kernel's inode number the tests open.
-    const INO: u64 = 2;
+    /// The kernel's inode the tests open.
+    const INO: Opening = Opening {
+        ino: 2,
+        retired: false,
+    };
 
     const KEY: (&str, &str) = ("--p--", "2026_aaaa-a");
     const WRITE: OpenMode = OpenMode {

@@ -68,6 +68,7 @@ use crate::fs::inode::InodeTable;
 use crate::fs::layout::{Caching, EntryFile, SessionFile};
 use crate::fs::listing::Listings;
 use crate::fs::owner::{check_access, masked_perm, owner_of, Owner, Wants};
+use crate::fs::pages::Opening;
 use crate::fs::tree::{Attr, MakeBacking};
 use crate::session::Error;
 
@@ -467,12 +468,18 @@ impl Filesystem for SessionFs {
             .passthrough
             .load(Ordering::Relaxed)
             .then_some(&mut make as MakeBacking<'_>);
-        // An inode the file no longer has (`fs::pages`, rule 10): the
-        // kernel looks the name up again and opens the new one.
-        if self.inodes.is_retired(ino.0) {
-            return reply.error(err_of(&Error::Replaced(node.describe())));
-        }
-        let opened = self.handles.open(&node, ino.0, mode, backing);
+        // Whether `context.json` has another inode now (`fs::pages`, rule
+        // 10): the slot decides how to serve an open of the old one.
+        let retired = self.inodes.is_retired(ino.0);
+        let opened = self.handles.open(
+            &node,
+            Opening {
+                ino: ino.0,
+                retired,
+            },
+            mode,
+            backing,
+        );
         match opened {
             Ok((fh, PageCache::Through(b))) => {
                 log::debug!("{}: read directly by the kernel (fh {fh})", node.describe());

@@ -172,6 +172,15 @@ impl<B> Default for ContextPages<B> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replaced;
 
+/// The kernel's inode an open is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Opening {
+    pub(crate) ino: u64,
+    /// The inode table retired it (rule 10), possibly after every handle
+    /// counted here was released.
+    pub(crate) retired: bool,
+}
+
 /// How a new handle of `context.json` is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PagedOpen {
@@ -256,10 +265,19 @@ impl<B> ContextPages<B> {
     /// made again on another inode (rule 10).
     pub(crate) fn open(
         &mut self,
-        ino: u64,
+        at: Opening,
         len: u64,
         file: Option<WholeFile<'_, B>>,
     ) -> Result<(PagedOpen, Option<Arc<B>>), Replaced> {
+        let ino = at.ino;
+        let epoch = self.epoch;
+        let direct = PagedOpen {
+            epoch,
+            ino,
+            keep: false,
+            through: false,
+            clean_now: false,
+        };
         if let Some(r) = self.retired.iter_mut().find(|r| r.ino == ino) {
             // An open of a retired inode (the kernel looked the name up
             // just before the move): one whose backing file is still
@@ -268,18 +286,13 @@ impl<B> ContextPages<B> {
             if r.through.is_some() {
                 return Err(Replaced);
             }
-            let epoch = self.epoch;
             count_direct(&mut r.open, epoch, len);
-            return Ok((
-                PagedOpen {
-                    epoch,
-                    ino,
-                    keep: false,
-                    through: false,
-                    clean_now: false,
-                },
-                None,
-            ));
+            return Ok((direct, None));
+        }
+        if at.retired {
+            // Retired, and its handles all released: the kernel holds no
+            // backing file of it; direct I/O (its pages concern no one).
+            return Ok((direct, None));
         }
         if let Some(old) = self.ino.filter(|&old| old != ino) {
             // The kernel has another inode for the file (it let the old
@@ -287,7 +300,6 @@ impl<B> ContextPages<B> {
             self.retire(old);
         }
         self.ino = Some(ino);
-        let epoch = self.epoch;
         let through = |s: &Self| PagedOpen {
             epoch,
             ino,
@@ -534,10 +546,18 @@ mod tests {
     /// it another.
     const INO: u64 = 2;
 
+    /// An open of the current inode `ino`.
+    fn at(ino: u64) -> Opening {
+        Opening {
+            ino,
+            retired: false,
+        }
+    }
+
     /// Opens a handle of [`INO`] without a file the kernel could read
     /// directly.
     fn open(p: &mut Pages, len: u64) -> PagedOpen {
-        p.open(INO, len, None).unwrap().0
+        p.open(at(INO), len, None).unwrap().0
     }
 
     fn clean() -> Pages {
@@ -614,16 +634,26 @@ mod tests {
         assert_eq!(p.retired_size(INO), Some(100));
         // A name looked up before the move: served on the retired inode,
         // with direct I/O, counted there.
-        let late = p.open(INO, 120, None).unwrap().0;
+        let late = p.open(at(INO), 120, None).unwrap().0;
         assert!(!late.keep && late.ino == INO);
         // The new inode: clean, its size the rendering's.
-        let new = p.open(3, 120, None).unwrap().0;
+        let new = p.open(at(3), 120, None).unwrap().0;
         assert!(new.keep && !new.clean_now);
         assert_eq!(p.attr_size(120), 120);
         for o in [old, early, late] {
             assert!(!p.release(&o));
         }
         assert_eq!(p.retired_size(INO), None);
+        // Its handles all gone, the inode table still knows it retired:
+        // direct I/O, and the new inode stays the current one.
+        let gone = Opening {
+            ino: INO,
+            retired: true,
+        };
+        let after = p.open(gone, 120, None).unwrap().0;
+        assert!(!after.keep && !p.is_current(&after));
+        assert!(p.is_current(&new));
+        assert!(!p.release(&after));
         assert!(!p.release(&new));
         assert!(!p.has_open());
         // Direct handles of an older rendering move it too (they may map
@@ -677,7 +707,7 @@ mod tests {
             Some(())
         };
         let (o, b) = p.open(
-            ino,
+            at(ino),
             100,
             Some(WholeFile {
                 id,
@@ -741,7 +771,7 @@ mod tests {
         // A newer rendering, in memory or in another file: the inode the
         // kernel reads file 7 through is retired, the open is made again.
         p.changed(50);
-        assert_eq!(p.open(INO, 120, None).err(), Some(Replaced));
+        assert_eq!(p.open(at(INO), 120, None).err(), Some(Replaced));
         assert_eq!(
             open_file_of(&mut p, INO, 8, &mut made).err(),
             Some(Replaced)
@@ -777,9 +807,9 @@ mod tests {
         let (t, through) = open_file(&mut p, 7, &mut made);
         assert!(through);
         p.changed(20);
-        assert_eq!(p.open(INO, 120, None).err(), Some(Replaced));
+        assert_eq!(p.open(at(INO), 120, None).err(), Some(Replaced));
         // The new inode: clean, no older handle blocks it.
-        let n = p.open(3, 120, None).unwrap().0;
+        let n = p.open(at(3), 120, None).unwrap().0;
         assert!(n.keep && n.ino == 3);
         assert_eq!(p.to_clean(), None);
         p.changed(30);
@@ -802,7 +832,7 @@ mod tests {
         let o = open(&mut p, 100);
         assert!(!p.release(&o));
         p.changed(10);
-        let n = p.open(5, 100, None).unwrap().0;
+        let n = p.open(at(5), 100, None).unwrap().0;
         assert!(n.keep && n.ino == 5);
     }
 
@@ -825,7 +855,7 @@ mod tests {
         let mut none = || None;
         let (o, b) = p
             .open(
-                INO,
+                at(INO),
                 100,
                 Some(WholeFile {
                     id: 7,

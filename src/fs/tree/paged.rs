@@ -5,7 +5,7 @@
 
 use super::render::render_session_file;
 use super::*;
-use crate::fs::pages::{PagedOpen, Replaced, WholeFile};
+use crate::fs::pages::{Opening, PagedOpen, Replaced, WholeFile};
 use crate::fs::text::{Base, Text};
 
 /// Makes the kernel's reference to a rendering's file for passthrough
@@ -23,14 +23,14 @@ impl Tree {
     /// A stored rendering may instead be handed to the kernel to read
     /// directly, with a reference `backing` makes (FUSE passthrough,
     /// `fs::pages` rules 7 and 8): then the reply must name the reference
-    /// returned. `ino` is the kernel's inode opened; `Error::Replaced`
-    /// when the file has another one now (`fs::pages`, rule 10: the caller
-    /// retires `ino`, the kernel opens the name again).
+    /// returned. `at` is the kernel's inode opened; `Error::Replaced`
+    /// when the open must be made on another one (`fs::pages`, rule 10:
+    /// the caller retires it, the kernel opens the name again).
     pub(crate) fn open_context(
         &self,
         held: &HeldSlot,
         key: &SessionKey,
-        ino: u64,
+        at: Opening,
         mut backing: Option<MakeBacking<'_>>,
     ) -> Result<(Text, PagedOpen, Option<Arc<fuser::BackingId>>)> {
         let first = self.context_opened.lock().insert(key.clone());
@@ -52,7 +52,7 @@ impl Tree {
                 id: Arc::as_ptr(text) as usize as u64,
                 backing: &mut make,
             });
-            let opened = st.context_pages.open(ino, data.len(), whole);
+            let opened = st.context_pages.open(at, data.len(), whole);
             opened.map(|(opened, through)| (data, opened, through))
         });
         let (data, opened, through) = match stored {
@@ -71,7 +71,7 @@ impl Tree {
                     if first {
                         st.context_pages.never_opened();
                     }
-                    match st.context_pages.open(ino, data.len() as u64, None) {
+                    match st.context_pages.open(at, data.len() as u64, None) {
                         Ok((opened, through)) => Ok(Ok((Text::Memory(data), opened, through))),
                         Err(replaced) => Ok(Err(replaced)),
                     }
