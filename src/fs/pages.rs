@@ -68,7 +68,7 @@
 //!     are released, and `getattr` of it keeps the size of the rendering
 //!     its readers read through the cache. The watch worker moves the file
 //!     when such handles are still open a moment (`MOVE_DELAY` of
-//!     `fs::watch`: a `cat` that just ended is often released a little
+//!     `fs::watch`: a `cat` that just ended may be released a little
 //!     after the next append) after it brought the rendering up to date
 //!     ([`ContextPages::retire_moved`]), so later opens and `stat`s by
 //!     name meet the new inode, which is new to the kernel: it holds none

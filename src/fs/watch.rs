@@ -41,7 +41,7 @@ use crate::session::session_id_from_file_name;
 
 /// How long handles of an older `context.json` must stay open after a newer
 /// rendering came before the file moves to a new inode (`fs::pages`, rule
-/// 10): a `cat` that just ended is often released by the kernel a little
+/// 10): a `cat` that just ended may be released by the kernel a little
 /// after an append that follows it, and should not cost a move.
 const MOVE_DELAY: Duration = Duration::from_millis(50);
 
