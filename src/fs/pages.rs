@@ -67,10 +67,11 @@
 //!     kernel's name for it go, its handles are counted apart until they
 //!     are released, and `getattr` of it keeps the size of the rendering
 //!     its readers read through the cache. The watch worker moves the file
-//!     when such handles are still open a moment (`MOVE_DELAY` of
-//!     `fs::watch`: a `cat` that just ended may be released a little
-//!     after the next append) after it brought the rendering up to date
-//!     ([`ContextPages::retire_moved`]), so later opens and `stat`s by
+//!     once it has brought the rendering up to date, as soon as the
+//!     latest of those handles was opened a moment ago (`MOVE_DELAY` of
+//!     `fs::watch`; a `cat` that just ended may be released a little after
+//!     the next append, and should not cost a move;
+//!     [`ContextPages::retire_moved`]), so later opens and `stat`s by
 //!     name meet the new inode, which is new to the kernel: it holds none
 //!     of its pages, so the state starts clean and empty (rule 8 applies
 //!     again). An open that comes first, or that meets a retired inode
@@ -86,6 +87,7 @@
 //! holds, and the rules above stay safe.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Open handles of one epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +100,8 @@ struct Opened {
     /// Handles with direct I/O (they can still fill the cache through
     /// `mmap`).
     direct: u32,
+    /// When the latest of them was opened.
+    last: Instant,
 }
 
 /// Handles reading a stored rendering's file directly (rule 7).
@@ -109,6 +113,8 @@ struct Through<B> {
     epoch: u64,
     /// How many are open.
     handles: u32,
+    /// When the latest of them was opened.
+    last: Instant,
     /// The kernel's reference to the file, named by every open while
     /// one is.
     backing: Arc<B>,
@@ -164,6 +170,17 @@ impl<B> Default for ContextPages<B> {
             retired: Vec::new(),
         }
     }
+}
+
+/// What [`ContextPages::retire_moved`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// No handle of an older rendering is open.
+    Not,
+    /// Some are, opened too recently: ask again then.
+    At(Instant),
+    /// The file moved; the retired inode's number.
+    Done(u64),
 }
 
 /// The open was of an inode the file no longer has: it must be made again
@@ -315,6 +332,7 @@ impl<B> ContextPages<B> {
                 return Err(Replaced);
             }
             t.handles += 1;
+            t.last = Instant::now();
             let backing = t.backing.clone();
             return Ok((through(self), Some(backing)));
         }
@@ -326,6 +344,7 @@ impl<B> ContextPages<B> {
                     text: f.id,
                     epoch,
                     handles: 1,
+                    last: Instant::now(),
                     backing: backing.clone(),
                 });
                 return Ok((through(self), Some(backing)));
@@ -351,22 +370,38 @@ impl<B> ContextPages<B> {
         self.reported = None;
     }
 
-    /// Rule 10, as soon as a newer rendering is current (the watch worker
-    /// asks after an append, before any open): when handles of an older
-    /// one are open on the kernel's inode, the file moves to a new inode
-    /// now; the retired inode's number, which the caller takes out of the
-    /// inode table (and the kernel's name for it away).
-    pub(crate) fn retire_moved(&mut self) -> Option<u64> {
-        let ino = self.ino.filter(|_| self.wants_move())?;
-        self.retire(ino);
-        Some(ino)
-    }
-
-    /// Whether handles of an older rendering than the current one are open
-    /// on the kernel's inode (rule 10).
-    pub(crate) fn wants_move(&self) -> bool {
-        self.ino.is_some()
-            && (self.through.as_ref().is_some_and(|t| t.epoch != self.epoch) || self.older_open())
+    /// Rule 10 for the watch worker, once a newer rendering is current:
+    /// when handles of an older one are open on the kernel's inode and the
+    /// latest of them was opened `delay` or more before `now` (a reader
+    /// that stays, not a `cat` that just ended and whose release has not
+    /// come yet), the file moves to a new inode now ([`Move::Done`], with
+    /// the retired inode's number, which the caller takes out of the inode
+    /// table, and the kernel's name for it away); when they are more
+    /// recent, when to ask again.
+    pub(crate) fn retire_moved(&mut self, now: Instant, delay: Duration) -> Move {
+        let Some(ino) = self.ino else {
+            return Move::Not;
+        };
+        let older = self
+            .open
+            .iter()
+            .filter(|o| o.epoch < self.epoch)
+            .map(|o| o.last)
+            .chain(
+                self.through
+                    .as_ref()
+                    .filter(|t| t.epoch != self.epoch)
+                    .map(|t| t.last),
+            )
+            .max();
+        match older.map(|last| last + delay) {
+            None => Move::Not,
+            Some(at) if at > now => Move::At(at),
+            Some(_) => {
+                self.retire(ino);
+                Move::Done(ino)
+            }
+        }
     }
 
     /// The size `getattr` reports for the retired inode `ino` (rule 5 for
@@ -389,14 +424,22 @@ impl<B> ContextPages<B> {
         let keep = self.is_clean() && self.through.is_none();
         self.empty &= !keep;
         let epoch = self.epoch;
+        let now = Instant::now();
         match self.open.iter_mut().find(|o| o.epoch == epoch) {
-            Some(o) if keep => o.kept += 1,
-            Some(o) => o.direct += 1,
+            Some(o) => {
+                if keep {
+                    o.kept += 1;
+                } else {
+                    o.direct += 1;
+                }
+                o.last = now;
+            }
             None => self.open.push(Opened {
                 epoch,
                 len,
                 kept: u32::from(keep),
                 direct: u32::from(!keep),
+                last: now,
             }),
         }
         PagedOpen {
@@ -486,13 +529,18 @@ impl<B> ContextPages<B> {
 
 /// One more handle with direct I/O of `epoch` (`len` bytes) in `open`.
 fn count_direct(open: &mut Vec<Opened>, epoch: u64, len: u64) {
+    let now = Instant::now();
     match open.iter_mut().find(|o| o.epoch == epoch) {
-        Some(o) => o.direct += 1,
+        Some(o) => {
+            o.direct += 1;
+            o.last = now;
+        }
         None => open.push(Opened {
             epoch,
             len,
             kept: 0,
             direct: 1,
+            last: now,
         }),
     }
 }
@@ -545,6 +593,14 @@ mod tests {
     /// The kernel's inode of the file in these tests, until rule 10 gives
     /// it another.
     const INO: u64 = 2;
+
+    /// The worker's delay before a move, in these tests.
+    const DELAY: Duration = Duration::from_secs(60);
+
+    /// A moment when every handle opened so far is older than [`DELAY`].
+    fn later() -> Instant {
+        Instant::now() + 2 * DELAY
+    }
 
     /// An open of the current inode `ino`.
     fn at(ino: u64) -> Opening {
@@ -622,15 +678,26 @@ mod tests {
         let mut p = clean();
         let old = open(&mut p, 100);
         assert!(old.keep);
-        assert_eq!(p.retire_moved(), None, "nothing older is open");
+        assert_eq!(
+            p.retire_moved(later(), DELAY),
+            Move::Not,
+            "nothing older is open"
+        );
         p.changed(50);
         // An open before the worker moves the file: as before (rules 3, 5).
         let early = open(&mut p, 120);
         assert!(!early.keep);
         assert_eq!(p.attr_size(120), 100);
-        // The worker moves it: the old inode keeps its readers' size.
-        assert_eq!(p.retire_moved(), Some(INO));
-        assert_eq!(p.retire_moved(), None, "moved once");
+        // Not while the latest older handle is recent (a `cat` whose
+        // release has not come yet): the worker asks again later.
+        let now = Instant::now();
+        match p.retire_moved(now, DELAY) {
+            Move::At(at) => assert!(at > now && at <= now + DELAY),
+            other => panic!("{other:?}"),
+        }
+        // Then it moves: the old inode keeps its readers' size.
+        assert_eq!(p.retire_moved(later(), DELAY), Move::Done(INO));
+        assert_eq!(p.retire_moved(later(), DELAY), Move::Not, "moved once");
         assert_eq!(p.retired_size(INO), Some(100));
         // A name looked up before the move: served on the retired inode,
         // with direct I/O, counted there.
@@ -662,7 +729,19 @@ mod tests {
         let d = open(&mut r, 100);
         assert!(!d.keep);
         r.changed(0);
-        assert_eq!(r.retire_moved(), Some(INO));
+        assert_eq!(r.retire_moved(later(), DELAY), Move::Done(INO));
+        // Passthrough handles of an older rendering move it as well.
+        let mut t = unopened();
+        let mut made = 0;
+        let (a, _) = open_file(&mut t, 7, &mut made);
+        assert_eq!(
+            t.retire_moved(later(), DELAY),
+            Move::Not,
+            "its own rendering"
+        );
+        t.changed(10);
+        assert_eq!(t.retire_moved(later(), DELAY), Move::Done(INO));
+        assert!(!t.release(&a) && !t.has_open());
         assert_eq!(r.retired_size(INO), None);
         assert!(!r.release(&d) && !r.has_open());
     }

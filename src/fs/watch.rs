@@ -36,13 +36,15 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::fs::inode::{InodeTable, ROOT_INO};
 use crate::fs::layout::{escape_name, Node, SessionFile, SessionKey, View};
+use crate::fs::pages::Move;
 use crate::fs::tree::{Change, Tree};
 use crate::session::session_id_from_file_name;
 
-/// How long handles of an older `context.json` must stay open after a newer
-/// rendering came before the file moves to a new inode (`fs::pages`, rule
-/// 10): a `cat` that just ended may be released by the kernel a little
-/// after an append that follows it, and should not cost a move.
+/// How long ago the latest handle of an older `context.json` must have been
+/// opened for the file to move to a new inode (`fs::pages`, rule 10): a
+/// `cat` that just ended may be released by the kernel a little after an
+/// append that follows it, and should not cost a move; a reader that stays
+/// (a `less`) was opened long before, and the file moves at once.
 const MOVE_DELAY: Duration = Duration::from_millis(50);
 
 /// At most this many new entries of one change are invalidated by name
@@ -405,12 +407,9 @@ impl Worker {
         // An inode the kernel does not hold has no pages.
         let known = self.inodes.is_known(ino);
         let to_clean = self.tree.context_pages_to_clean(key, render && known);
-        // Handles of an older rendering open: a new inode soon.
-        if self.tree.context_wants_move(key) {
-            self.moves
-                .borrow_mut()
-                .entry(key.clone())
-                .or_insert_with(|| Instant::now() + MOVE_DELAY);
+        // Handles of an older rendering open: a new inode.
+        if self.try_move(key) {
+            return;
         }
         let Some((epoch, from)) = to_clean else {
             return;
@@ -516,14 +515,29 @@ impl Worker {
             .collect();
         for key in due {
             self.moves.borrow_mut().remove(&key);
-            if let Some(old) = self.tree.context_moved(&key) {
+            self.try_move(&key);
+        }
+    }
+
+    /// Moves a session's `context.json` to a new inode now if handles of an
+    /// older rendering hold its inode (`fs::pages`, rule 10), or asks again
+    /// when they will have been open long enough. True when it moved.
+    fn try_move(&self, key: &SessionKey) -> bool {
+        match self.tree.context_move(key, MOVE_DELAY) {
+            Move::Not => false,
+            Move::At(at) => {
+                self.moves.borrow_mut().insert(key.clone(), at);
+                false
+            }
+            Move::Done(old) => {
                 log::debug!(
                     "{}/{}: context.json: inode {old} retired, a new one follows",
                     key.project,
                     key.session
                 );
                 self.inodes.retire(old);
-                self.drop_context_name(&key);
+                self.drop_context_name(key);
+                true
             }
         }
     }

@@ -5,8 +5,9 @@
 
 use super::render::render_session_file;
 use super::*;
-use crate::fs::pages::{Opening, PagedOpen, Replaced, WholeFile};
+use crate::fs::pages::{Move, Opening, PagedOpen, Replaced, WholeFile};
 use crate::fs::text::{Base, Text};
+use std::time::{Duration, Instant};
 
 /// Makes the kernel's reference to a rendering's file for passthrough
 /// (`fs::pages`, rule 7); `None` when it cannot.
@@ -164,22 +165,16 @@ impl Tree {
             .flatten()
     }
 
-    /// For the watch worker: whether handles of an older rendering are
-    /// open on `context.json`'s inode (`fs::pages`, rule 10).
-    pub(crate) fn context_wants_move(&self, key: &SessionKey) -> bool {
+    /// For the watch worker, once the rendering is up to date: `context.json`
+    /// moves to a new inode when handles of an older rendering are open on
+    /// its inode, the latest opened `delay` or more ago (`fs::pages`, rule
+    /// 10; [`Move`]).
+    pub(crate) fn context_move(&self, key: &SessionKey, delay: Duration) -> Move {
         self.cache
-            .with_existing(key, |st| st.context_pages.wants_move())
-            .unwrap_or(false)
-    }
-
-    /// For the watch worker, once the rendering is up to date: when
-    /// handles of an older rendering are open on `context.json`'s inode,
-    /// the file moves to a new one now (`fs::pages`, rule 10); the retired
-    /// inode's number.
-    pub(crate) fn context_moved(&self, key: &SessionKey) -> Option<u64> {
-        self.cache
-            .with_existing(key, |st| st.context_pages.retire_moved())
-            .flatten()
+            .with_existing(key, |st| {
+                st.context_pages.retire_moved(Instant::now(), delay)
+            })
+            .unwrap_or(Move::Not)
     }
 
     /// The size of a retired inode of `context.json` (`fs::pages`, rule
