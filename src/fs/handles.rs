@@ -155,6 +155,22 @@ impl Handles {
         }
     }
 
+    /// The length of the text an open handle of `node` serves, when one is
+    /// open and has read it: for `getattr` of a file whose session is
+    /// gone, whose descriptors keep the attributes of what they read, as a
+    /// deleted file's do. Looks at every open handle (only then).
+    pub(crate) fn open_text_len(&self, node: &Node) -> Option<u64> {
+        let handles: Vec<Arc<Mutex<Handle>>> = self.table.lock().values().cloned().collect();
+        handles.iter().find_map(|h| match &*h.lock() {
+            Handle::Read {
+                node: n,
+                content: Some(text),
+                ..
+            } if n == node => Some(text.len()),
+            _ => None,
+        })
+    }
+
     fn get(&self, fh: u64) -> Result<Arc<Mutex<Handle>>> {
         self.table
             .lock()

@@ -315,7 +315,28 @@ impl Filesystem for SessionFs {
                 }
                 reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a))
             }
-            Err(e) => reply.error(err_of(&e)),
+            Err(e) => {
+                // A file whose session file was deleted (not one replaced,
+                // say by a symlink to outside the agent directory): its
+                // open descriptors keep the attributes of the text they
+                // read, as a deleted file's do (`fstat` sends no handle to
+                // tell them apart).
+                let deleted = node
+                    .session_key()
+                    .is_some_and(|k| self.tree.session_file_gone(k));
+                if e.is_not_found() && !matches!(e, Error::Outside(_)) && deleted {
+                    if let Some(size) = self.handles.open_text_len(&node) {
+                        let a = Attr {
+                            node_type: NodeType::File,
+                            size,
+                            perm: node.perm(self.tree.read_only()),
+                            mtime: SystemTime::UNIX_EPOCH,
+                        };
+                        return reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a));
+                    }
+                }
+                reply.error(err_of(&e))
+            }
         }
     }
 

@@ -131,6 +131,15 @@ impl Tree {
         }
     }
 
+    /// Nothing is at the session file's path any more (it was deleted or
+    /// renamed away; not: replaced by a symlink, or unreadable).
+    pub(crate) fn session_file_gone(&self, key: &SessionKey) -> bool {
+        matches!(
+            self.storage.lstat(&self.session_path(key)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        )
+    }
+
     /// The metadata of a session file (following an allowed symlink); `None`
     /// when it is not a session file of the mount.
     pub(crate) fn session_file_meta(&self, key: &SessionKey) -> Option<FileStat> {

@@ -838,6 +838,55 @@ fn tar_and_mmap_get_the_whole_new_text_while_an_older_reader_is_open() {
     drop((f, old, m));
 }
 
+/// A session file deleted while descriptors of its `context.json` and of
+/// an entry file are open and have read (with and without passthrough):
+/// they read on, and `fstat` keeps giving the size of the text they read,
+/// as a deleted file's descriptors do, while the names are gone. Before, `fstat`
+/// failed with `ENOENT` (`cat <&3` printed an error and read nothing).
+#[test]
+fn descriptors_of_a_deleted_session_keep_their_attributes() {
+    if !fuse_ok("descriptors_of_a_deleted_session_keep_their_attributes") {
+        return;
+    }
+    for args in [&[][..], &["--no-passthrough"][..]] {
+        let (_tmp, file, m, ctx) = setup(50, args);
+        let entry = m.join(format!("{PROJECT}/{STEM}/entries/u3/entry.json"));
+        // An entry file's descriptor has its text once a read of it came
+        // through the mount (the first since mounting does).
+        let mut e = fs::File::open(&entry).unwrap();
+        let mut entry_head = vec![0u8; 10];
+        e.read_exact(&mut entry_head).unwrap();
+        let entry_text = fs::read(&entry).unwrap();
+        let text = fs::read(&ctx).unwrap();
+        let mut f = fs::File::open(&ctx).unwrap();
+        let mut head = vec![0u8; 100];
+        f.read_exact(&mut head).unwrap();
+        fs::remove_file(&file).unwrap();
+        assert!(
+            eventually(|| fs::metadata(&ctx).is_err()),
+            "{args:?}: the name stayed"
+        );
+        assert!(fs::metadata(&entry).is_err(), "{args:?}: the entry stayed");
+        assert_eq!(
+            f.metadata().expect("fstat").len(),
+            text.len() as u64,
+            "{args:?}"
+        );
+        assert_eq!(
+            e.metadata().expect("fstat").len(),
+            entry_text.len() as u64,
+            "{args:?}"
+        );
+        let mut rest = Vec::new();
+        f.read_to_end(&mut rest).unwrap();
+        head.extend_from_slice(&rest);
+        assert_same_bytes(&head, &text, "the rest of context.json");
+        e.read_to_end(&mut entry_head).unwrap();
+        assert_same_bytes(&entry_head, &entry_text, "the entry");
+        drop((f, e, m));
+    }
+}
+
 /// Without `CAP_SYS_ADMIN` the kernel refuses backing files: a mount by
 /// an unprivileged user (`nobody`, through `fusermount3`) turns
 /// passthrough off at the first refusal, logs it, and serves the stored
