@@ -179,10 +179,11 @@ impl Handles {
             .ok_or(Error::BadHandle(fh))
     }
 
-    /// Opens `node` (the kernel's inode `at`): control files for reading and writing, every other
-    /// file for reading only (writing it is `PermissionDenied`, or
-    /// `ReadOnly` on a read-only mount), directories not at all. Returns
-    /// the new handle and how the kernel may cache the pages. `backing`
+    /// Opens `node` (the kernel's inode `at`): control files for reading
+    /// and writing, every other file for reading only (writing it is
+    /// `PermissionDenied`, or `ReadOnly` on a read-only mount),
+    /// directories not at all. Returns the new handle and how the kernel
+    /// may cache the pages. `backing`
     /// makes the kernel's reference to a stored rendering's file, for
     /// `context.json` to be read directly (FUSE passthrough; `None` when
     /// the mount does not use it).

@@ -266,6 +266,14 @@ impl Inner {
         }
     }
 
+    /// `node` no longer has the number `ino` it did not get first (only
+    /// that one: a retired number's node may have another now).
+    fn unsalt(&mut self, node: &Node, ino: u64) {
+        if self.salted.get(node) == Some(&ino) {
+            self.salted.remove(node);
+        }
+    }
+
     /// Whether `stored` is `node` (without building a `Node`).
     fn is(&self, stored: &Stored, node: &Node) -> bool {
         match (stored, node) {
@@ -391,9 +399,7 @@ impl InodeTable {
         };
         known.retired = true;
         if let Some(node) = inner.node(&inner.by_ino[&ino].node) {
-            if inner.salted.get(&node) == Some(&ino) {
-                inner.salted.remove(&node);
-            }
+            inner.unsalt(&node, ino);
         }
     }
 
@@ -419,11 +425,7 @@ impl InodeTable {
             if let Some(known) = inner.by_ino.remove(&ino) {
                 if !inner.salted.is_empty() {
                     if let Some(node) = inner.node(&known.node) {
-                        // Only its own number (a retired one's node may
-                        // have another now).
-                        if inner.salted.get(&node) == Some(&ino) {
-                            inner.salted.remove(&node);
-                        }
+                        inner.unsalt(&node, ino);
                     }
                 }
             }

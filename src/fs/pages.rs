@@ -303,7 +303,7 @@ impl<B> ContextPages<B> {
             if r.through.is_some() {
                 return Err(Replaced);
             }
-            count_direct(&mut r.open, epoch, len);
+            count_open(&mut r.open, epoch, len, false);
             return Ok((direct, None));
         }
         if at.retired {
@@ -424,24 +424,7 @@ impl<B> ContextPages<B> {
         let keep = self.is_clean() && self.through.is_none();
         self.empty &= !keep;
         let epoch = self.epoch;
-        let now = Instant::now();
-        match self.open.iter_mut().find(|o| o.epoch == epoch) {
-            Some(o) => {
-                if keep {
-                    o.kept += 1;
-                } else {
-                    o.direct += 1;
-                }
-                o.last = now;
-            }
-            None => self.open.push(Opened {
-                epoch,
-                len,
-                kept: u32::from(keep),
-                direct: u32::from(!keep),
-                last: now,
-            }),
-        }
+        count_open(&mut self.open, epoch, len, keep);
         PagedOpen {
             epoch,
             ino,
@@ -527,19 +510,24 @@ impl<B> ContextPages<B> {
     }
 }
 
-/// One more handle with direct I/O of `epoch` (`len` bytes) in `open`.
-fn count_direct(open: &mut Vec<Opened>, epoch: u64, len: u64) {
+/// One more handle of `epoch` (`len` bytes) in `open`, reading through
+/// the cache (`keep`) or with direct I/O.
+fn count_open(open: &mut Vec<Opened>, epoch: u64, len: u64, keep: bool) {
     let now = Instant::now();
     match open.iter_mut().find(|o| o.epoch == epoch) {
         Some(o) => {
-            o.direct += 1;
+            if keep {
+                o.kept += 1;
+            } else {
+                o.direct += 1;
+            }
             o.last = now;
         }
         None => open.push(Opened {
             epoch,
             len,
-            kept: 0,
-            direct: 1,
+            kept: u32::from(keep),
+            direct: u32::from(!keep),
             last: now,
         }),
     }

@@ -72,10 +72,8 @@ impl Tree {
                     if first {
                         st.context_pages.never_opened();
                     }
-                    match st.context_pages.open(at, data.len() as u64, None) {
-                        Ok((opened, through)) => Ok(Ok((Text::Memory(data), opened, through))),
-                        Err(replaced) => Ok(Err(replaced)),
-                    }
+                    let opened = st.context_pages.open(at, data.len() as u64, None);
+                    Ok(opened.map(|(opened, through)| (Text::Memory(data), opened, through)))
                 })?
                 .map_err(|Replaced| self.replaced(key))?,
         };
