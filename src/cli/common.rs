@@ -67,6 +67,19 @@ pub(crate) fn check_agent_dir(agent: &AgentDir) -> Result<()> {
         return Ok(());
     }
     let root = agent.root();
+    require_agent_dir(root)?;
+    if !agent.sessions_dir().is_dir() {
+        eprintln!(
+            "sessionfs: warning: {} has no sessions/ directory (no sessions yet)",
+            root.display()
+        );
+    }
+    Ok(())
+}
+
+/// The agent directory `root` exists and is a directory (exit code "not
+/// found" when it does not exist).
+pub(crate) fn require_agent_dir(root: &Path) -> Result<()> {
     match std::fs::metadata(root) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
@@ -87,13 +100,20 @@ pub(crate) fn check_agent_dir(agent: &AgentDir) -> Result<()> {
         }
         Err(e) => return Err(Error::io(root, e)),
     }
-    if !agent.sessions_dir().is_dir() {
-        eprintln!(
-            "sessionfs: warning: {} has no sessions/ directory (no sessions yet)",
-            root.display()
-        );
-    }
     Ok(())
+}
+
+/// Ends the process with a usage error of subcommand `sub` (exit code 2,
+/// clap's own message format), for what clap cannot express.
+pub(crate) fn usage_error(sub: &str, message: &str) -> ! {
+    use clap::CommandFactory;
+    let cli = crate::cli::Cli::command();
+    let mut cmd = match cli.find_subcommand(sub) {
+        Some(c) => c.clone().bin_name(format!("sessionfs {sub}")),
+        None => cli,
+    };
+    cmd.error(clap::error::ErrorKind::MissingRequiredArgument, message)
+        .exit()
 }
 
 /// A leaf given on the command line: an entry id, or `null`.
@@ -171,6 +191,7 @@ pub(crate) fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
 pub(crate) fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
     let storage = storage(&args.agent())?;
     match storage.stat(file) {
+        Ok(st) if !st.is_file => return Err(not_a_file(file)),
         Ok(st) if st.size > 0 => {}
         Ok(_) => {
             return Err(Error::Unreadable {
@@ -183,12 +204,22 @@ pub(crate) fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> R
     open_file(args, file, read_only)
 }
 
+/// A FIFO, socket, device or directory named as a session file: never
+/// opened (reading a FIFO blocks).
+fn not_a_file(file: &Path) -> Error {
+    Error::Unreadable {
+        path: file.to_path_buf(),
+        reason: crate::session::NOT_A_FILE.into(),
+    }
+}
+
 /// Opens a session file for writing entries: an empty or missing file in
 /// a project directory starts a new session there (as the mount does);
 /// anything else must be an existing session.
 pub(crate) fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
     let storage = storage(&args.agent())?;
     let fresh = match storage.stat(file) {
+        Ok(st) if !st.is_file => return Err(not_a_file(file)),
         Ok(st) => st.size == 0,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(e) => return Err(Error::io(file, e)),

@@ -1,14 +1,14 @@
 //! `sessionfs completions SHELL` and `sessionfs man`: generated from the
 //! clap definitions (`clap_complete`, `clap_mangen`), so they never drift
-//! from the command line. `docs/man/` holds the pages as generated; a test
-//! checks that they are current (README, "Install").
+//! from the command line; `man --dir DIR` writes one page per subcommand
+//! (README, "Install").
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
 
+use crate::cli::common::print_out;
 use crate::cli::Cli;
 
 /// Arguments of `sessionfs completions`.
@@ -31,10 +31,11 @@ pub(crate) struct ManArgs {
 /// Prints the completion script of a shell.
 pub(crate) fn completions(args: &CompletionsArgs) -> crate::Result<i32> {
     let mut cmd = Cli::command();
-    let mut out = std::io::stdout().lock();
-    clap_complete::generate(args.shell, &mut cmd, "sessionfs", &mut out);
-    out.flush()
-        .map_err(|e| crate::Error::io(PathBuf::from("<stdout>"), e))?;
+    // Generated in memory: `generate` panics when its writer fails (a
+    // closed pipe, a full disk), and output errors are `print_out`'s.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "sessionfs", &mut script);
+    print_out(&String::from_utf8_lossy(&script))?;
     Ok(0)
 }
 
@@ -47,11 +48,11 @@ pub(crate) fn man(args: &ManArgs) -> crate::Result<i32> {
             clap_mangen::generate_to(cmd, dir).map_err(|e| crate::Error::io(dir, e))?;
         }
         None => {
-            let mut out = std::io::stdout().lock();
+            let mut page = Vec::new();
             clap_mangen::Man::new(cmd)
-                .render(&mut out)
-                .and_then(|()| out.flush())
-                .map_err(|e| crate::Error::io(PathBuf::from("<stdout>"), e))?;
+                .render(&mut page)
+                .map_err(|e| crate::Error::Internal(format!("rendering the man page: {e}")))?;
+            print_out(&String::from_utf8_lossy(&page))?;
         }
     }
     Ok(0)

@@ -141,7 +141,7 @@ pub(crate) struct NewArgs {
 /// Creates a session (its file holds the header) in the project of the
 /// working directory and prints the file's path.
 pub(crate) fn new_session(args: &NewArgs) -> Result<i32> {
-    let agent = args.agent.agent();
+    let agent = args.agent.for_file()?;
     let cwd = match &args.cwd {
         Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
         None => std::env::current_dir().map_err(|e| Error::io(".", e))?,

@@ -250,13 +250,13 @@ pub(crate) fn tree(args: &TreeArgs) -> Result<i32> {
 
 /// `tree --json`: the rows of [`render_tree`] as objects.
 pub(crate) fn tree_json(session: &Session) -> Value {
-    let leaf = session.leaf_id();
+    let leaf = session.leaf();
     let rows: Vec<Value> = session
         .tree()
         .into_iter()
         .map(|row| {
             let meta = row.meta;
-            let summary = summarize(session, meta);
+            let summary = summarize(session, meta, row.position);
             json!({
                 "id": meta.id(),
                 "parentId": meta.parent_id(),
@@ -264,9 +264,10 @@ pub(crate) fn tree_json(session: &Session) -> Value {
                 "timestamp": meta.entry.timestamp_ms.map(crate::session::format_iso_ms),
                 "depth": row.depth,
                 "level": row.level,
-                "leaf": leaf == Some(meta.id()),
+                "leaf": leaf == Some(row.position),
                 "label": session.label(meta.id()),
                 "summary": (!summary.is_empty()).then_some(summary),
+                "hidden": is_hidden(session, &row),
             })
         })
         .collect();
@@ -278,15 +279,11 @@ pub(crate) fn tree_json(session: &Session) -> Value {
 /// flat; `+` marks the first entry of each branch), id, type, a one-line
 /// summary and the label.
 pub(crate) fn render_tree(session: &Session) -> String {
-    let leaf = session.leaf_id().map(str::to_string);
+    let leaf = session.leaf();
     let mut out = String::new();
     for row in session.tree() {
         let meta = row.meta;
-        let mark = if leaf.as_deref() == Some(meta.id()) {
-            "*"
-        } else {
-            " "
-        };
+        let mark = if leaf == Some(row.position) { "*" } else { " " };
         out.push_str(mark);
         out.push(' ');
         for _ in 0..row.level.saturating_sub(1) {
@@ -298,7 +295,10 @@ pub(crate) fn render_tree(session: &Session) -> String {
         out.push_str(meta.id());
         out.push(' ');
         out.push_str(meta.type_name());
-        let summary = summarize(session, meta);
+        if is_hidden(session, &row) {
+            out.push_str(" (hidden: a later entry has its id)");
+        }
+        let summary = summarize(session, meta, row.position);
         if !summary.is_empty() {
             out.push_str(": ");
             out.push_str(&summary);
@@ -354,7 +354,15 @@ fn content_text(content: &serde_json::value::RawValue) -> String {
     String::new()
 }
 
-fn summarize(session: &Session, meta: &EntryMeta) -> String {
+/// An entry of a repeated id that a later entry with the same id hides
+/// (ids resolve to the last one: `docs/engine.md`, "Duplicate ids").
+fn is_hidden(session: &Session, row: &crate::session::TreeRow<'_>) -> bool {
+    session.index().position(row.meta.id()) != Some(row.position)
+}
+
+/// A one-line summary of the entry at `idx` (read from its own line, not
+/// by id: an id may repeat).
+fn summarize(session: &Session, meta: &EntryMeta, idx: u32) -> String {
     match &meta.entry.facts {
         Facts::ThinkingLevel(Some(l)) => return l.trim_matches('"').to_string(),
         Facts::ModelChange {
@@ -378,9 +386,6 @@ fn summarize(session: &Session, meta: &EntryMeta) -> String {
         Facts::Mode { mode: Some(m), .. } => return m.trim_matches('"').to_string(),
         _ => {}
     }
-    let Some(idx) = session.index().position(meta.id()) else {
-        return String::new();
-    };
     let Ok(line) = session.raw_line(idx) else {
         return String::new();
     };

@@ -59,7 +59,7 @@ pub(crate) struct MountArgs {
     /// default_permissions, cache_mb=N, debug, foreground, recover,
     /// pid_file=F, log_file=F, and the kernel's nodev, nosuid, noexec,
     /// sync, … (as `mount -t fuse.sessionfs` and fstab pass them).
-    #[arg(short = 'o', value_name = "OPTIONS")]
+    #[arg(short = 'o', value_name = "OPTIONS", value_parser = checked_options)]
     pub options: Vec<String>,
     /// Neither use nor write the persistent index (scan whole files).
     #[arg(long)]
@@ -71,6 +71,13 @@ pub(crate) struct MountArgs {
     /// Where to mount.
     #[arg(value_name = "MOUNTPOINT")]
     pub mountpoint: PathBuf,
+}
+
+/// `-o` checked when the command line is parsed, so that a bad option is
+/// a usage error (exit code 2) like any other.
+fn checked_options(list: &str) -> Result<String, String> {
+    Parsed::default().add(list)?;
+    Ok(list.to_string())
 }
 
 impl MountArgs {

@@ -50,6 +50,30 @@ const IGNORED: &[&str] = &[
     "nolazytime",
 ];
 
+/// Options that are flags: they take no value.
+const FLAGS: &[&str] = &[
+    "ro",
+    "read_only",
+    "rw",
+    "allow_other",
+    "allow_root",
+    "default_permissions",
+    "debug",
+    "foreground",
+    "recover",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "sync",
+    "async",
+    "dirsync",
+    "atime",
+    "noatime",
+];
+
 impl Parsed {
     /// Parses comma-separated options (several `-o` add up).
     pub(crate) fn add(&mut self, list: &str) -> Result<(), String> {
@@ -63,6 +87,13 @@ impl Parsed {
                     .filter(|v| !v.is_empty())
                     .ok_or_else(|| format!("mount option `{key}` needs a value ({key}=…)"))
             };
+            // A flag takes no value: `ro=0` or `allow_other=no` must not
+            // act as the flag (mount(8) and libfuse refuse them too).
+            if value.is_some() && FLAGS.contains(&key) {
+                return Err(format!(
+                    "mount option `{key}` takes no value (`{opt}`); leave it out to turn it off"
+                ));
+            }
             match key {
                 "ro" | "read_only" => self.read_only = Some(true),
                 "rw" => self.read_only = Some(false),
@@ -173,6 +204,23 @@ mod tests {
         assert!(e.contains("cache_mb=lots"), "{e}");
         let e = p.add("pid_file=").unwrap_err();
         assert!(e.contains("needs a value"), "{e}");
+    }
+
+    #[test]
+    fn flags_with_a_value_are_refused() {
+        for opt in [
+            "ro=0",
+            "allow_other=no",
+            "foreground=0",
+            "debug=off",
+            "nodev=1",
+        ] {
+            let mut p = Parsed::default();
+            let e = p.add(opt).unwrap_err();
+            assert!(e.contains("takes no value") && e.contains(opt), "{e}");
+            assert_eq!(p.read_only, None);
+            assert!(!p.allow_other && !p.foreground && !p.debug, "{opt} acted");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{print_out, resolve_file, storage, AgentArgs};
+use crate::cli::common::{print_out, resolve_file, storage, usage_error, AgentArgs};
 use crate::cli::progress::Progress;
 use crate::session::{gc, relocate, Error, Result};
 use crate::session::{project_dirs, session_files_in};
@@ -34,7 +34,13 @@ pub(crate) struct CheckArgs {
 
 /// Runs `check`: exit 0 when nothing is wrong, 1 when problems were found.
 pub(crate) fn check(args: &CheckArgs) -> Result<i32> {
-    let agent = args.agent.agent();
+    // `--all` finds the sessions in the agent directory: a missing one is
+    // an error (a typo must not pass a CI check as "0 problems").
+    let agent = if args.all {
+        args.agent.for_discovery()?
+    } else {
+        args.agent.for_file()?
+    };
     let storage = storage(&agent)?;
     let checker = Checker::new(&*storage, agent.blobs_dir());
     if let Some(new) = &args.repair_into {
@@ -69,9 +75,7 @@ pub(crate) fn check(args: &CheckArgs) -> Result<i32> {
         }
         files
     } else if args.files.is_empty() {
-        return Err(Error::Invalid(
-            "name the session files to check, or --all".into(),
-        ));
+        usage_error("check", "name the session files to check, or --all")
     } else {
         args.files
             .iter()
@@ -117,8 +121,9 @@ pub(crate) fn check(args: &CheckArgs) -> Result<i32> {
 /// `sessionfs gc --blobs [--apply]`
 #[derive(Debug, Args)]
 pub(crate) struct GcArgs {
-    /// Collect unreferenced blobs (the only kind of garbage so far).
-    #[arg(long)]
+    /// Collect unreferenced blobs (the only kind of garbage so far;
+    /// required, so that a bare `gc` is a usage error).
+    #[arg(long, required = true)]
     pub blobs: bool,
     /// Delete them (default: a dry run that lists them).
     #[arg(long)]
@@ -144,12 +149,7 @@ fn size(bytes: u64) -> String {
 
 /// Runs `gc`: exit 0, or 1 when files could not be read or deleted.
 pub(crate) fn gc(args: &GcArgs) -> Result<i32> {
-    if !args.blobs {
-        return Err(Error::Invalid(
-            "say what to collect: sessionfs gc --blobs [--apply]".into(),
-        ));
-    }
-    let agent = args.agent.agent();
+    let agent = args.agent.for_discovery()?;
     let plan = {
         let progress = Progress::new("scanning for blob refs");
         let tick = progress.callback();
@@ -219,7 +219,7 @@ pub(crate) struct MoveArgs {
 
 /// Runs `move`.
 pub(crate) fn move_session(args: &MoveArgs) -> Result<i32> {
-    let agent = args.agent.agent();
+    let agent = args.agent.for_file()?;
     let path = resolve_file(&agent, &args.session)?;
     let cwd = match args.to_cwd.canonicalize() {
         Ok(c) => c,

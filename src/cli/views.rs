@@ -1,11 +1,9 @@
 //! `sessionfs render`, `stats` and `diff`: the mount's reading views of a
 //! session file, with the same bytes (docs/filesystem.md, "Views").
 
-use std::path::PathBuf;
-
 use clap::Args;
 
-use crate::cli::common::{open_existing, print_out, AgentArgs, LeafArg};
+use crate::cli::common::{open_arg, print_out, AgentArgs, LeafArg};
 use crate::fs::image_link;
 use crate::session::branch_diff;
 use crate::session::Error;
@@ -16,8 +14,8 @@ use crate::session::{Result, Session};
 /// `sessionfs render FILE [--leaf ID|null] [--branch]`
 #[derive(Debug, Args)]
 pub(crate) struct RenderArgs {
-    /// The session file (.jsonl).
-    pub file: PathBuf,
+    /// The session file (.jsonl), or a unique prefix of a session id.
+    pub file: String,
     /// Render at this entry (`null`: the empty context). Default: the
     /// file's last entry.
     #[arg(long, value_parser = LeafArg::parse)]
@@ -33,8 +31,8 @@ pub(crate) struct RenderArgs {
 /// `sessionfs stats FILE [--leaf ID|null] [--json]`
 #[derive(Debug, Args)]
 pub(crate) struct StatsArgs {
-    /// The session file (.jsonl).
-    pub file: PathBuf,
+    /// The session file (.jsonl), or a unique prefix of a session id.
+    pub file: String,
     /// The branch ends at this entry. Default: the file's last entry.
     #[arg(long, value_parser = LeafArg::parse)]
     pub leaf: Option<LeafArg>,
@@ -48,8 +46,8 @@ pub(crate) struct StatsArgs {
 /// `sessionfs diff FILE A B`
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
-    /// The session file (.jsonl).
-    pub file: PathBuf,
+    /// The session file (.jsonl), or a unique prefix of a session id.
+    pub file: String,
     /// The first entry id.
     pub a: String,
     /// The second entry id.
@@ -60,8 +58,8 @@ pub(crate) struct DiffArgs {
 
 /// Opens a session for reading (old versions migrated in memory only) at
 /// the requested leaf.
-fn open_at(agent: &AgentArgs, file: &std::path::Path, leaf: Option<&LeafArg>) -> Result<Session> {
-    let mut session = open_existing(agent, file, true)?;
+fn open_at(agent: &AgentArgs, file: &str, leaf: Option<&LeafArg>) -> Result<Session> {
+    let (_, mut session) = open_arg(agent, file, true)?;
     if let Some(leaf) = leaf {
         leaf.apply(&mut session)?;
     }

@@ -25,6 +25,9 @@ use crate::session::migration::migrate_file;
 use crate::session::persistence::atomic_write;
 use crate::session::storage::Storage;
 
+/// Why a path that is no regular file is not read as a session file.
+pub const NOT_A_FILE: &str = "not a regular file (a FIFO, socket, device or directory)";
+
 /// The kinds of problems, with their names in reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -318,6 +321,12 @@ impl<'a> Checker<'a> {
     }
 
     fn view(&self, path: &Path) -> std::result::Result<View, String> {
+        // Never open a FIFO, socket or device: reading one can block
+        // forever (`sessionfs check */*.jsonl` in a CI job).
+        let stat = self.storage.stat(path).map_err(|e| e.to_string())?;
+        if !stat.is_file {
+            return Err(NOT_A_FILE.into());
+        }
         let original = self.storage.read(path).map_err(|e| e.to_string())?;
         let (bytes, migrated_from) = match migrate_file(&original) {
             Some(m) => (m.bytes, Some(m.from_version)),

@@ -199,6 +199,8 @@ pub struct TreeRow<'a> {
     pub branch_start: bool,
     /// The entry of the row.
     pub meta: &'a EntryMeta,
+    /// Its position in the file's entries.
+    pub position: u32,
 }
 
 /// All entries of a session with their tree links.
@@ -604,6 +606,7 @@ impl TreeIndex {
                 level,
                 branch_start,
                 meta,
+                position: i,
             });
             let kids = self.children(i);
             let branches = kids.len() > 1;

@@ -50,7 +50,7 @@ pub(crate) mod time;
 pub use append::{parse_new_entry, parse_new_entry_json, Compaction, NewEntry};
 pub use blobrefs::contains_ref_prefix;
 pub use blobs::{sha256_hex, BlobStore};
-pub use check::{Checker, Problem, ProblemKind, Repair};
+pub use check::{Checker, Problem, ProblemKind, Repair, NOT_A_FILE};
 pub use context::{
     Context, ContextFold, Extension as ContextExtension, LeafSel, TextSink, WriteSink,
 };

@@ -4,6 +4,7 @@
 mod check;
 mod ci_recipe;
 mod commands;
+mod contract;
 mod docs;
 mod gc;
 mod progress;

@@ -1,0 +1,274 @@
+//! The command line's contract at its edges (README, "Exit codes" and
+//! "FILE"): usage errors, missing agent directories, outputs that cannot
+//! be written, paths that are no regular files, and repeated ids.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fixture_agent_dir;
+use serde_json::Value;
+
+const USAGE: i32 = 2;
+const NOT_FOUND: i32 = 3;
+
+/// A session of the fixtures with branches, and its id.
+const BRANCHES: &str =
+    "--home-dev-pi--/2026-12-02T16-10-09-022Z_01a23785-3efe-72e1-bb81-2b3b9d555d9b.jsonl";
+const BRANCHES_ID: &str = "01a23785-3efe-72e1-bb81-2b3b9d555d9b";
+
+fn sessionfs(args: &[&str]) -> Command {
+    let mut cmd = common::sessionfs_cmd();
+    cmd.args(args).env_remove("PI_CODING_AGENT_DIR");
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    sessionfs(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Waits for `child` at most `secs` seconds; kills it and fails the test
+/// when it is still running (a command that hangs).
+fn finish_within(mut child: Child, secs: u64, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{what}: still running after {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn render_stats_and_diff_take_a_session_id_prefix() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root().to_str().unwrap();
+    let path = agent.root().join("sessions").join(BRANCHES);
+    let path = path.to_str().unwrap();
+    let prefix = &BRANCHES_ID[..13];
+    for args in [
+        vec!["render"],
+        vec!["render", "--branch"],
+        vec!["stats"],
+        vec!["stats", "--json"],
+    ] {
+        let by_path = run(&[&args[..], &[path, "--agent-dir", root]].concat());
+        let by_prefix = run(&[&args[..], &[prefix, "--agent-dir", root]].concat());
+        assert!(by_path.status.success(), "{args:?}: {}", stderr(&by_path));
+        assert!(
+            by_prefix.status.success(),
+            "{args:?} {prefix}: {}",
+            stderr(&by_prefix)
+        );
+        assert_eq!(by_prefix.stdout, by_path.stdout, "{args:?}");
+    }
+    let leaf = String::from_utf8(run(&["leaf", path]).stdout).unwrap();
+    let leaf = leaf.trim();
+    let root_id = {
+        let tree = run(&["tree", "--json", path]);
+        let rows: Value = serde_json::from_slice(&tree.stdout).unwrap();
+        rows[0]["id"].as_str().unwrap().to_string()
+    };
+    let diff = |file: &str| run(&["diff", file, &root_id, leaf, "--agent-dir", root]);
+    let (by_path, by_prefix) = (diff(path), diff(prefix));
+    assert!(by_prefix.status.success(), "diff: {}", stderr(&by_prefix));
+    assert_eq!(by_prefix.stdout, by_path.stdout);
+    assert!(!by_path.stdout.is_empty());
+}
+
+#[test]
+fn generated_docs_report_output_errors_instead_of_panicking() {
+    for args in [
+        &["completions", "bash"][..],
+        &["completions", "zsh"][..],
+        &["man"][..],
+    ] {
+        // A full disk.
+        let full = std::fs::File::options()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = sessionfs(args).stdout(full).output().unwrap();
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("<stdout>"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        // A pipe whose reader is gone (`| head` that quit): not an error.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = sessionfs(args).stdout(writer).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_with_2() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root().to_str().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let mnt = mnt.path().to_str().unwrap();
+    for opt in [
+        "ro=0",
+        "allow_other=no",
+        "foreground=0",
+        "debug=off",
+        "bogus",
+    ] {
+        let out = run(&["mount", "--agent-dir", root, "-o", opt, mnt]);
+        assert_eq!(out.status.code(), Some(USAGE), "-o {opt}: {}", stderr(&out));
+        assert!(stderr(&out).contains(opt), "-o {opt}: {}", stderr(&out));
+        assert!(
+            !common::fuse::is_mounted(Path::new(mnt)),
+            "-o {opt} mounted"
+        );
+    }
+    let out = run(&["check", "--agent-dir", root]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    let out = run(&["gc", "--agent-dir", root]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--blobs"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_missing_agent_directory_is_not_found_for_every_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-agent");
+    let missing = missing.to_str().unwrap();
+    let cwd = tmp.path().to_str().unwrap();
+    let session = tmp.path().join("s.jsonl");
+    std::fs::write(
+        &session,
+        common::live::small_session_text("01a23785-0000-7000-8000-00000000aaaa", "/x"),
+    )
+    .unwrap();
+    let session = session.to_str().unwrap();
+    for args in [
+        vec!["check", "--all"],
+        vec!["check", "--all", "--json"],
+        vec!["gc", "--blobs"],
+        vec!["history", "recent"],
+        vec!["history", "search", "x"],
+        vec!["history", "add", "x"],
+        vec!["new", "--cwd", cwd],
+        vec!["move", session, "--to-cwd", cwd],
+        vec!["list", "--all"],
+    ] {
+        let out = run(&[&args[..], &["--agent-dir", missing]].concat());
+        assert_eq!(
+            out.status.code(),
+            Some(NOT_FOUND),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("does not exist"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // Nothing was created, and the session file did not move.
+    assert!(!tmp.path().join("no-such-agent").exists());
+    assert!(Path::new(session).exists());
+}
+
+#[test]
+fn fifos_named_like_session_files_are_never_opened() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("agent/sessions/--p--");
+    std::fs::create_dir_all(&project).unwrap();
+    let fifo = project.join("2026-12-01T00-00-00-000Z_01a23785-0000-7000-8000-0000000000ff.jsonl");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let fifo = fifo.to_str().unwrap();
+    let agent = tmp.path().join("agent");
+    let agent = agent.to_str().unwrap();
+    let spawn = |args: &[&str]| {
+        sessionfs(args)
+            .arg("--agent-dir")
+            .arg(agent)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = finish_within(spawn(&["check", fifo]), 10, "check of a FIFO");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("not a regular file"),
+        "{out:?}"
+    );
+    let out = finish_within(spawn(&["check", "--all"]), 10, "check --all");
+    assert!(out.status.success(), "{}", stderr(&out));
+    for args in [
+        &["leaf", fifo][..],
+        &["context", fifo][..],
+        &["append", fifo][..],
+    ] {
+        let mut child = spawn(args);
+        drop(child.stdin.take());
+        let out = finish_within(child, 10, &format!("{args:?}"));
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("not a regular file"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn tree_shows_each_entry_of_a_repeated_id_with_its_own_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("s.jsonl");
+    let line = |id: &str, parent: &str, text: &str, ts: u32| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":{parent},"timestamp":"2026-12-01T00:00:0{ts}.000Z","message":{{"role":"user","content":"{text}","timestamp":{ts}}}}}"#
+        )
+    };
+    let text = [
+        r#"{"type":"session","version":3,"id":"01a23785-0000-7000-8000-000000000017","timestamp":"2026-12-01T00:00:00.000Z","cwd":"/tmp/h"}"#.to_string(),
+        line("a", "null", "first", 1),
+        line("b", r#""a""#, "middle", 2),
+        line("a", r#""b""#, "second", 3),
+    ]
+    .join("\n")
+        + "\n";
+    std::fs::write(&file, text).unwrap();
+    let file = file.to_str().unwrap();
+    let out = run(&["tree", "--json", file]);
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let col = |k: &str| rows.iter().map(|r| r[k].clone()).collect::<Vec<_>>();
+    assert_eq!(
+        col("summary"),
+        ["user: first", "user: middle", "user: second"]
+    );
+    assert_eq!(col("leaf"), [false, false, true], "one leaf");
+    assert_eq!(col("hidden"), [true, false, false]);
+    let out = String::from_utf8(run(&["tree", file]).stdout).unwrap();
+    assert_eq!(out.matches('*').count(), 1, "{out}");
+    assert!(out.contains("first") && out.contains("hidden"), "{out}");
+}
