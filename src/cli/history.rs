@@ -94,7 +94,7 @@ pub(crate) fn run(cmd: HistoryCommand) -> crate::Result<i32> {
             let cwd = cwd
                 .or_else(|| std::env::current_dir().ok())
                 .map(|dir| dir.to_string_lossy().into_owned());
-            let store = HistoryStore::open(&db_path(&common)?)?;
+            let store = HistoryStore::open(&db_path(&common))?;
             store.add(&prompt, cwd.as_deref());
             // Make sure the row is written before the process exits.
             store.flush()?;
@@ -127,19 +127,19 @@ pub(crate) fn run(cmd: HistoryCommand) -> crate::Result<i32> {
     }
 }
 
-/// The history database of the agent directory; one named by
-/// `--agent-dir` must exist (README, "Exit codes").
-fn db_path(common: &CommonArgs) -> crate::Result<PathBuf> {
-    if let Some(dir) = &common.agent_dir {
-        require_agent_dir(dir)?;
-    }
-    Ok(AgentDir::resolve(common.agent_dir.as_deref()).history_db())
+fn db_path(common: &CommonArgs) -> PathBuf {
+    AgentDir::resolve(common.agent_dir.as_deref()).history_db()
 }
 
 /// The store, or `None` when there is no database yet (reading commands do
 /// not create one).
 fn open_existing(common: &CommonArgs) -> crate::Result<Option<HistoryStore>> {
-    let path = db_path(common)?;
+    // Reading: an agent directory named by `--agent-dir` must exist
+    // (README, "Exit codes"); `add` creates it, as the agent does.
+    if let Some(dir) = &common.agent_dir {
+        require_agent_dir(dir)?;
+    }
+    let path = db_path(common);
     if !path.exists() {
         log::debug!("{}: no history database", path.display());
         return Ok(None);

@@ -169,7 +169,6 @@ fn a_missing_agent_directory_is_not_found_for_every_command() {
         vec!["gc", "--blobs"],
         vec!["history", "recent"],
         vec!["history", "search", "x"],
-        vec!["history", "add", "x"],
         vec!["new", "--cwd", cwd],
         vec!["move", session, "--to-cwd", cwd],
         vec!["list", "--all"],

@@ -564,13 +564,27 @@ fn cli_add_recent_search_json() {
     let workdir = dir.path().join("work");
     std::fs::create_dir(&workdir).unwrap();
 
-    // Reading commands on a missing database print nothing and create nothing.
+    // Reading commands with an agent directory that does not exist fail
+    // (not found, README "Exit codes"); on a missing database they print
+    // nothing and create nothing.
+    for args in [&["recent"][..], &["search", "x"][..]] {
+        let out = common::sessionfs_cmd()
+            .arg("history")
+            .args(args)
+            .arg("--agent-dir")
+            .arg(&agent)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{args:?}");
+    }
+    std::fs::create_dir(&agent).unwrap();
     assert_eq!(stdout(&cli(&agent, &["recent"])), "");
     assert_eq!(
         stdout(&cli(&agent, &["search", "x", "--json"])).trim(),
         "[]"
     );
-    assert!(!agent.exists());
+    assert!(!agent.join("history.db").exists());
+    std::fs::remove_dir(&agent).unwrap();
 
     cli(&agent, &["add", "hello world", "--cwd", "/projects/one"]);
     cli(&agent, &["add", "hello world", "--cwd", "/projects/one"]); // duplicate

@@ -194,8 +194,8 @@ fn mount_failures_exit_nonzero_with_the_error() {
     );
     // An unknown -o option changes nothing.
     let out = s.mount(&["-o", "ro,frobnicate"]);
-    // Invalid input (exit codes: README.md).
-    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    // A usage error (exit codes: README.md).
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("`frobnicate`"));
     assert!(!is_mounted(&s.mountpoint));
 
