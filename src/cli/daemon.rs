@@ -169,14 +169,12 @@ pub(crate) fn lock_path(mountpoint: &Path) -> PathBuf {
     runtime_dir().join(format!("mount-{hex}.pid"))
 }
 
-/// The mount point as the key of its lock file: its directory resolved,
-/// its own name kept (a stale mount point cannot be resolved itself).
+/// The mount point as the key of its lock file: resolved, symlinks
+/// included, so that a link to a mount point names the same lock (a stale
+/// mount point, which cannot be resolved itself, keeps its name under its
+/// resolved directory: `fs::mountinfo::canonical`).
 pub(crate) fn mount_key(mountpoint: &Path) -> io::Result<PathBuf> {
-    let abs = std::path::absolute(mountpoint)?;
-    match (abs.parent(), abs.file_name()) {
-        (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
-        _ => Ok(abs),
-    }
+    crate::fs::mountinfo::canonical(mountpoint)
 }
 
 /// Held by a running server for its mount point.

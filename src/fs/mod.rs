@@ -26,6 +26,7 @@ pub(crate) mod inode;
 pub(crate) mod layout;
 pub(crate) mod listing;
 pub(crate) mod mount;
+pub(crate) mod mountinfo;
 pub(crate) mod owner;
 pub(crate) mod pages;
 pub(crate) mod requestlog;

@@ -29,6 +29,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::fs::inode::InodeTable;
+use crate::fs::mountinfo;
 use crate::fs::requestlog::Logged;
 use crate::fs::tree::{Tree, TreeConfig};
 use crate::fs::{watch, SessionFs};
@@ -99,7 +100,8 @@ impl MountConfig {
 /// How the mount ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
-    /// A signal asked us to stop; the mount was unmounted.
+    /// A signal asked us to stop; the mount was unmounted (unless
+    /// something was mounted over it: then it ends with the process).
     Signal(i32),
     /// Unmounted from outside.
     Unmounted,
@@ -307,6 +309,17 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
         }
         None => None,
     };
+    // Our mount, as the kernel lists it: a later unmount by path must find
+    // it on top (something mounted over it would be unmounted instead).
+    let mount_point = mountinfo::canonical(&config.mountpoint)?;
+    let ours = match mountinfo::top_mount_at(&mount_point) {
+        Ok(Some(m)) if m.is_sessionfs() => Some(m.id),
+        Ok(_) => None,
+        Err(e) => {
+            log::warn!("/proc/self/mountinfo: {e}");
+            None
+        }
+    };
     ready();
 
     let ended = loop {
@@ -319,6 +332,26 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     };
     match ended {
         Ended::Signal(sig) => {
+            let top = mountinfo::top_mount_at(&mount_point).ok().flatten();
+            if ours.is_some() && top.as_ref().map(|m| m.id) != ours {
+                // Something was mounted over ours (or ours was detached):
+                // an unmount by path would remove that instead, and wait
+                // for ours forever. Our mount is left to the kernel, which
+                // ends it with this process ("Transport endpoint is not
+                // connected" until it is unmounted).
+                let there = top.map_or_else(
+                    || "nothing is mounted there: it was detached".to_string(),
+                    |m| format!("a {} mount of {} is on top", m.fstype, m.source),
+                );
+                log::warn!(
+                    "signal {sig}: our mount is no longer on top at {} ({there}); \
+                     not unmounting by path, the mount ends with this process",
+                    mount_point.display()
+                );
+                std::mem::forget(bg);
+                watcher.stop();
+                return Ok(ended);
+            }
             log::info!("signal {sig}: unmounting {}", config.mountpoint.display());
             if let Err(e) = bg.umount_and_join() {
                 log::warn!(
@@ -340,7 +373,11 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
 
 /// Unmounts `path`: `umount2(2)` as root, else `fusermount3 -u` (`-uz`
 /// when `lazy`: detached now, gone once no longer busy).
+/// Only a sessionfs mount on top at `path` is unmounted: an unmount by
+/// path removes whatever is on top, a tmpfs or a disk as well
+/// ([`mountinfo::check_ours`]).
 pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
+    mountinfo::check_ours(path)?;
     if nix::unistd::geteuid().is_root() {
         let flags = if lazy {
             MntFlags::MNT_DETACH

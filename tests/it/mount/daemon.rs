@@ -441,3 +441,87 @@ echo done
     assert!(all.contains("allow_other") && all.contains(" ro,"), "{all}");
     assert!(all.contains("fstab-ok") && all.contains("done"), "{all}");
 }
+
+/// An unmount goes by path and removes whatever is mounted on top there,
+/// so `sessionfs umount` and a server's own unmount on a signal only
+/// unmount a sessionfs mount on top: a tmpfs named by mistake, or one
+/// mounted over the sessionfs mount, keeps its files (in a private mount
+/// namespace, as root).
+#[test]
+fn unmounts_by_path_only_ever_remove_a_sessionfs_mount() {
+    if !fuse_ok("unmounts_by_path_only_ever_remove_a_sessionfs_mount") {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: mounting a tmpfs needs root");
+        return;
+    }
+    let s = Setup::new();
+    let script = format!(
+        r#"
+B="{bin}"; M="{mp}"; T="{tmp}"
+mkdir "$T/tm"; mount -t tmpfs tmpfs "$T/tm"; echo data > "$T/tm/f"
+if "$B" umount "$T/tm" 2> "$T/err"; then echo "unmounted-a-tmpfs"; fi
+cat "$T/err"
+test -f "$T/tm/f" && echo "tmpfs-kept"
+"$B" mount --agent-dir "{agent}" --pid-file "$T/pid" "$M" > /dev/null
+pid=$(cat "$T/pid")
+mount -t tmpfs tmpfs "$M"; echo precious > "$M/f"
+kill -TERM "$pid"
+for i in $(seq 100); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2> /dev/null; then echo "server-still-running"; kill -KILL "$pid"; fi
+test -f "$M/f" && echo "stacked-kept"
+grep " $M " /proc/self/mountinfo | awk '{{print $8}}' | tr '\n' ' '; echo
+umount "$M"; umount -l "$M"
+echo done
+"#,
+        bin = BIN,
+        mp = s.mountpoint.display(),
+        tmp = s.tmp.path().display(),
+        agent = s.agent().display(),
+    );
+    let Some(out) = in_namespace(&script) else {
+        eprintln!("skipping: no mount namespaces here (unshare --mount failed)");
+        return;
+    };
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(!all.contains("unmounted-a-tmpfs"), "{all}");
+    assert!(all.contains("not a sessionfs mount"), "{all}");
+    assert!(all.contains("tmpfs-kept"), "{all}");
+    assert!(!all.contains("server-still-running"), "{all}");
+    assert!(all.contains("stacked-kept"), "{all}");
+    assert!(all.contains("fuse tmpfs"), "both mounts stay: {all}");
+    assert!(all.contains("done"), "{all}");
+}
+
+/// A symlink to a served mount point names the same mount: a second
+/// server is refused, and `sessionfs umount LINK` unmounts it and waits
+/// for its server.
+#[test]
+fn a_link_to_a_mount_point_names_that_mount() {
+    if !fuse_ok("a_link_to_a_mount_point_names_that_mount") {
+        return;
+    }
+    let s = Setup::new();
+    assert!(s.mount(&[]).status.success());
+    let link = s.path("link");
+    std::os::unix::fs::symlink(&s.mountpoint, &link).unwrap();
+    let agent = s.agent();
+    let out = s.run(&[
+        "mount",
+        "--agent-dir",
+        agent.to_str().unwrap(),
+        link.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another sessionfs serves"),
+        "{}",
+        text(&out)
+    );
+    let out = s.run(&["umount", link.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!is_mounted(&s.mountpoint), "{}", text(&out));
+}
