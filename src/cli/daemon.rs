@@ -172,9 +172,9 @@ pub(crate) fn lock_path(mountpoint: &Path) -> PathBuf {
 /// The mount point as the key of its lock file: resolved, symlinks
 /// included, so that a link to a mount point names the same lock (a stale
 /// mount point, which cannot be resolved itself, keeps its name under its
-/// resolved directory: `fs::mountinfo::canonical`).
+/// resolved directory: `fs::canonical_mount_point`).
 pub(crate) fn mount_key(mountpoint: &Path) -> io::Result<PathBuf> {
-    crate::fs::mountinfo::canonical(mountpoint)
+    crate::fs::canonical_mount_point(mountpoint)
 }
 
 /// Held by a running server for its mount point.

@@ -86,7 +86,7 @@ fn parse_line(line: &str) -> Option<MountEntry> {
 /// resolved — a stale mount point ("Transport endpoint is not
 /// connected"), a missing one — keeps its own name under its resolved
 /// directory.
-pub(crate) fn canonical(path: &Path) -> io::Result<PathBuf> {
+pub fn canonical(path: &Path) -> io::Result<PathBuf> {
     let abs = std::path::absolute(path)?;
     if let Ok(resolved) = abs.canonicalize() {
         return Ok(resolved);

@@ -232,6 +232,23 @@ fn a_same_size_rewrite_is_noticed() {
     assert_eq!(s.header().cwd.as_deref(), Some("/work/LIVE"));
 }
 
+/// A same-size edit of a line between the header and the last line (a
+/// secret redacted in place) leaves both fingerprints as they were; the
+/// new modification time alone makes the session load the file again.
+#[test]
+fn a_same_size_edit_of_a_middle_line_is_noticed() {
+    let (_tmp, agent, path, mut s) = setup_opened();
+    assert!(s.entry_json("u1").unwrap().contains(r#""q1""#));
+    let original = fs::read_to_string(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(20)); // a different mtime
+    let changed = original.replace(r#""content":"q1""#, r#""content":"XX""#);
+    assert_ne!(changed, original);
+    rewrite_in_place(&path, &changed);
+    assert_eq!(s.refresh().unwrap(), Refresh::Reloaded);
+    assert!(s.entry_json("u1").unwrap().contains(r#""XX""#));
+    assert_same_as_fresh(&s, &agent, &path);
+}
+
 /// A line overwritten in place after it was indexed no longer reads as
 /// JSON: the session says the file changed under it (`Error::Stale`, which
 /// readers answer by reloading; `EIO` at the mount), not that the user's

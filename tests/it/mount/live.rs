@@ -282,6 +282,51 @@ fn disk_full_passes_enospc_leaves_no_partial_line_and_is_not_latched() {
     );
 }
 
+/// A secret redacted in place (the same size, the same inode: a script
+/// writing over it, an editor saving in place) disappears from every file
+/// of the mount that showed it, the kernel's cached copies included: the
+/// file's new modification time makes the session load it again.
+#[test]
+fn a_secret_redacted_in_place_leaves_no_cached_copy() {
+    if !fuse_ok("a_secret_redacted_in_place_leaves_no_cached_copy") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let text = small_session_text("5555666655556666", "/work/live")
+        .replace(r#""content":"q1""#, r#""content":"my key is SECRET-1234""#);
+    let file = session_at(tmp.path(), &text);
+    let m = Mount::start(tmp.path(), &[]);
+    let files = [
+        "entries/u1/entry.json",
+        "entries/u1/text",
+        "entries/u1/entry.md",
+        "entries/u1/context.json",
+        "u1/entry.json",
+        "context.json",
+        "context.md",
+    ];
+    let read = |f: &str| fs::read_to_string(m.join(format!("{PROJECT}/{STEM}/{f}"))).unwrap();
+    for f in files {
+        // Twice: the second read is served from the kernel's cache.
+        assert!(read(f).contains("SECRET-1234"), "{f}");
+        assert!(read(f).contains("SECRET-1234"), "{f}");
+    }
+    std::thread::sleep(Duration::from_millis(20)); // a new mtime
+    let redacted = text.replace("SECRET-1234", "XXXXXXXXXXX");
+    assert_eq!(redacted.len(), text.len());
+    let mut f = fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all(redacted.as_bytes()).unwrap();
+    drop(f);
+    for f in files {
+        assert!(
+            fuse::eventually(|| !read(f).contains("SECRET")),
+            "{f} still shows the secret: {}",
+            read(f)
+        );
+        assert!(read(f).contains("XXXXXXXXXXX"), "{f}");
+    }
+}
+
 #[test]
 fn large_writes_retried_by_write_all_never_append_twice() {
     if !fuse_ok("large_writes_retried_by_write_all_never_append_twice") {

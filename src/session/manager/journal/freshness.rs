@@ -73,9 +73,9 @@ impl Journal {
         }
     }
 
-    /// What other writers did to the file since the session last saw it.
-    /// A change of the time only (a touch, or our own fsync) is taken
-    /// over here.
+    /// What other writers did to the file since the session last saw it
+    /// (a new time at the same size is a change in place: see
+    /// [`Journal::on_disk_freshness`]).
     pub(crate) fn freshness(&mut self) -> Result<Freshness> {
         let Some(path) = self.path.clone() else {
             return Ok(Freshness::Unchanged);
@@ -125,11 +125,12 @@ impl Journal {
             return Ok(Freshness::Grew(stat));
         }
         if same_file && stat.size == disk.size {
-            // Only the time changed: nothing new.
-            if let Backing::OnDisk(d) = &mut self.backing {
-                d.mtime = stat.mtime;
-            }
-            return Ok(Freshness::Unchanged);
+            // The same size at a new time, the header and last indexed
+            // line as they were: bytes between them may have been
+            // rewritten in place (a secret redacted), which no
+            // fingerprint sees. Load it again rather than keep showing
+            // what the file no longer holds; a mere `touch` costs a load.
+            return Ok(Freshness::ChangedInPlace);
         }
         Ok(Freshness::Changed)
     }
