@@ -375,7 +375,7 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
 /// when `lazy`: detached now, gone once no longer busy).
 /// Only a sessionfs mount on top at `path` is unmounted: an unmount by
 /// path removes whatever is on top, a tmpfs or a disk as well
-/// ([`mountinfo::check_ours`]).
+/// (`fs::mountinfo::check_ours`).
 pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
     mountinfo::check_ours(path)?;
     if nix::unistd::geteuid().is_root() {
