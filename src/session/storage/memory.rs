@@ -119,8 +119,12 @@ impl MemoryStorage {
             identity,
         });
         let at = file.data.len() as u64;
-        file.data.extend_from_slice(bytes);
-        file.mtime = SystemTime::now();
+        // Writing nothing changes nothing, the time included (`write(2)`
+        // of zero bytes; opening for appending).
+        if !bytes.is_empty() {
+            file.data.extend_from_slice(bytes);
+            file.mtime = SystemTime::now();
+        }
         Ok(at)
     }
 
