@@ -60,9 +60,27 @@ pub(crate) fn append(args: &AppendArgs) -> Result<i32> {
     if let Some(leaf) = &args.leaf {
         leaf.apply(&mut session)?;
     }
-    let ids = batch::append_batch(&mut session, entries)?;
-    session.flush()?;
-    print_out(&ids.iter().map(|id| format!("{id}\n")).collect::<String>())?;
+    let total = entries.len();
+    let appended = batch::append_batch(&mut session, entries)?;
+    let flushed = session.flush();
+    // The ids of what was written are printed even when writing stopped
+    // part way (a full disk), so that a script knows what is in the file.
+    print_out(
+        &appended
+            .ids
+            .iter()
+            .map(|id| format!("{id}\n"))
+            .collect::<String>(),
+    )?;
+    if let Some(e) = appended.stopped {
+        eprintln!(
+            "sessionfs: {} of {total} entries were appended (their ids are printed); \
+             the rest was not:",
+            appended.ids.len()
+        );
+        return Err(e);
+    }
+    flushed?;
     Ok(0)
 }
 

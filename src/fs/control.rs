@@ -44,6 +44,8 @@ pub(crate) struct AppendStream {
     /// Bytes of the last fed write up to the end of the last object it
     /// executed (see [`AppendStream::accepted`]).
     accepted: usize,
+    /// Where each object the last fed write completed ends in it.
+    ends: Vec<usize>,
 }
 
 impl Default for AppendStream {
@@ -67,6 +69,7 @@ impl AppendStream {
             escaped: false,
             cap,
             accepted: 0,
+            ends: Vec::new(),
         }
     }
 
@@ -95,6 +98,18 @@ impl AppendStream {
         self.accepted = 0;
     }
 
+    /// Only the first `n` objects the last write completed were used (its
+    /// batch stopped part way, `session::batch::Appended`): the write is
+    /// taken up to the end of object `n` and the rest of it, an incomplete
+    /// object included, is dropped, to be sent again by the writer.
+    pub(crate) fn accept_only(&mut self, n: usize) {
+        self.accepted = match n.checked_sub(1) {
+            Some(last) => self.ends.get(last).copied().unwrap_or(0),
+            None => 0,
+        };
+        self.reset();
+    }
+
     /// Drops any incomplete object.
     pub(crate) fn reset(&mut self) {
         self.buf = Vec::new();
@@ -117,6 +132,7 @@ impl AppendStream {
         exec: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         self.accepted = 0;
+        self.ends.clear();
         let mut i = 0;
         while i < data.len() {
             match self.state {
@@ -183,6 +199,7 @@ impl AppendStream {
                         return Err(e);
                     }
                     self.accepted = i;
+                    self.ends.push(i);
                     self.buf = object;
                     self.buf.clear();
                     if self.buf.capacity() > (1 << 20) {
@@ -365,6 +382,22 @@ mod tests {
         run(&mut s, b":2}\n", &mut got).unwrap();
         assert_eq!(got.len(), 3);
         assert_eq!(s.pending(), 0);
+    }
+
+    #[test]
+    fn a_batch_taken_in_part_ends_after_its_last_object_taken() {
+        let mut s = AppendStream::new();
+        let data = b"{\"a\":1}\n{\"b\":2} {\"c\":3}\n{\"d\"";
+        s.feed(data, &mut |_| Ok(())).unwrap();
+        assert_eq!(s.pending(), 4, "the incomplete object waits");
+        s.accept_only(2);
+        assert_eq!(
+            s.accepted(),
+            data.iter().position(|&b| b == b'2').unwrap() + 2
+        );
+        assert_eq!(s.pending(), 0, "the rest is sent again by the writer");
+        s.accept_only(0);
+        assert_eq!(s.accepted(), 0);
     }
 
     #[test]

@@ -7,7 +7,11 @@
 //! between objects, an object may span lines, several may share one. The
 //! whole batch is parsed and checked against the session before anything
 //! is written, so one bad object writes nothing of its batch. The entries
-//! are then appended in order, each the child of the one before.
+//! are then appended in order, each the child of the one before. Writing
+//! can still fail part way (a disk that fills up): the entries written
+//! before stay, and [`Appended`] says which they are, so that the mount
+//! can answer with a short write and the command line can print their
+//! ids (`docs/filesystem.md`, "append").
 
 use crate::session::append::{parse_new_entry_json, NewEntry};
 use crate::session::error::{Error, Result};
@@ -44,11 +48,57 @@ pub fn precheck(session: &Session, parent: Option<&str>, entries: &[NewEntry]) -
     Ok(())
 }
 
+/// What a batch wrote: the ids of the entries appended, in order, and
+/// the error that stopped it after them, if one did (the entries after it
+/// were not written).
+#[derive(Debug)]
+#[must_use = "a batch may stop part way: check `stopped`"]
+pub struct Appended {
+    /// The new entries' ids.
+    pub ids: Vec<String>,
+    /// Why the rest of the batch was not written.
+    pub stopped: Option<Error>,
+}
+
+impl Appended {
+    /// Appends entries one by one with `append` until one fails: an error
+    /// when the first fails (nothing was written), else what was written.
+    fn run(
+        entries: Vec<NewEntry>,
+        mut append: impl FnMut(NewEntry) -> Result<String>,
+    ) -> Result<Appended> {
+        let mut ids = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match append(entry) {
+                Ok(id) => ids.push(id),
+                Err(e) if ids.is_empty() => return Err(e),
+                Err(e) => {
+                    return Ok(Appended {
+                        ids,
+                        stopped: Some(e),
+                    })
+                }
+            }
+        }
+        Ok(Appended { ids, stopped: None })
+    }
+
+    /// The ids when the whole batch was written, else the error.
+    pub fn whole(self) -> Result<Vec<String>> {
+        match self.stopped {
+            None => Ok(self.ids),
+            Some(e) => Err(e),
+        }
+    }
+}
+
 /// Appends a checked batch at the leaf (which moves to the last new
-/// entry); returns the new ids. Nothing is written when a check fails.
-pub fn append_batch(session: &mut Session, entries: Vec<NewEntry>) -> Result<Vec<String>> {
+/// entry). Nothing is written when a check fails (an error); a write that
+/// fails after some entries were appended is reported in
+/// [`Appended::stopped`].
+pub fn append_batch(session: &mut Session, entries: Vec<NewEntry>) -> Result<Appended> {
     precheck(session, session.leaf_id(), &entries)?;
-    entries.into_iter().map(|e| session.append(e)).collect()
+    Appended::run(entries, |e| session.append(e))
 }
 
 /// Appends a checked batch as a chain under entry `parent` (the first new
@@ -60,33 +110,24 @@ pub fn append_batch_under(
     session: &mut Session,
     parent: &str,
     entries: Vec<NewEntry>,
-) -> Result<Vec<String>> {
+) -> Result<Appended> {
     session.refresh()?;
     if session.entry(parent).is_none() {
         return Err(Error::EntryNotFound(parent.to_string()));
     }
     precheck(session, Some(parent), &entries)?;
     let leaf = session.leaf_id().map(str::to_string);
-    let mut ids = Vec::with_capacity(entries.len());
     let mut under = parent.to_string();
-    let mut result = Ok(());
-    for entry in entries {
-        match session.append_under(Some(&under), entry) {
-            Ok(id) => {
-                under.clone_from(&id);
-                ids.push(id);
-            }
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
+    let appended = Appended::run(entries, |entry| {
+        let id = session.append_under(Some(&under), entry)?;
+        under.clone_from(&id);
+        Ok(id)
+    });
     // The leaf others see stays where it was (if it still exists).
     match leaf {
         Some(id) if session.entry(&id).is_some() => session.branch(&id)?,
         Some(_) => {}
         None => session.reset_leaf(),
     }
-    result.map(|()| ids)
+    appended
 }

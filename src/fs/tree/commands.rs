@@ -20,9 +20,9 @@ impl Tree {
         self.command(key, file.name(), pid, |s| match file {
             SessionFile::Leaf => run_leaf(s, data),
             SessionFile::Labels => run_labels(s, data),
-            SessionFile::Append => append_objects(stream, data, |entries| {
-                batch::append_batch(s, entries).map(drop)
-            }),
+            SessionFile::Append => {
+                append_objects(stream, data, |entries| batch::append_batch(s, entries))
+            }
             // `open` makes write handles for control files only.
             other => Err(Error::Internal(format!(
                 "{} accepts no commands",
@@ -44,7 +44,7 @@ impl Tree {
     ) -> Result<()> {
         self.command(key, "entries/append", pid, |s| {
             append_objects(stream, data, |entries| {
-                batch::append_batch_under(s, id, entries).map(drop)
+                batch::append_batch_under(s, id, entries)
             })
         })
     }
@@ -251,11 +251,15 @@ pub(super) fn check_label_lines(s: &Session, lines: &[LabelCommand]) -> Result<(
 
 /// Splits one write into the objects it completes and hands them, parsed,
 /// to `apply` as one batch (see `session::batch`): a bad object, or bad
-/// bytes between objects, writes nothing of the batch.
+/// bytes between objects, writes nothing of the batch. When writing stops
+/// part way (a disk that fills up), the write is taken up to the end of
+/// the last object appended (a short write: the writer sends the rest
+/// again, and no object is appended twice) and the error is kept for
+/// `last-error`.
 pub(super) fn append_objects(
     stream: &mut AppendStream,
     data: &[u8],
-    apply: impl FnOnce(Vec<NewEntry>) -> Result<()>,
+    apply: impl FnOnce(Vec<NewEntry>) -> Result<batch::Appended>,
 ) -> Result<()> {
     let mut objects: Vec<Vec<u8>> = Vec::new();
     let result = stream
@@ -264,12 +268,22 @@ pub(super) fn append_objects(
             Ok(())
         })
         .and_then(|()| match objects.is_empty() {
-            true => Ok(()),
-            false => apply(batch::parse_batch(&objects)?),
+            true => Ok(None),
+            false => apply(batch::parse_batch(&objects)?).map(Some),
         });
-    if result.is_err() {
-        // Nothing of this write was appended: no short write.
-        stream.refuse_accepted();
+    match result {
+        Ok(None) => Ok(()),
+        Ok(Some(appended)) => match appended.stopped {
+            None => Ok(()),
+            Some(e) => {
+                stream.accept_only(appended.ids.len());
+                Err(e)
+            }
+        },
+        Err(e) => {
+            // Nothing of this write was appended: no short write.
+            stream.refuse_accepted();
+            Err(e)
+        }
     }
-    result
 }

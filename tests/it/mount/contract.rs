@@ -426,7 +426,10 @@ fn batches_append_under_an_entry_without_moving_the_leaf() {
         br#"{"type":"custom","customType":"y"}"#.to_vec(),
     ])
     .unwrap();
-    let ids = batch::append_batch_under(&mut s, "u1", entries).unwrap();
+    let ids = batch::append_batch_under(&mut s, "u1", entries)
+        .unwrap()
+        .whole()
+        .unwrap();
     assert_eq!(s.leaf_id(), Some("u3"));
     assert_eq!(s.entry(&ids[0]).unwrap().parent_id(), Some("u1"));
     assert_eq!(s.entry(&ids[1]).unwrap().parent_id(), Some(ids[0].as_str()));

@@ -327,6 +327,99 @@ fn a_secret_redacted_in_place_leaves_no_cached_copy() {
     }
 }
 
+/// A write of several objects that fills the disk part way: the objects
+/// appended before the disk filled are taken (a short write), the rest
+/// fails, and a writer that frees space and sends the rest again appends
+/// every object once (docs/filesystem.md, "append"). `sessionfs append`
+/// prints the ids of what it appended and says that the rest was not.
+#[test]
+fn a_write_that_fills_the_disk_part_way_is_taken_short_and_appends_nothing_twice() {
+    let test = "a_write_that_fills_the_disk_part_way_is_taken_short_and_appends_nothing_twice";
+    if !fuse_ok(test) {
+        return;
+    }
+    let Some(small) = tmpfs_or_skip(test, "1m") else {
+        return;
+    };
+    let file = current_session(small.path());
+    let m = Mount::start(small.path(), &[]);
+    // Three small objects, then one that no longer fits.
+    let batch = |tag: &str| {
+        let mut text: String = (0..3).map(|i| custom_line(&format!("{tag}{i}"))).collect();
+        text.push_str(&format!(
+            "{{\"type\":\"custom\",\"customType\":\"{tag}big\",\"data\":\"{}\"}}\n",
+            "b".repeat(64 * 1024)
+        ));
+        text
+    };
+    let fill = |free: u64| {
+        let filler = small.path().join("filler");
+        let mut f = fs::File::create(&filler).unwrap();
+        let chunk = vec![b'x'; 4096];
+        while f.write_all(&chunk).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(free)).unwrap();
+        filler
+    };
+    let filler = fill(16 * 1024);
+    let data = batch("m");
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(m.join(format!("{PROJECT}/{STEM}/append")))
+        .unwrap();
+    let n = f.write(data.as_bytes()).unwrap();
+    let small_ones: usize = (0..3).map(|i| custom_line(&format!("m{i}")).len()).sum();
+    // Up to the closing brace of the last object appended.
+    assert_eq!(n, small_ones - 1, "taken up to the last object appended");
+    let last = fs::read_to_string(m.join(format!("{PROJECT}/{STEM}/last-error"))).unwrap();
+    assert!(last.contains("No space left"), "{last}");
+    fs::remove_file(&filler).unwrap();
+    f.write_all(&data.as_bytes()[n..]).unwrap();
+    drop(f);
+    let text = fs::read_to_string(&file).unwrap();
+    for tag in ["\"m0\"", "\"m1\"", "\"m2\"", "\"mbig\""] {
+        assert_eq!(text.matches(tag).count(), 1, "{tag} in {text}");
+    }
+    drop(m);
+
+    // The command line: the ids of what was appended, and the error.
+    let filler = fill(16 * 1024);
+    let mut child = common::sessionfs_cmd()
+        .args(["append", file.to_str().unwrap(), "--agent-dir"])
+        .arg(small.path())
+        .env("XDG_CACHE_HOME", small.path().join("cache"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(batch("c").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("3 of 4 entries were appended"), "{stderr}");
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    fs::remove_file(&filler).unwrap();
+    let text = fs::read_to_string(&file).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("\"id\":\"{id}\"")))
+            .unwrap_or_else(|| panic!("{id} is not in the file"));
+        assert!(line.contains(&format!("\"c{i}\"")), "{line}");
+    }
+    assert!(!text.contains("\"cbig\""));
+}
+
 #[test]
 fn large_writes_retried_by_write_all_never_append_twice() {
     if !fuse_ok("large_writes_retried_by_write_all_never_append_twice") {
