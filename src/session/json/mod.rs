@@ -12,8 +12,10 @@
 //! - `pretty`: re-indenting JSON text like `JSON.stringify(v, null, 2)`;
 //! - `scan`: the fast validating scanner that records member byte ranges;
 //! - `members`: `Members`, a line's top-level members from the scanner
-//!   or, for a line it declines, from serde.
+//!   or, for a line it declines, from serde;
+//! - `jsnum`: new entries' text with JavaScript's numbers.
 
+mod jsnum;
 mod members;
 mod pretty;
 mod raw;
@@ -23,6 +25,7 @@ mod scan;
 pub use pretty::{pretty, pretty_append};
 pub use raw::{raw_as_str, RawObject};
 
+pub(crate) use jsnum::to_js_line;
 pub(crate) use members::Members;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use pretty::check_pretty;

@@ -11,7 +11,7 @@ use crate::session::append::{assemble, NewEntry};
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::EntryKind;
 use crate::session::ids::{new_entry_id, new_session_id};
-use crate::session::json::{json_string, RawObject};
+use crate::session::json::{json_string, to_js_line, RawObject};
 use crate::session::paths::{session_file_name, AgentDir};
 use crate::session::persistence::{atomic_write, atomic_write_expecting};
 use crate::session::storage::Storage;
@@ -183,7 +183,7 @@ impl Session {
                 fields.insert("label".into(), label.into());
                 let entry = NewEntry::new(EntryKind::Label, fields);
                 let v = assemble(entry, &id, last_id.as_deref(), &now_iso());
-                body.extend_from_slice(v.to_string().as_bytes());
+                body.extend_from_slice(to_js_line(&v).as_bytes());
                 body.push(b'\n');
                 last_id = Some(id);
             }

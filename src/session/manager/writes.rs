@@ -12,6 +12,7 @@ use crate::session::append::{assemble, NewEntry};
 use crate::session::error::{Error, Result};
 use crate::session::format::{scan_line, EntryKind, Facts, LineKind, Role};
 use crate::session::ids::new_entry_id;
+use crate::session::json::to_js_line;
 use crate::session::sizecontrol::apply_size_controls;
 use crate::session::time::now_iso;
 
@@ -192,7 +193,7 @@ impl Session {
             return Err(e);
         }
         let id = self.fresh_entry_id();
-        let line = assemble(entry, &id, self.leaf_id(), &now_iso()).to_string();
+        let line = to_js_line(&assemble(entry, &id, self.leaf_id(), &now_iso()));
         let LineKind::Entry(scanned) = scan_line(line.as_bytes()) else {
             self.leaf = before;
             return Err(Error::Internal("assembled entry does not scan".into()));
@@ -289,7 +290,7 @@ impl Session {
         self.check_against_session(&mut entry)?;
         self.store_content(&mut entry)?;
         let id = self.fresh_entry_id();
-        let line = assemble(entry, &id, self.leaf_id(), &now_iso()).to_string();
+        let line = to_js_line(&assemble(entry, &id, self.leaf_id(), &now_iso()));
         let LineKind::Entry(scanned) = scan_line(line.as_bytes()) else {
             return Err(Error::Internal("assembled entry does not scan".into()));
         };

@@ -271,3 +271,30 @@ fn tree_shows_each_entry_of_a_repeated_id_with_its_own_summary() {
     assert_eq!(out.matches('*').count(), 1, "{out}");
     assert!(out.contains("first") && out.contains("hidden"), "{out}");
 }
+
+#[test]
+fn appended_numbers_are_written_as_the_agent_writes_them() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root().to_str().unwrap();
+    let file = agent.root().join("sessions").join(BRANCHES);
+    let file = file.to_str().unwrap();
+    let input = r#"{"type":"custom","customType":"n","data":{"a":1e2,"b":-0,"c":1.50e3,"d":18446744073709551616,"e":0.1,"f":7}}"#;
+    let mut child = sessionfs(&["append", file, "--agent-dir", root])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(file).unwrap();
+    let last = text.lines().last().unwrap();
+    // What `JSON.stringify(JSON.parse(input))` writes in JavaScript.
+    assert!(
+        last.ends_with(
+            r#""data":{"a":100,"b":0,"c":1500,"d":18446744073709552000,"e":0.1,"f":7}}"#
+        ),
+        "{last}"
+    );
+}
