@@ -185,6 +185,10 @@ pub(crate) struct MountLock {
 
 impl MountLock {
     /// Takes the lock of `key` (see [`mount_key`]) and records our pid.
+    /// How long a mount waits for the server of a mount point where
+    /// nothing of ours is mounted any more to let go of its lock.
+    const LEAVING: Duration = Duration::from_secs(3);
+
     pub(crate) fn acquire(key: &Path) -> io::Result<MountLock> {
         let dir = runtime_dir();
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
@@ -201,6 +205,7 @@ impl MountLock {
         }
         sweep(&dir);
         let path = lock_path(key);
+        let leaving = Instant::now() + Self::LEAVING;
         let mut file = loop {
             let file = OpenOptions::new()
                 .read(true)
@@ -210,13 +215,20 @@ impl MountLock {
                 .mode(0o600)
                 .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
                 .open(&path)?;
-            file.try_lock().map_err(|_| {
-                io::Error::other(format!(
+            if file.try_lock().is_err() {
+                // Nothing of ours mounted there: its server is on its way
+                // out (unmounted a moment ago: `umount M; sessionfs mount
+                // M` in a script), or detached and about to let go.
+                if Instant::now() < leaving && !crate::fs::sessionfs_mounted_at(key) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                return Err(io::Error::other(format!(
                     "another sessionfs serves {} (pid {})",
                     key.display(),
                     read_pid(&path).map_or("?".into(), |p| p.to_string())
-                ))
-            })?;
+                )));
+            }
             // A sweep may have removed the file between open and flock:
             // the lock counts only while the path names the locked file.
             if same_file(&file, &path) {
@@ -266,8 +278,12 @@ fn sweep(dir: &Path) {
 impl Drop for MountLock {
     fn drop(&mut self) {
         // Removed while still locked: a waiter then sees the file gone or
-        // gets the lock of an unlinked file, both meaning "exited".
-        let _ = std::fs::remove_file(&self.path);
+        // gets the lock of an unlinked file, both meaning "exited". Only
+        // our own file: a server released early (detached) may end after
+        // a new server took the path's lock with a new file.
+        if same_file(&self.file, &self.path) {
+            let _ = std::fs::remove_file(&self.path);
+        }
         let _ = self.file.unlock();
     }
 }

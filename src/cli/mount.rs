@@ -182,52 +182,59 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
         config.index = None;
     }
 
-    let lock = MountLock::acquire(&mountpoint).map_err(|e| crate::Error::io(&mountpoint, e))?;
+    let mut lock =
+        Some(MountLock::acquire(&mountpoint).map_err(|e| crate::Error::io(&mountpoint, e))?);
     let mut pid_guard = None;
     let mut ready_error = None;
-    let ended = serve(&config, || {
-        if let Some(p) = &pid_file {
-            match PidFile::create(p) {
-                Ok(g) => pid_guard = Some(g),
-                Err(e) => log::warn!("{}: {e}", p.display()),
+    let ended = serve(
+        &config,
+        || {
+            if let Some(p) = &pid_file {
+                match PidFile::create(p) {
+                    Ok(g) => pid_guard = Some(g),
+                    Err(e) => log::warn!("{}: {e}", p.display()),
+                }
             }
-        }
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "sessionfs: agent directory {}", agent.root().display());
-        let _ = writeln!(
-            out,
-            "sessionfs: mounted {} at {}{}{}",
-            agent.sessions_dir().display(),
-            mountpoint.display(),
-            if read_only { " read-only" } else { "" },
-            if ready_signal.is_some() {
-                format!(
-                    " (pid {}; `sessionfs umount {}` to stop)",
-                    std::process::id(),
-                    mountpoint.display()
-                )
-            } else {
-                format!(
-                    " (Ctrl-C or `sessionfs umount {}` to stop)",
-                    mountpoint.display()
-                )
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "sessionfs: agent directory {}", agent.root().display());
+            let _ = writeln!(
+                out,
+                "sessionfs: mounted {} at {}{}{}",
+                agent.sessions_dir().display(),
+                mountpoint.display(),
+                if read_only { " read-only" } else { "" },
+                if ready_signal.is_some() {
+                    format!(
+                        " (pid {}; `sessionfs umount {}` to stop)",
+                        std::process::id(),
+                        mountpoint.display()
+                    )
+                } else {
+                    format!(
+                        " (Ctrl-C or `sessionfs umount {}` to stop)",
+                        mountpoint.display()
+                    )
+                }
+            );
+            let _ = out.flush();
+            drop(out);
+            if let Some((signal, sink)) = ready_signal {
+                if let Err(e) = signal.ready(&sink) {
+                    // The parent saw no ready signal and reports a failure:
+                    // stop serving (the stop signal ends `serve`).
+                    ready_error = Some(e);
+                    // A signal `serve` waits for, to our own process.
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::this(),
+                        nix::sys::signal::Signal::SIGTERM,
+                    );
+                }
             }
-        );
-        let _ = out.flush();
-        drop(out);
-        if let Some((signal, sink)) = ready_signal {
-            if let Err(e) = signal.ready(&sink) {
-                // The parent saw no ready signal and reports a failure:
-                // stop serving (the stop signal ends `serve`).
-                ready_error = Some(e);
-                // A signal `serve` waits for, to our own process.
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::this(),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-        }
-    })
+        },
+        // Detached (`umount -l`) with files still open: the mount point is
+        // free, so a new mount there need not wait for them to be closed.
+        || drop(lock.take()),
+    )
     .map_err(|e| crate::Error::io(&args.mountpoint, e))?;
     if let Some(e) = ready_error {
         return Err(crate::Error::io(&mountpoint, e));

@@ -242,8 +242,15 @@ fn start<F: Filesystem + Send + Sync + 'static>(
 }
 
 /// Mounts and serves until a signal or an unmount from outside. `ready`
-/// is called once the mount is in place.
-pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
+/// is called once the mount is in place; `detached` once the mount is no
+/// longer in the mount table while files of it are still open (a lazy
+/// unmount: `umount -l`): the mount point is free for another mount, and
+/// this process serves those files until they are closed.
+pub fn serve(
+    config: &MountConfig,
+    ready: impl FnOnce(),
+    detached: impl FnOnce(),
+) -> io::Result<Ended> {
     probe_mountpoint(&config.mountpoint, config.recover)?;
     let signals = block_signals()?;
     limit_malloc_arenas();
@@ -322,12 +329,27 @@ pub fn serve(config: &MountConfig, ready: impl FnOnce()) -> io::Result<Ended> {
     };
     ready();
 
+    let mut detached = Some(detached);
+    let mut ticks = 0u32;
     let ended = loop {
         if let Some(sig) = wait_signal(&signals, Duration::from_millis(200)) {
             break Ended::Signal(sig);
         }
         if bg.guard.is_finished() {
             break Ended::Unmounted;
+        }
+        // About once a second: detached while busy?
+        ticks = ticks.wrapping_add(1);
+        if let (Some(id), true) = (ours, ticks % 5 == 0 && detached.is_some()) {
+            if !mountinfo::is_listed(id) {
+                log::info!(
+                    "{} was detached; serving the files still open",
+                    config.mountpoint.display()
+                );
+                if let Some(f) = detached.take() {
+                    f();
+                }
+            }
         }
     };
     match ended {

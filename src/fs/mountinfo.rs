@@ -117,6 +117,21 @@ pub(crate) fn top_mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
     Ok(top_at(&mounts()?, path).cloned())
 }
 
+/// A sessionfs mount is on top at `path` (an unreadable mount table
+/// counts as one: callers then keep to their cautious path).
+pub fn sessionfs_mounted_at(path: &Path) -> bool {
+    match top_mount_at(path) {
+        Ok(top) => top.is_some_and(|m| m.is_sessionfs()),
+        Err(_) => true,
+    }
+}
+
+/// True while the mount `id` is in this namespace's mount table (an
+/// unreadable table counts as yes).
+pub(crate) fn is_listed(id: u64) -> bool {
+    mounts().map_or(true, |all| all.iter().any(|m| m.id == id))
+}
+
 /// Refuses to unmount `path` unless a sessionfs mount is on top there.
 pub(crate) fn check_ours(path: &Path) -> io::Result<()> {
     match top_mount_at(path)? {

@@ -525,3 +525,44 @@ fn a_link_to_a_mount_point_names_that_mount() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(!is_mounted(&s.mountpoint), "{}", text(&out));
 }
+
+/// A mount point is free again at once after an unmount from outside
+/// (`umount M; sessionfs mount M` in a script: the old server is still on
+/// its way out) and after a lazy unmount while a file of it is open (the
+/// old server keeps serving that file, which still reads).
+#[test]
+fn a_mount_point_unmounted_or_detached_is_free_again_at_once() {
+    if !fuse_ok("a_mount_point_unmounted_or_detached_is_free_again_at_once") {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: umount(8) of a FUSE mount needs root");
+        return;
+    }
+    let s = Setup::new();
+    let umount = |lazy: bool| {
+        let mut cmd = Command::new("umount");
+        if lazy {
+            cmd.arg("-l");
+        }
+        assert!(cmd.arg(&s.mountpoint).status().unwrap().success());
+    };
+    assert!(s.mount(&[]).status.success());
+    umount(false);
+    let out = s.mount(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut held =
+        fs::File::open(s.mountpoint.join("by-id/aaaaaaaaaaaaaaaa/context.json")).unwrap();
+    umount(true);
+    assert!(!is_mounted(&s.mountpoint));
+    let out = s.mount(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut text_held = String::new();
+    std::io::Read::read_to_string(&mut held, &mut text_held).unwrap();
+    assert!(text_held.contains("\"messages\""), "{text_held}");
+    drop(held);
+    let out = s.umount();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!is_mounted(&s.mountpoint));
+}
