@@ -340,7 +340,7 @@ pub fn serve(
         }
         // About once a second: detached while busy?
         ticks = ticks.wrapping_add(1);
-        if let (Some(id), true) = (ours, ticks % 5 == 0 && detached.is_some()) {
+        if let (Some(id), true) = (ours, ticks.is_multiple_of(5) && detached.is_some()) {
             if !mountinfo::is_listed(id) {
                 log::info!(
                     "{} was detached; serving the files still open",
