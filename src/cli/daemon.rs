@@ -14,6 +14,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -37,8 +38,12 @@ pub(crate) struct ReadySignal {
 /// returns (the process exits with 0 once the mount is live, else with the
 /// child's status); in the child it returns the signal to give.
 ///
-/// Call it before any thread is started.
-pub(crate) fn detach() -> io::Result<ReadySignal> {
+/// Call it before any thread is started. The child closes every
+/// descriptor it inherited beyond the standard three but `keep` (the log
+/// file), so that a caller waiting for the end of a pipe it passed on
+/// (`( exec 3>&1; sessionfs mount … ) | cat`) does not wait for the mount
+/// to end.
+pub(crate) fn detach(keep: &[RawFd]) -> io::Result<ReadySignal> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC)?;
     let _ = io::stdout().flush();
     let _ = io::stderr().flush();
@@ -53,6 +58,9 @@ pub(crate) fn detach() -> io::Result<ReadySignal> {
         ForkResult::Child => {}
     }
     drop(read_end);
+    let mut kept = keep.to_vec();
+    kept.push(write_end.as_raw_fd());
+    close_inherited(&kept);
     // Fails only for a group leader, which a fresh child is not.
     let _ = setsid();
     dup2_stdin(File::open("/dev/null")?)?;
@@ -60,6 +68,28 @@ pub(crate) fn detach() -> io::Result<ReadySignal> {
     Ok(ReadySignal {
         pipe: File::from(write_end),
     })
+}
+
+/// Closes every open descriptor above the standard three that is not in
+/// `keep` (those named by `/proc/self/fd`, listed before any is closed).
+fn close_inherited(keep: &[RawFd]) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let open: Vec<RawFd> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open {
+        if fd > 2 && !keep.contains(&fd) {
+            // SAFETY: closing a descriptor this process owns and no Rust
+            // object of the child holds (the listing's own is gone by
+            // now: closing it fails harmlessly with EBADF).
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// The parent's side: the exit code for the process.
@@ -126,14 +156,13 @@ pub(crate) struct PidFile {
 }
 
 impl PidFile {
-    pub(crate) fn create(path: &Path) -> io::Result<PidFile> {
-        let path = std::path::absolute(path)?;
+    pub(crate) fn create(path: &Path) -> crate::Result<PidFile> {
+        let path = std::path::absolute(path).map_err(|e| crate::Error::io(path, e))?;
         crate::session::atomic_write(
             &crate::session::FileStorage::new(),
             &path,
             format!("{}\n", std::process::id()).as_bytes(),
-        )
-        .map_err(|e| io::Error::other(format!("pid file: {e}")))?;
+        )?;
         Ok(PidFile { path })
     }
 }

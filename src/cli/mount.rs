@@ -144,7 +144,8 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
     } else {
         let sink = daemon::open_log(log_file.as_deref())
             .map_err(|e| crate::Error::io(log_file.as_deref().unwrap_or(&mountpoint), e))?;
-        let signal = daemon::detach().map_err(|e| crate::Error::io(&mountpoint, e))?;
+        let signal = daemon::detach(&[std::os::fd::AsRawFd::as_raw_fd(&sink)])
+            .map_err(|e| crate::Error::io(&mountpoint, e))?;
         Some((signal, sink))
     };
 
@@ -192,7 +193,16 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
             if let Some(p) = &pid_file {
                 match PidFile::create(p) {
                     Ok(g) => pid_guard = Some(g),
-                    Err(e) => log::warn!("{}: {e}", p.display()),
+                    Err(e) => {
+                        // Nothing stays mounted without the pid file asked
+                        // for (a service manager would wait for it).
+                        ready_error = Some(e);
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::this(),
+                            nix::sys::signal::Signal::SIGTERM,
+                        );
+                        return;
+                    }
                 }
             }
             let mut out = std::io::stdout().lock();
@@ -222,7 +232,7 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
                 if let Err(e) = signal.ready(&sink) {
                     // The parent saw no ready signal and reports a failure:
                     // stop serving (the stop signal ends `serve`).
-                    ready_error = Some(e);
+                    ready_error = Some(crate::Error::io(&mountpoint, e));
                     // A signal `serve` waits for, to our own process.
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::this(),
@@ -237,7 +247,7 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
     )
     .map_err(|e| crate::Error::io(&args.mountpoint, e))?;
     if let Some(e) = ready_error {
-        return Err(crate::Error::io(&mountpoint, e));
+        return Err(e);
     }
     match ended {
         Ended::Signal(_) => eprintln!("sessionfs: unmounted {}", mountpoint.display()),

@@ -566,3 +566,52 @@ fn a_mount_point_unmounted_or_detached_is_free_again_at_once() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(!is_mounted(&s.mountpoint));
 }
+
+/// A pid file that cannot be written fails the mount like a log file that
+/// cannot be opened (nothing stays mounted), and the background server
+/// keeps none of its caller's descriptors: a reader of a pipe passed on to
+/// `sessionfs mount` sees its end when the command returns.
+#[test]
+fn a_bad_pid_file_fails_the_mount_and_the_server_keeps_no_inherited_descriptor() {
+    if !fuse_ok("a_bad_pid_file_fails_the_mount_and_the_server_keeps_no_inherited_descriptor") {
+        return;
+    }
+    let s = Setup::new();
+    let out = s.mount(&["--pid-file", "/no/such/dir/sessionfs.pid"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/no/such/dir/sessionfs.pid"),
+        "{}",
+        text(&out)
+    );
+    assert!(!is_mounted(&s.mountpoint));
+
+    let script = format!(
+        "( exec 3>&1; '{BIN}' mount --agent-dir '{}' '{}' > /dev/null 2>&1 ) | cat",
+        s.agent().display(),
+        s.mountpoint.display()
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let ended = loop {
+        if child.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(is_mounted(&s.mountpoint));
+    assert!(s.umount().status.success());
+    if !ended {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!(ended, "the pipe stayed open in the server");
+}
