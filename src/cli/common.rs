@@ -224,15 +224,17 @@ pub(crate) fn open_or_start(args: &AgentArgs, file: &Path) -> Result<Session> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(e) => return Err(Error::io(file, e)),
     };
-    let in_project = file
+    let cwd_known = file
         .parent()
         .filter(|dir| storage.stat(dir).is_ok_and(|st| st.is_dir))
-        .and_then(|dir| crate::session::project_cwd(&*storage, dir))
+        .and_then(|dir| crate::session::project_cwd(&*storage, dir, args.agent().roots()))
         .is_some();
-    if fresh && !in_project {
+    if fresh && !cwd_known {
         return Err(Error::Invalid(format!(
-            "{}: no session there, and its directory is not a project directory \
-             (`--<cwd>--`) where a new one could start; use `sessionfs new`",
+            "{}: no session there, and no working directory is known for a new one \
+             (its directory is not a project directory: no session there has a header \
+             with a cwd, and its name is neither `--<cwd>--`, `-<path in $HOME>` nor \
+             `-tmp-<path in the temp dir>`); use `sessionfs new`",
             file.display()
         )));
     }
@@ -250,6 +252,7 @@ fn open_file(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> 
         // The persistent index is for local files (docs/team.md).
         index: if uses_database() { None } else { args.index() },
         write_through: true,
+        roots: Some(agent.roots().clone()),
         ..OpenOptions::default()
     };
     Session::open(storage, Some(blobs), file, &options)

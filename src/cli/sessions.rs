@@ -11,12 +11,15 @@ use crate::cli::common::{
 use crate::cli::inspect::one_line;
 use crate::cli::progress::Progress;
 use crate::session::json::pretty;
-use crate::session::{list_all_with_progress, list_sessions, recent_sessions};
+use crate::session::{list_all_with_progress, list_cwd_sessions, recent_cwd_sessions};
 use crate::session::{Error, Result};
 
+/// The working directory given (made absolute), else the current one.
 fn cwd_or_current(cwd: &Option<PathBuf>) -> Result<String> {
     match cwd {
-        Some(c) => Ok(c.to_string_lossy().into_owned()),
+        Some(c) => std::path::absolute(c)
+            .map(|d| d.to_string_lossy().into_owned())
+            .map_err(|e| Error::io(c, e)),
         None => std::env::current_dir()
             .map(|d| d.to_string_lossy().into_owned())
             .map_err(|e| Error::io(".", e)),
@@ -50,7 +53,7 @@ pub(crate) fn list(args: &ListArgs) -> Result<i32> {
         let tick = progress.callback();
         list_all_with_progress(&*storage, &agent, &tick)?
     } else {
-        list_sessions(&*storage, &agent.project_dir(&cwd_or_current(&args.cwd)?))?
+        list_cwd_sessions(&*storage, &agent, &cwd_or_current(&args.cwd)?)?
     };
     if args.json {
         let rows = infos
@@ -119,8 +122,7 @@ pub(crate) struct RecentArgs {
 pub(crate) fn recent(args: &RecentArgs) -> Result<i32> {
     let agent = args.agent.for_discovery()?;
     let storage = storage(&agent)?;
-    let dir = agent.project_dir(&cwd_or_current(&args.cwd)?);
-    let recent = recent_sessions(&*storage, &dir, args.limit)?;
+    let recent = recent_cwd_sessions(&*storage, &agent, &cwd_or_current(&args.cwd)?, args.limit)?;
     if args.json {
         let rows: Vec<serde_json::Value> = recent
             .iter()

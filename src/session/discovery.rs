@@ -13,7 +13,7 @@ use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::{scan_line, EntryKind, Facts, LineKind, Role};
 use crate::session::json::{raw_as_str, RawObject};
 use crate::session::loader::{self, DEFAULT_MAX_LINE};
-use crate::session::paths::{encode_cwd, session_id_from_file_name, AgentDir};
+use crate::session::paths::{legacy_body, session_id_from_file_name, AgentDir, ProjectRoots};
 use crate::session::persistence::{clean_stale_temps, is_our_temp_name};
 use crate::session::storage::Storage;
 use crate::session::time::format_iso_ms;
@@ -343,26 +343,111 @@ fn prefix_facts(prefix: &[u8]) -> PrefixFacts {
     facts
 }
 
-/// The working directory a project directory stands for: the `cwd` of
-/// the first session header in it (first 4096 bytes of up to 16 files) that
-/// encodes to the directory's name, else the name decoded (every `-`
-/// between the leading and trailing `--` read as `/`, which is right
-/// unless the path itself holds `-`). `None` when `dir`'s name is not of
-/// the `--…--` shape.
-pub fn project_cwd(storage: &dyn Storage, dir: &Path) -> Option<String> {
+/// The working directory a project directory stands for, whatever its
+/// name (`docs/format.md`, "Where sessions live"): the `cwd` of the first
+/// session header (first 4096 bytes of up to 16 files) whose cwd gives
+/// the directory's name under `roots`; else, for a `--…--` name, the name
+/// decoded (every `-` read as `/`, which is right unless the path itself
+/// holds `-`); else the `cwd` of the first session header there (a
+/// reference-named directory written under another home directory, a
+/// directory of another naming); else the name decoded by
+/// [`ProjectRoots::decode`]. `None` when none of these says.
+pub fn project_cwd(storage: &dyn Storage, dir: &Path, roots: &ProjectRoots) -> Option<String> {
     let name = dir.file_name()?.to_str()?;
-    let body = name.strip_prefix("--")?.strip_suffix("--")?;
+    let mut header_cwds = Vec::new();
     if let Ok(files) = session_files(storage, dir) {
         for file in files.iter().take(16) {
             let prefix = storage.read_prefix(file, PREFIX_BYTES).unwrap_or_default();
-            if let Some(h) = prefix_facts(&prefix).header {
-                if let Some(cwd) = h.cwd.filter(|c| encode_cwd(c) == name) {
+            if let Some(cwd) = prefix_facts(&prefix)
+                .header
+                .and_then(|h| h.cwd)
+                .filter(|c| c.starts_with('/'))
+            {
+                if roots.dir_names(&cwd).iter().any(|n| n == name) {
                     return Some(cwd);
                 }
+                header_cwds.push(cwd);
             }
         }
     }
-    Some(format!("/{}", body.replace('-', "/")))
+    if legacy_body(name).is_some() {
+        return roots.decode(name);
+    }
+    header_cwds
+        .into_iter()
+        .next()
+        .or_else(|| roots.decode(name))
+}
+
+/// The project directories of the working directory `cwd` that exist,
+/// under any name it may have ([`AgentDir::project_dir_candidates`]): the
+/// reference's current name first, then the older `--<cwd>--` one.
+pub fn cwd_project_dirs(storage: &dyn Storage, agent: &AgentDir, cwd: &str) -> Vec<PathBuf> {
+    agent
+        .project_dir_candidates(cwd)
+        .into_iter()
+        .filter(|d| storage.stat(d).is_ok_and(|s| s.is_dir))
+        .collect()
+}
+
+/// Where a new session of `cwd` goes: its project directory that exists
+/// (the reference's current name first), else the name the reference
+/// uses now, so that the agent finds it without renaming it (see
+/// `docs/engine.md`, "Project directories").
+pub fn cwd_project_dir(storage: &dyn Storage, agent: &AgentDir, cwd: &str) -> PathBuf {
+    cwd_project_dirs(storage, agent, cwd)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| agent.project_dir(cwd))
+}
+
+/// [`list_sessions`] of every project directory of `cwd`
+/// ([`cwd_project_dirs`]), newest first.
+pub fn list_cwd_sessions(
+    storage: &dyn Storage,
+    agent: &AgentDir,
+    cwd: &str,
+) -> Result<Vec<SessionInfo>> {
+    let mut out = Vec::new();
+    for dir in cwd_project_dirs(storage, agent, cwd) {
+        out.extend(list_sessions(storage, &dir)?);
+    }
+    out.sort_by(|a, b| {
+        b.modified
+            .cmp(&a.modified)
+            .then_with(|| b.path.cmp(&a.path))
+    });
+    Ok(out)
+}
+
+/// [`recent_sessions`] of every project directory of `cwd`
+/// ([`cwd_project_dirs`]), newest first.
+pub fn recent_cwd_sessions(
+    storage: &dyn Storage,
+    agent: &AgentDir,
+    cwd: &str,
+    limit: usize,
+) -> Result<Vec<RecentSession>> {
+    let mut out = Vec::new();
+    for dir in cwd_project_dirs(storage, agent, cwd) {
+        out.extend(recent_sessions(storage, &dir, limit)?);
+    }
+    out.sort_by(|a, b| b.mtime.cmp(&a.mtime).then_with(|| b.path.cmp(&a.path)));
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// [`most_recent_session`] of every project directory of `cwd`
+/// ([`cwd_project_dirs`]).
+pub fn most_recent_cwd_session(
+    storage: &dyn Storage,
+    agent: &AgentDir,
+    cwd: &str,
+) -> Result<Option<PathBuf>> {
+    Ok(recent_cwd_sessions(storage, agent, cwd, 1)?
+        .into_iter()
+        .next()
+        .map(|r| r.path))
 }
 
 /// The newest sessions of a project directory by mtime, with display names

@@ -56,9 +56,10 @@ pub use context::{
 };
 pub use diff::{branch_diff, common_ancestor};
 pub use discovery::{
-    is_session_item, link_stays_inside, list_all, list_all_with_progress, list_sessions,
-    most_recent_session, project_cwd, project_dirs, recent_sessions, resolve_session,
-    session_files, session_files_in, session_names, RecentSession, SessionInfo,
+    cwd_project_dir, cwd_project_dirs, is_session_item, link_stays_inside, list_all,
+    list_all_with_progress, list_cwd_sessions, list_sessions, most_recent_cwd_session,
+    most_recent_session, project_cwd, project_dirs, recent_cwd_sessions, recent_sessions,
+    resolve_session, session_files, session_files_in, session_names, RecentSession, SessionInfo,
 };
 pub use error::{Error, Result};
 pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
@@ -72,7 +73,7 @@ pub use lean::{
     LeanGrowth,
 };
 pub use manager::{LoadReport, OpenOptions, Refresh, Session};
-pub use paths::{session_id_from_file_name, AgentDir};
+pub use paths::{session_id_from_file_name, AgentDir, ProjectRoots};
 pub use persistence::{atomic_write, clean_stale_temps, is_our_temp_name};
 pub use pg::{Layout as PgLayout, Listener as PgListener, PgStorage, PgUrl};
 pub use render::{entry_images, entry_text, entry_value, Image, Renderer};

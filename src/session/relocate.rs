@@ -89,7 +89,7 @@ pub fn move_session(
     let name = path
         .file_name()
         .ok_or_else(|| Error::Invalid(format!("{} is not a file", path.display())))?;
-    let target_dir = agent.project_dir(new_cwd);
+    let target_dir = crate::session::discovery::cwd_project_dir(storage, agent, new_cwd);
     let target = target_dir.join(name);
     let artifacts = artifacts_dir(path).filter(|d| storage.stat(d).is_ok_and(|s| s.is_dir));
     let same_place = storage

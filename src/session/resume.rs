@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::session::discovery::most_recent_session;
+use crate::session::discovery::most_recent_cwd_session;
 use crate::session::error::{IoContext, Result};
 use crate::session::manager::Session;
 use crate::session::paths::AgentDir;
@@ -103,7 +103,7 @@ pub fn continue_recent(
         .map(|(_, file)| file);
     let chosen = match from_crumb {
         Some(file) => Some(file),
-        None => most_recent_session(&*storage, &agent.project_dir(cwd))?,
+        None => most_recent_cwd_session(&*storage, agent, cwd)?,
     };
     let session = match chosen {
         Some(file) => Session::open_in(storage.clone(), agent, &file)?,

@@ -56,7 +56,7 @@ use crate::session::Checker;
 use crate::session::NewEntry;
 use crate::session::TreeIndex;
 use crate::session::{batch, labels};
-use crate::session::{link_stays_inside, project_cwd, project_dirs, session_names};
+use crate::session::{link_stays_inside, project_cwd, project_dirs, session_names, ProjectRoots};
 use crate::session::{pretty_context_variant, IndexStore};
 use crate::session::{session_id_from_file_name, AgentDir};
 use crate::session::{Error, Result};
@@ -187,9 +187,13 @@ pub(crate) struct Tree {
     /// Rendered `problems` files, by the session file's identity, size
     /// and mtime.
     problems: Mutex<HashMap<SessionKey, ProblemsEntry>>,
-    /// The working directory of each project seen (`by-cwd/`): a project
-    /// directory's name encodes it, so it is read once.
-    cwds: Mutex<HashMap<String, Option<String>>>,
+    /// The working directory of each project seen (`by-cwd/`), once one
+    /// is known: a session header's or the directory's name decoded
+    /// (`project_cwd`), so it is read once.
+    cwds: Mutex<HashMap<String, String>>,
+    /// The home and temp directories project directory names are relative
+    /// to (the mounting user's: this process's environment).
+    roots: ProjectRoots,
     /// The sessions whose `context.json` was opened since mounting: the
     /// kernel can hold pages of no other (`Tree::open_context`).
     context_opened: Mutex<HashSet<SessionKey>>,
@@ -225,6 +229,7 @@ impl Tree {
         let namespaced = storage.has_namespaces(&config.agent.sessions_dir());
         Tree {
             sessions_dir: config.agent.sessions_dir(),
+            roots: config.agent.roots().clone(),
             storage,
             namespaced,
             blobs,
@@ -244,16 +249,22 @@ impl Tree {
     pub(crate) fn project_cwds(&self) -> Result<Vec<(String, String)>> {
         let projects = self.projects()?;
         let mut cwds = self.cwds.lock();
-        Ok(projects
+        let mut out: Vec<(String, String)> = projects
             .into_iter()
             .filter_map(|p| {
-                let cwd = cwds
-                    .entry(p.clone())
-                    .or_insert_with(|| project_cwd(&*self.storage, &self.sessions_dir.join(&p)))
-                    .clone()?;
+                if let Some(cwd) = cwds.get(&p) {
+                    return Some((p, cwd.clone()));
+                }
+                // Not kept while unknown: a session may arrive.
+                let cwd = project_cwd(&*self.storage, &self.sessions_dir.join(&p), &self.roots)?;
+                cwds.insert(p.clone(), cwd.clone());
                 Some((p, cwd))
             })
-            .collect())
+            .collect();
+        // Of two directories of one working directory, `by-cwd/` links the
+        // one the current agent names (the first one listed wins).
+        out.sort_by_key(|(p, _)| ProjectRoots::is_absolute_name(p));
+        Ok(out)
     }
 
     fn cwd_children(&self, prefix: &str) -> Result<Vec<(String, Node)>> {

@@ -86,6 +86,7 @@ impl Tree {
             confine: Some(self.agent_root().to_path_buf()),
             index: self.index.clone(),
             write_through: true,
+            roots: Some(self.roots.clone()),
             ..OpenOptions::default()
         };
         match Session::open(

@@ -35,6 +35,7 @@ use crate::session::ids::new_session_id;
 use crate::session::index::TreeIndex;
 use crate::session::index_store::{Fingerprint, IndexStore, IndexUse};
 use crate::session::loader::DEFAULT_MAX_LINE;
+use crate::session::paths::ProjectRoots;
 use crate::session::time::now_iso;
 
 pub(crate) mod journal;
@@ -67,6 +68,11 @@ pub struct OpenOptions {
     /// assistant message (writes by users and scripts are acknowledged only
     /// once they are on disk).
     pub write_through: bool,
+    /// The home and temp directories that project directory names are
+    /// relative to, for the cwd of a new session started by opening a
+    /// missing or empty file (see [`crate::session::project_cwd`]);
+    /// `None`: this process's ([`ProjectRoots::from_env`]).
+    pub roots: Option<ProjectRoots>,
 }
 
 impl Default for OpenOptions {
@@ -77,6 +83,7 @@ impl Default for OpenOptions {
             confine: None,
             index: None,
             write_through: false,
+            roots: None,
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::session::ids::new_session_id;
 use crate::session::index::TreeIndex;
 use crate::session::loader::{self, Loaded, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
-use crate::session::paths::{session_file_name, session_id_from_file_name, AgentDir};
+use crate::session::paths::{session_file_name, session_id_from_file_name, AgentDir, ProjectRoots};
 use crate::session::persistence::atomic_write_expecting;
 use crate::session::storage::{FileStat, MemoryStorage, Storage};
 
@@ -51,7 +51,8 @@ impl Session {
         parent_session: Option<&str>,
     ) -> Result<Self> {
         let (line, header) = new_header(cwd, parent_session);
-        let path = agent.project_dir(cwd).join(session_file_name(
+        let dir = crate::session::discovery::cwd_project_dir(&*storage, agent, cwd);
+        let path = dir.join(session_file_name(
             header.timestamp.as_deref().unwrap_or_default(),
             &header.id,
         ));
@@ -115,27 +116,33 @@ impl Session {
                 });
             }
         }
+        let mut refusal = None;
         let (line, header) = match &loaded {
             // A missing or empty file: a new session. Its id is the one the
             // file name gives (`<timestamp>_<id>.jsonl`), and its cwd the
-            // project directory's when the file is in one, else the
-            // current directory.
+            // one its directory stands for (a sibling session's header, or
+            // the directory's name decoded). When neither says, the first
+            // write is refused rather than a made-up cwd written.
             None => {
+                let roots = options.roots.clone().unwrap_or_else(ProjectRoots::from_env);
                 let cwd = path
                     .parent()
-                    .and_then(|dir| crate::session::discovery::project_cwd(&*storage, dir))
-                    .or_else(|| {
-                        std::env::current_dir()
-                            .ok()
-                            .map(|d| d.to_string_lossy().into_owned())
-                    })
-                    .unwrap_or_else(|| "/".into());
+                    .and_then(|dir| crate::session::discovery::project_cwd(&*storage, dir, &roots));
+                if cwd.is_none() {
+                    refusal = Some(format!(
+                        "{}: no session there, and no working directory is known for a new one \
+                         (no session in its directory has a header with a cwd, and the \
+                         directory's name does not say); nothing was written; start it with \
+                         `sessionfs new --cwd DIR`",
+                        path.display()
+                    ));
+                }
                 let id = path
                     .file_name()
                     .and_then(|n| n.to_str())
                     .and_then(session_id_from_file_name)
                     .map_or_else(new_session_id, str::to_string);
-                new_header_with_id(id, &cwd, None)
+                new_header_with_id(id, cwd.as_deref().unwrap_or_default(), None)
             }
             // Replaced by the file's header below.
             Some(_) => new_header("", None),
@@ -143,6 +150,7 @@ impl Session {
         let mut journal = Journal::new(storage, Some(path.to_path_buf()), Backing::Deferred, line);
         journal.set_confine(options.confine.clone());
         journal.set_write_through(options.write_through);
+        journal.refuse_first_write(refusal);
         let mut session = Self::blank(journal, blobs, header);
         session.read_only = options.read_only;
         session.max_line = options.max_line;
@@ -343,6 +351,7 @@ impl Session {
             confine: self.journal.confine().cloned(),
             index: self.index_store.clone(),
             write_through: self.journal.write_through(),
+            roots: None,
         };
         let storage = self.journal.storage().clone();
         let fresh = Session::open(storage, self.blobs.clone(), &path, &options)?;

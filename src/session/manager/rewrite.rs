@@ -228,7 +228,7 @@ impl Session {
     ) -> Result<PathBuf> {
         let id = new_session_id();
         let ts = now_iso();
-        let dir = agent.project_dir(cwd);
+        let dir = crate::session::discovery::cwd_project_dir(&**self.storage(), agent, cwd);
         self.storage().ensure_dir(&dir).at(&dir)?;
         let path = dir.join(session_file_name(&ts, &id));
         let mut data = header_line_for(&id, &ts, cwd, parent).into_bytes();

@@ -12,6 +12,7 @@ mod history;
 mod live_writers;
 mod model;
 mod persistence;
+mod projects;
 mod reference_ports;
 mod reliability;
 mod spec_rules;

@@ -175,6 +175,9 @@ pub(crate) struct Journal {
     writer: Option<Box<dyn AppendWriter>>,
     /// The last failed write (cleared by the next one that succeeds).
     last_failure: Option<Arc<Error>>,
+    /// Why the first write must not happen (a new session whose working
+    /// directory is unknown): it fails with [`Error::Invalid`].
+    refusal: Option<String>,
 }
 
 impl Journal {
@@ -197,6 +200,7 @@ impl Journal {
             reader: None,
             writer: None,
             last_failure: None,
+            refusal: None,
         }
     }
 
@@ -205,6 +209,11 @@ impl Journal {
     }
     pub(crate) fn confine(&self) -> Option<&PathBuf> {
         self.confine.as_ref()
+    }
+    /// Refuses the first write with `reason` ([`Error::Invalid`]); `None`
+    /// allows it.
+    pub(crate) fn refuse_first_write(&mut self, reason: Option<String>) {
+        self.refusal = reason;
     }
     pub(crate) fn set_write_through(&mut self, write_through: bool) {
         self.write_through = write_through;

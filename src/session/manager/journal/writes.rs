@@ -61,6 +61,9 @@ impl Journal {
     /// is not empty then. Appending rather than renaming keeps the inode
     /// that another program may hold open (an agent that created the file).
     pub(super) fn first_write(&mut self, entries: &[u8]) -> Result<()> {
+        if let Some(reason) = &self.refusal {
+            return Err(Error::Invalid(reason.clone()));
+        }
         let path = self.require_path()?.to_path_buf();
         if let Some(root) = &self.confine {
             check_confined(&*self.storage, &path, root)?;
