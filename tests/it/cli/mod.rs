@@ -8,4 +8,5 @@ mod contract;
 mod docs;
 mod gc;
 mod progress;
+mod projects;
 mod readme_demo;

@@ -145,6 +145,14 @@ impl Mount {
         Self::spawn_in(agent, &all, Some(log), Some(cache))
     }
 
+    /// [`Mount::start`] with extra environment variables for the mount
+    /// (`HOME`, `TMPDIR`: the roots of project directory names).
+    pub fn start_with_env(agent: &Path, args: &[&str], env: &[(&str, &Path)]) -> Mount {
+        let mut all = vec!["--agent-dir".to_string(), agent.display().to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        Self::spawn_env(agent, &all, None, None, env)
+    }
+
     /// Mounts the bundled demo sessions.
     pub fn demo() -> Mount {
         Self::spawn(Path::new(""), &["--demo".to_string()], None)
@@ -159,6 +167,16 @@ impl Mount {
         args: &[String],
         log_filter: Option<&str>,
         cache: Option<&Path>,
+    ) -> Mount {
+        Self::spawn_env(agent, args, log_filter, cache, &[])
+    }
+
+    fn spawn_env(
+        agent: &Path,
+        args: &[String],
+        log_filter: Option<&str>,
+        cache: Option<&Path>,
+        env: &[(&str, &Path)],
     ) -> Mount {
         let dir = tempfile::tempdir().expect("tempdir");
         let mountpoint = dir.path().join("mnt");
@@ -185,6 +203,7 @@ impl Mount {
                     .map(str::to_string)
                     .unwrap_or_else(|| std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -11,6 +11,7 @@ mod first;
 mod live;
 mod pages;
 mod pg;
+mod projects;
 mod read;
 mod security;
 mod stress;
