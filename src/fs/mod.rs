@@ -80,8 +80,29 @@ pub(crate) const DIR_TTL: Duration = Duration::from_secs(1);
 pub(crate) const IMMUTABLE_TTL: Duration = Duration::from_secs(3600);
 /// Names of dynamic files; their attributes are not cached at all.
 pub(crate) const DYNAMIC_ENTRY_TTL: Duration = Duration::from_secs(1);
-/// A name that does not exist.
+/// A name that does not exist, outside sessions (where names come and go
+/// only with files on disk, which the watch worker reports).
 pub(crate) const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+
+/// How long the kernel may remember that `name` does not exist in
+/// `parent`. Inside a session directory names follow the session's state,
+/// which the mount itself changes (a label or leaf written through it, an
+/// append whose new entries the worker would report only after the write
+/// returned) or finds changed on the next access (another writer's
+/// appends): `refs/<label>`, `HEAD`, `branches/<tip>`, `entries/<id>`,
+/// the nested tree, `diff/<a>..<b>`, `images/`. A name that is missing
+/// there now may be there at the next access, so the kernel is not let
+/// remember its absence (TTL 0: every lookup of it asks the mount, which
+/// costs one cheap request per lookup of a missing name). Elsewhere (the
+/// root, `by-id`, projects, `by-cwd`) names change only with files on
+/// disk, and the watch worker invalidates them when they appear.
+fn negative_ttl(parent: &Node) -> Duration {
+    if parent.session_key().is_some() {
+        Duration::ZERO
+    } else {
+        NEGATIVE_TTL
+    }
+}
 
 /// The filesystem served by `sessionfs mount`.
 pub(crate) struct SessionFs {
@@ -105,6 +126,13 @@ fn ttls(node: &Node) -> (Duration, Duration) {
     // (attribute TTL, entry TTL)
     match node.caching() {
         Caching::Listing => (Duration::ZERO, DIR_TTL),
+        // The links of a session (`HEAD`, `refs/<label>`, `branches/<tip>`)
+        // follow its leaf and labels, which change without the session
+        // file changing (a leaf written through `leaf`): their attributes
+        // (size, mtime, whether they still exist) are not cached.
+        Caching::Link if matches!(node, Node::Head(_) | Node::Ref(..) | Node::Tip(..)) => {
+            (Duration::ZERO, DIR_TTL)
+        }
         Caching::Link => (DIR_TTL, DIR_TTL),
         Caching::Immutable => (IMMUTABLE_TTL, IMMUTABLE_TTL),
         Caching::Dynamic => (Duration::ZERO, DYNAMIC_ENTRY_TTL),
@@ -267,7 +295,8 @@ impl Filesystem for SessionFs {
         let child = match self.tree.lookup(&parent, name.as_bytes()) {
             Ok(c) => c,
             Err(e) if e.is_not_found() => {
-                // A negative entry, cached briefly.
+                // A negative entry: cached briefly, or not at all inside
+                // a session (`negative_ttl`).
                 let attr = self.file_attr(
                     0,
                     &Attr {
@@ -277,7 +306,7 @@ impl Filesystem for SessionFs {
                         mtime: SystemTime::UNIX_EPOCH,
                     },
                 );
-                return reply.entry(&NEGATIVE_TTL, &attr, Generation(0));
+                return reply.entry(&negative_ttl(&parent), &attr, Generation(0));
             }
             Err(e) => return reply.error(err_of(&e)),
         };

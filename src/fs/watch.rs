@@ -48,7 +48,8 @@ use crate::session::session_id_from_file_name;
 const MOVE_DELAY: Duration = Duration::from_millis(50);
 
 /// At most this many new entries of one change are invalidated by name
-/// (a bulk load is left to the negative-lookup TTL).
+/// (a bulk load is left to the negative-lookup TTL, which is 0 inside a
+/// session: `negative_ttl` of `fs`).
 const MAX_NAMED_INVALIDATIONS: usize = 4096;
 
 /// Something the worker can be woken up for.
