@@ -244,6 +244,20 @@ impl SessionFile {
             .find(|f| f.name().as_bytes() == name)
     }
 
+    /// Files whose content shows the leaf (and so changes when it moves
+    /// without the session file changing; see `Tree::leaf_mtime`).
+    pub(crate) fn follows_leaf(self) -> bool {
+        matches!(
+            self,
+            SessionFile::Leaf
+                | SessionFile::Context
+                | SessionFile::ContextMd
+                | SessionFile::BranchMd
+                | SessionFile::Stats
+                | SessionFile::TreeSvg
+        )
+    }
+
     /// Files that accept commands.
     pub(crate) fn is_control(self) -> bool {
         matches!(

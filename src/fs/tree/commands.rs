@@ -111,7 +111,8 @@ impl Tree {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        self.with_session(key, |st, s| {
+        let mut leaf_moved = false;
+        let result = self.with_session(key, |st, s| {
             let Some(s) = s else {
                 // A write to a session whose file cannot be read: `EIO`,
                 // as any access to its contents (`docs/filesystem.md`).
@@ -126,6 +127,7 @@ impl Tree {
             };
             let before = s.entries().len();
             let had_leaf = s.leaf().is_some();
+            let leaf_before = s.leaf_id().map(str::to_string);
             let reloads = s.reloads();
             let result = run(s);
             // The command may have indexed lines that others appended
@@ -133,6 +135,7 @@ impl Tree {
             // A reset leaf removes `HEAD` from the session's listing without
             // changing the file: the kernel's cached listing must go.
             let head_changed = had_leaf != s.leaf().is_some();
+            leaf_moved = leaf_before.as_deref() != s.leaf_id();
             if head_changed {
                 // The session directory's mtime moves at once (the
                 // worker's invalidation below arrives asynchronously).
@@ -156,7 +159,13 @@ impl Tree {
                 Ok(()) => st.last_error = None,
             }
             result
-        })
+        });
+        // The files that show the leaf get a later mtime, also when the
+        // file did not change (a leaf written through `leaf`).
+        if leaf_moved {
+            self.note_leaf_moved(key);
+        }
+        result
     }
 
     /// An `append` file is flushed (closed) by `pid` with an incomplete

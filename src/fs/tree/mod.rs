@@ -184,6 +184,9 @@ pub(crate) struct Tree {
     /// Directory mtimes reported so far (see [`Tree::stamp`]): one per
     /// project and session ever listed or looked up.
     stamps: Mutex<HashMap<StampKey, Stamp>>,
+    /// When the leaf last moved through the mount, per session whose leaf
+    /// a command moved (see [`Tree::leaf_mtime`]).
+    leaf_moved: Mutex<HashMap<SessionKey, SystemTime>>,
     /// Rendered `problems` files, by the session file's identity, size
     /// and mtime.
     problems: Mutex<HashMap<SessionKey, ProblemsEntry>>,
@@ -239,6 +242,7 @@ impl Tree {
             changes: Mutex::new(ChangeRoute::Pending(Vec::new())),
             started: SystemTime::now(),
             stamps: Mutex::new(HashMap::new()),
+            leaf_moved: Mutex::new(HashMap::new()),
             problems: Mutex::new(HashMap::new()),
             cwds: Mutex::new(HashMap::new()),
             context_opened: Mutex::new(HashSet::new()),

@@ -56,7 +56,7 @@ impl Tree {
                     node_type: NodeType::File,
                     size,
                     perm,
-                    mtime: self.file_mtime(key),
+                    mtime: self.leaf_mtime(key),
                 });
             }
         }
@@ -128,7 +128,11 @@ impl Tree {
                 mtime: self.file_mtime(key),
             }),
             Node::File(key, f) => {
-                let mtime = self.file_mtime(key);
+                let mtime = if f.follows_leaf() {
+                    self.leaf_mtime(key)
+                } else {
+                    self.file_mtime(key)
+                };
                 self.with_session(key, |st, s| {
                     let size = match (s, f) {
                         (None, SessionFile::LastError) => render_last_error(st).len() as u64,
@@ -186,9 +190,12 @@ impl Tree {
             }
             Node::CwdLink { .. } | Node::Head(_) | Node::Ref(..) | Node::Tip(..) => {
                 let target = self.readlink(node)?;
-                let mtime = node
-                    .session_key()
-                    .map_or(self.started, |k| self.file_mtime(k));
+                let mtime = match node {
+                    Node::Head(key) => self.leaf_mtime(key),
+                    _ => node
+                        .session_key()
+                        .map_or(self.started, |k| self.file_mtime(k)),
+                };
                 Ok(Attr {
                     node_type: NodeType::Symlink,
                     size: target.len() as u64,

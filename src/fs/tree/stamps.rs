@@ -147,6 +147,36 @@ impl Tree {
         entry_mtime(s, pos).unwrap_or_else(|| self.file_mtime(key))
     }
 
+    /// The mtime of the files that show the leaf (`SessionFile::follows_leaf`,
+    /// and `HEAD`): the session file's, or the time the leaf last moved
+    /// through the mount when that is later. A leaf written through `leaf`
+    /// changes what they hold without touching the file, and tools that
+    /// compare size and mtime (`rsync`'s quick check, `make`) must see it.
+    pub(crate) fn leaf_mtime(&self, key: &SessionKey) -> SystemTime {
+        let file = self.file_mtime(key);
+        self.leaf_moved
+            .lock()
+            .get(key)
+            .map_or(file, |&moved| moved.max(file))
+    }
+
+    /// The leaf of a session moved through the mount: the files that show
+    /// it get a later mtime ([`Tree::leaf_mtime`]), now or a nanosecond
+    /// after the one reported before, whichever is later (two moves within
+    /// one tick of the clock still move it).
+    pub(super) fn note_leaf_moved(&self, key: &SessionKey) {
+        let file = self.file_mtime(key);
+        let now = SystemTime::now();
+        let mut moved = self.leaf_moved.lock();
+        let before = moved.get(key).map_or(file, |&t| t.max(file));
+        let at = if now > before {
+            now
+        } else {
+            before + Duration::from_nanos(1)
+        };
+        moved.insert(key.clone(), at);
+    }
+
     pub(super) fn file_mtime(&self, key: &SessionKey) -> SystemTime {
         self.session_file_meta(key)
             .map(|m| m.mtime)
