@@ -51,6 +51,7 @@ pub(crate) use layout::{Node, NodeType};
 pub(crate) use mount::{is_stale_error, probe_mountpoint};
 pub(crate) use tree::{Tree, TreeConfig};
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -118,6 +119,10 @@ pub(crate) struct SessionFs {
     /// turned off for good when the kernel refuses a backing file (it
     /// needs `CAP_SYS_ADMIN`).
     passthrough: AtomicBool,
+    /// The size last given to the kernel (`lookup`, `getattr`) of each
+    /// file read with direct I/O that it holds, by inode (see
+    /// [`SessionFs::note_size`]).
+    sizes: parking_lot::Mutex<HashMap<u64, u64>>,
     uid: u32,
     gid: u32,
 }
@@ -166,6 +171,7 @@ impl SessionFs {
             listings: Listings::new(),
             no_opendir: false,
             passthrough: AtomicBool::new(passthrough),
+            sizes: parking_lot::Mutex::new(HashMap::new()),
             uid,
             gid,
         }
@@ -238,6 +244,22 @@ impl SessionFs {
         }
     }
 
+    /// Keeps the size given to the kernel for a file read with direct I/O
+    /// (not `context.json`, whose slot keeps it: `fs::pages`, rule 6).
+    /// Listings with attributes give it again instead of a placeholder
+    /// size of 0: the kernel applies a listing's size to an inode it holds
+    /// and drops the pages past it, and the pages of such a file are those
+    /// of a shared mapping (`FUSE_DIRECT_IO_ALLOW_MMAP`), which would then
+    /// fault (`SIGBUS`) until the next `stat` set the size back.
+    fn note_size(&self, ino: u64, node: &Node, attr: &FileAttr) {
+        let direct = node.node_type() == NodeType::File
+            && node.caching() == Caching::Dynamic
+            && !matches!(node, Node::File(_, SessionFile::Context));
+        if direct {
+            self.sizes.lock().insert(ino, attr.size);
+        }
+    }
+
     /// The errno for an attempt to change the tree.
     fn refuse(&self) -> Errno {
         err_of(&if self.tree.read_only() {
@@ -265,6 +287,21 @@ impl Filesystem for SessionFs {
         // cache of a file whose size changed, which is correct but slower.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPLICIT_INVAL_DATA) {
             log::info!("the kernel lacks {missing:?}: a size change drops a file's pages");
+        }
+        // Shared mappings (`MAP_SHARED`, as Python's `mmap.ACCESS_READ`
+        // and memory-mapping readers use) of the files read with direct
+        // I/O: the kernel then fills the page cache for the mapping
+        // through its handle, so the mapping shows the rendering of its
+        // open. The kernel drops a direct-I/O file's cached pages at every
+        // `mmap`, and at every open without `FOPEN_KEEP_CACHE`, so a later
+        // mapping does not see an older rendering (`context.json` keeps
+        // its own rules, `fs::pages`: direct handles are counted as
+        // possibly filling the cache). Without it (kernels before 6.6)
+        // such an `mmap` fails with `ENODEV`; `MAP_PRIVATE` works anyway.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
+            log::info!(
+                "the kernel lacks {missing:?}: shared mmap of the dynamic files fails (ENODEV)"
+            );
         }
         // Listings carry the attributes of their directories (see
         // `readdirplus`): a walk over `entries/` needs no lookup per entry.
@@ -314,18 +351,17 @@ impl Filesystem for SessionFs {
             Ok(a) => {
                 let ino = self.inodes.remember(&child);
                 let (attr_ttl, entry_ttl) = ttls(&child);
-                reply.entry_with_ttls(
-                    &attr_ttl,
-                    &entry_ttl,
-                    &self.owned_attr(ino, &child, &a),
-                    Generation(0),
-                );
+                let attr = self.owned_attr(ino, &child, &a);
+                self.note_size(ino, &child, &attr);
+                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &attr, Generation(0));
             }
             Err(e) => reply.error(err_of(&e)),
         }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // The kernel forgets an inode only when it drops it.
+        self.sizes.lock().remove(&ino.0);
         self.inodes.forget(ino.0, nlookup);
     }
 
@@ -344,7 +380,9 @@ impl Filesystem for SessionFs {
                         a.size = size;
                     }
                 }
-                reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a))
+                let attr = self.owned_attr(ino.0, &node, &a);
+                self.note_size(ino.0, &node, &attr);
+                reply.attr(&ttls(&node).0, &attr)
             }
             Err(e) => {
                 // A file whose session file was deleted (not one replaced,
@@ -363,7 +401,9 @@ impl Filesystem for SessionFs {
                             perm: node.perm(self.tree.read_only()),
                             mtime: SystemTime::UNIX_EPOCH,
                         };
-                        return reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a));
+                        let attr = self.owned_attr(ino.0, &node, &a);
+                        self.note_size(ino.0, &node, &attr);
+                        return reply.attr(&ttls(&node).0, &attr);
                     }
                 }
                 reply.error(err_of(&e))
@@ -414,7 +454,11 @@ impl Filesystem for SessionFs {
             }
         }
         match self.tree.attr(&node) {
-            Ok(a) => reply.attr(&ttls(&node).0, &self.owned_attr(ino.0, &node, &a)),
+            Ok(a) => {
+                let attr = self.owned_attr(ino.0, &node, &a);
+                self.note_size(ino.0, &node, &attr);
+                reply.attr(&ttls(&node).0, &attr)
+            }
             Err(e) => reply.error(err_of(&e)),
         }
     }
@@ -744,6 +788,13 @@ impl Filesystem for SessionFs {
                 // context per `context.json`. `.` and `..` are not looked
                 // up by the kernel, nor their attributes used: no count.
                 let dots = name == "." || name == "..";
+                let child_ino = match child {
+                    _ if name == "." => ino.0,
+                    _ if dots => self.inodes.ino_of(child),
+                    // A file of this directory: no record, no hashing.
+                    Node::EntryFile(.., f) => InodeTable::file_ino(ino.0, *f),
+                    _ => self.inodes.remember(child),
+                };
                 let known = match (child, &node) {
                     (Node::EntryFile(.., f), Node::EntryDir(key, id, view)) if !dots => {
                         let files = entry_files.get_or_insert_with(|| {
@@ -765,6 +816,18 @@ impl Filesystem for SessionFs {
                     }
                     _ => None,
                 };
+                // A file read with direct I/O that the kernel holds: the
+                // size it was given (`note_size`), not a placeholder that
+                // would cut a shared mapping short.
+                let known = known.or_else(|| {
+                    let size = *self.sizes.lock().get(&child_ino)?;
+                    (!dots).then(|| Attr {
+                        node_type: NodeType::File,
+                        size,
+                        perm: 0,
+                        mtime: mtime.unwrap_or(SystemTime::UNIX_EPOCH),
+                    })
+                });
                 let (mtime, size, ttl) = match (known, mtime) {
                     (Some(a), _) => {
                         let (attr_ttl, entry_ttl) = ttls(child);
@@ -782,13 +845,6 @@ impl Filesystem for SessionFs {
                     size,
                     perm: self.perm_of(child, &owner),
                     mtime,
-                };
-                let child_ino = match child {
-                    _ if name == "." => ino.0,
-                    _ if dots => self.inodes.ino_of(child),
-                    // A file of this directory: no record, no hashing.
-                    Node::EntryFile(.., f) => InodeTable::file_ino(ino.0, *f),
-                    _ => self.inodes.remember(child),
                 };
                 let mut file_attr = self.file_attr(child_ino, &attr);
                 file_attr.uid = owner.0.uid;
