@@ -8,6 +8,7 @@ mod control;
 mod daemon;
 mod fidelity;
 mod first;
+mod fresh;
 mod live;
 mod pages;
 mod pg;
