@@ -74,11 +74,15 @@ impl OpenMode {
 #[derive(Debug, Clone)]
 pub(crate) enum PageCache {
     /// Not at all: every read comes here (control files, dynamic files).
+    /// What a shared mapping put in the cache stays (the open does not
+    /// drop it: `FOPEN_KEEP_CACHE`; the kernel drops it at the next
+    /// `mmap`), so that another open does not change a live mapping.
     Direct,
     /// Not used by this open (direct I/O), but what others cached stays
     /// (without `FOPEN_KEEP_CACHE` an open drops the file's cached pages):
     /// `context.json` while its cache is stale (`fs::pages`), so that the
     /// unchanged beginning is still cached once the tail is invalidated.
+    /// (The same flags as `Direct`; counted apart by `fs::pages`.)
     Bypass,
     /// Kept across opens (files whose content does not change, and
     /// `context.json` while its cached pages are its current rendering's,

@@ -584,8 +584,14 @@ impl Filesystem for SessionFs {
             Ok((fh, cache)) => reply.opened(
                 FileHandle(fh),
                 match cache {
-                    PageCache::Direct => FopenFlags::FOPEN_DIRECT_IO,
                     PageCache::Keep => FopenFlags::FOPEN_KEEP_CACHE,
+                    // Direct I/O (`Direct`, `Bypass`), with the cache kept
+                    // too: reads do not use it, but an open without
+                    // `FOPEN_KEEP_CACHE` would take a live shared
+                    // mapping's pages away, and the mapping would read
+                    // them again, from a newer rendering. The kernel drops
+                    // a direct-I/O file's pages at every `mmap` of it
+                    // instead, so a new mapping never meets older pages.
                     _ => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE,
                 },
             ),

@@ -43,7 +43,8 @@ fn session(two_branches: bool) -> (tempfile::TempDir, PathBuf) {
     text.push_str(&line("u1", None, &user("first question")));
     text.push_str(&line("a1", Some("u1"), &assistant("first answer")));
     if two_branches {
-        text.push_str(&line("a2", Some("u1"), &assistant("second answer")));
+        // As long as `a1`'s: the views of either leaf have the same size.
+        text.push_str(&line("a2", Some("u1"), &assistant("other answer")));
     }
     fs::write(&file, text).unwrap();
     (tmp, file)
@@ -297,6 +298,61 @@ fn listings_leave_shared_mappings_whole() {
         assert!(
             readable(p as *const u8, len),
             "{f}: still mapped whole after a listing"
+        );
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, len) };
+    }
+    assert_eq!(m.stop().code(), Some(0));
+}
+
+#[test]
+fn a_mapping_keeps_its_text_while_others_read_the_file() {
+    if !fuse_ok("a_mapping_keeps_its_text_while_others_read_the_file") {
+        return;
+    }
+    let (tmp, _file) = session(true);
+    let m = Mount::start(tmp.path(), &[]);
+    let sdir = m.join(format!("{PROJECT}/{STEM}"));
+    // (Not `leaf` itself: a write to a file changes its shared mappings,
+    // on any filesystem.)
+    for f in ["context.md", "branch.md"] {
+        let path = sdir.join(f);
+        let file = fs::File::open(&path).unwrap();
+        let len = usize::try_from(file.metadata().unwrap().len()).unwrap();
+        // SAFETY: a shared read-only mapping of an open descriptor, read
+        // only within its length, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert!(p != libc::MAP_FAILED, "mmap {f}");
+        // SAFETY: within the mapping.
+        let mapped = || unsafe { std::slice::from_raw_parts(p as *const u8, len).to_vec() };
+        let before = mapped();
+        assert_eq!(before, fs::read(&path).unwrap(), "{f}: mapped");
+        // The leaf moves (to a text of the same size: a file that shrinks
+        // loses the mapped bytes past its new end, as any file does), and
+        // another process reads the file: its open must not take the
+        // mapping's pages away (the mapping would then read the new text
+        // into them).
+        let leaf = fs::read_to_string(sdir.join("leaf")).unwrap();
+        let moved = if leaf == "a2\n" { "a1\n" } else { "a2\n" };
+        fs::write(sdir.join("leaf"), moved).unwrap();
+        let now = fs::read(&path).unwrap();
+        assert!(now != before, "{f} changed");
+        let after = mapped();
+        assert!(
+            after == before,
+            "{f}: the mapping keeps the text it showed: {:?} / {:?} / {:?}",
+            String::from_utf8_lossy(&before),
+            String::from_utf8_lossy(&after),
+            String::from_utf8_lossy(&now)
         );
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(p, len) };
