@@ -6,12 +6,17 @@
 //!
 //! Entries are parsed leniently: a stored string may hold the escape of a
 //! lone UTF-16 surrogate (JavaScript writes those), which is shown as
-//! U+FFFD here; the stored bytes never change.
+//! U+FFFD here; the stored bytes never change. They are parsed into a
+//! [`Json`], so a line nested however deep renders: a part nested more
+//! than [`MAX_DEPTH`](crate::session::json::MAX_DEPTH) levels is shown as
+//! its JSON text, re-indented without recursion.
 
 use std::fmt::Write;
 
 use base64::Engine as _;
-use serde_json::{Map, Value};
+use indexmap::IndexMap;
+
+use crate::session::json::Json;
 
 use crate::session::error::{Error, Result};
 use crate::session::format::{EntryKind, Facts};
@@ -100,17 +105,18 @@ fn repair_surrogates(text: &str) -> String {
     out
 }
 
-/// Parses JSON text into a value, lone-surrogate escapes shown as U+FFFD.
-pub(crate) fn lenient_value(text: &str) -> Result<Value> {
-    match serde_json::from_str(text) {
+/// Parses JSON text into a value, lone-surrogate escapes shown as U+FFFD
+/// (where the text is parsed; a deep part keeps its text as written).
+pub(crate) fn lenient_value(text: &str) -> Result<Json> {
+    match Json::parse(text) {
         Ok(v) => Ok(v),
-        Err(_) => serde_json::from_str(&repair_surrogates(text))
+        Err(_) => Json::parse(&repair_surrogates(text))
             .map_err(|e| Error::Invalid(format!("entry is not valid JSON: {e}"))),
     }
 }
 
 /// An entry by position, as a JSON value with image blob refs resolved.
-pub fn entry_value(s: &Session, idx: u32) -> Result<Value> {
+pub fn entry_value(s: &Session, idx: u32) -> Result<Json> {
     let id = s
         .index()
         .get(idx)
@@ -119,13 +125,13 @@ pub fn entry_value(s: &Session, idx: u32) -> Result<Value> {
     lenient_value(&s.entry_json(&id)?)
 }
 
-fn str_of<'v>(v: &'v Value, key: &str) -> Option<&'v str> {
-    v.get(key).and_then(Value::as_str)
+fn str_of<'v>(v: &'v Json, key: &str) -> Option<&'v str> {
+    v.get(key).and_then(Json::as_str)
 }
 
 /// The content a message-like entry carries: `message.content` of a
 /// message, `content` of a custom message.
-fn content_of(entry: &Value) -> Option<&Value> {
+fn content_of(entry: &Json) -> Option<&Json> {
     match str_of(entry, "type") {
         Some("message") => entry.get("message")?.get("content"),
         Some("custom_message") => entry.get("content"),
@@ -136,11 +142,11 @@ fn content_of(entry: &Value) -> Option<&Value> {
 /// The plain text of a message for `text`: its text blocks, and tool calls
 /// as `name(arguments)`, one per line. Empty for entries that are not
 /// messages (`message` and `custom_message`).
-pub fn entry_text(entry: &Value) -> String {
+pub fn entry_text(entry: &Json) -> String {
     let mut out = String::new();
     match content_of(entry) {
-        Some(Value::String(t)) => push_line(&mut out, t),
-        Some(Value::Array(blocks)) => {
+        Some(Json::String(t)) => push_line(&mut out, t),
+        Some(Json::Array(blocks)) => {
             for block in blocks {
                 match str_of(block, "type") {
                     Some("text") => push_line(&mut out, str_of(block, "text").unwrap_or("")),
@@ -148,7 +154,7 @@ pub fn entry_text(entry: &Value) -> String {
                         let name = str_of(block, "name").unwrap_or("");
                         let args = block
                             .get("arguments")
-                            .map_or_else(String::new, Value::to_string);
+                            .map_or_else(String::new, Json::compact);
                         push_line(&mut out, &format!("{name}({args})"));
                     }
                     _ => {}
@@ -170,7 +176,7 @@ fn push_line(out: &mut String, text: &str) {
 /// The image blocks of an entry's content (`{"type":"image","data",
 /// "mimeType"}`), with their file names; blocks whose data is not valid
 /// base64 are skipped (their number stays taken).
-pub fn entry_images(entry: &Value) -> Vec<Image> {
+pub fn entry_images(entry: &Json) -> Vec<Image> {
     let mut out = Vec::new();
     for (n, block) in image_blocks(entry).into_iter().enumerate() {
         let mime = str_of(block, "mimeType").unwrap_or("").to_string();
@@ -189,9 +195,9 @@ pub fn entry_images(entry: &Value) -> Vec<Image> {
     out
 }
 
-fn image_blocks(entry: &Value) -> Vec<&Value> {
+fn image_blocks(entry: &Json) -> Vec<&Json> {
     match content_of(entry) {
-        Some(Value::Array(blocks)) => blocks
+        Some(Json::Array(blocks)) => blocks
             .iter()
             .filter(|b| str_of(b, "type") == Some("image"))
             .collect(),
@@ -221,8 +227,8 @@ fn fenced(out: &mut String, lang: &str, text: &str) {
     let _ = writeln!(out, "{fence}\n");
 }
 
-fn pretty_json(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default()
+fn pretty_json(v: &Json) -> String {
+    v.pretty()
 }
 
 /// Renders one entry for reading.
@@ -349,7 +355,7 @@ impl<'a> Renderer<'a> {
         let kind = str_of(&entry, "type").unwrap_or("");
         match kind {
             "message" => {
-                let empty = Value::Object(Map::new());
+                let empty = Json::Object(IndexMap::new());
                 let message = entry.get("message").unwrap_or(&empty);
                 let role = str_of(message, "role").unwrap_or("message");
                 let mut heading = vec![role.to_string()];
@@ -367,7 +373,7 @@ impl<'a> Renderer<'a> {
                         if let Some(name) = str_of(message, "toolName") {
                             heading.push(name.to_string());
                         }
-                        if message.get("isError") == Some(&Value::Bool(true)) {
+                        if matches!(message.get("isError"), Some(Json::Bool(true))) {
                             heading.push("error".into());
                         }
                     }
@@ -396,7 +402,7 @@ impl<'a> Renderer<'a> {
                 let first = str_of(&entry, "firstKeptEntryId").unwrap_or("");
                 let tokens = entry
                     .get("tokensBefore")
-                    .map_or_else(|| "?".to_string(), Value::to_string);
+                    .map_or_else(|| "?".to_string(), Json::compact);
                 match shown {
                     Shown::ContextCompaction => {
                         push_heading(out, &["compaction summary".into()], &time, &id);
@@ -423,23 +429,23 @@ impl<'a> Renderer<'a> {
                     rest.shift_remove(key);
                 }
                 if !rest.is_empty() {
-                    fenced(out, "json", &pretty_json(&Value::Object(rest)));
+                    fenced(out, "json", &pretty_json(&Json::Object(rest)));
                 }
             }
         }
         Ok(())
     }
 
-    fn image_link(&self, id: &str, n: usize, block: &Value) -> String {
+    fn image_link(&self, id: &str, n: usize, block: &Json) -> String {
         let mime = str_of(block, "mimeType").unwrap_or("");
         let name = format!("{n}.{}", image_extension(mime));
         format!("![image {n}]({})\n\n", (self.link)(id, &name))
     }
 
-    fn push_content(&self, out: &mut String, id: &str, content: Option<&Value>) {
+    fn push_content(&self, out: &mut String, id: &str, content: Option<&Json>) {
         match content {
-            Some(Value::String(t)) => push_block_text(out, t),
-            Some(Value::Array(blocks)) => {
+            Some(Json::String(t)) => push_block_text(out, t),
+            Some(Json::Array(blocks)) => {
                 let mut images = 0;
                 for block in blocks {
                     match str_of(block, "type") {
@@ -459,8 +465,8 @@ impl<'a> Renderer<'a> {
                         Some("toolCall") => {
                             let name = str_of(block, "name").unwrap_or("");
                             let _ = writeln!(out, "**Tool call** `{name}`\n");
-                            let args = block.get("arguments").cloned().unwrap_or(Value::Null);
-                            fenced(out, "json", &pretty_json(&args));
+                            let args = block.get("arguments").unwrap_or(&Json::Null);
+                            fenced(out, "json", &pretty_json(args));
                         }
                         Some("image") => {
                             images += 1;
@@ -470,17 +476,17 @@ impl<'a> Renderer<'a> {
                     }
                 }
             }
-            None | Some(Value::Null) => {}
+            None | Some(Json::Null) => {}
             Some(other) => fenced(out, "json", &pretty_json(other)),
         }
     }
 
-    fn push_tool_result(&self, out: &mut String, id: &str, content: Option<&Value>) {
+    fn push_tool_result(&self, out: &mut String, id: &str, content: Option<&Json>) {
         let mut text = String::new();
         let mut images = Vec::new();
         match content {
-            Some(Value::String(t)) => push_line(&mut text, t),
-            Some(Value::Array(blocks)) => {
+            Some(Json::String(t)) => push_line(&mut text, t),
+            Some(Json::Array(blocks)) => {
                 for block in blocks {
                     match str_of(block, "type") {
                         Some("text") => push_line(&mut text, str_of(block, "text").unwrap_or("")),
@@ -489,7 +495,7 @@ impl<'a> Renderer<'a> {
                     }
                 }
             }
-            None | Some(Value::Null) => {}
+            None | Some(Json::Null) => {}
             Some(other) => push_line(&mut text, &other.to_string()),
         }
         if !text.is_empty() {
@@ -601,15 +607,15 @@ mod tests {
     fn lone_surrogates_become_replacement_characters() {
         let v = lenient_value(r#"{"a":"x\ud83d y","b":"\ud83d\ude00","c":"\\ud83d","d":"\udc00"}"#)
             .unwrap();
-        assert_eq!(v["a"], "x\u{fffd} y");
-        assert_eq!(v["b"], "😀");
-        assert_eq!(v["c"], "\\ud83d");
-        assert_eq!(v["d"], "\u{fffd}");
+        assert_eq!(str_of(&v, "a").unwrap(), "x\u{fffd} y");
+        assert_eq!(str_of(&v, "b").unwrap(), "😀");
+        assert_eq!(str_of(&v, "c").unwrap(), "\\ud83d");
+        assert_eq!(str_of(&v, "d").unwrap(), "\u{fffd}");
     }
 
     #[test]
     fn text_holds_text_blocks_and_tool_calls() {
-        let e: Value = serde_json::from_str(
+        let e = Json::parse(
             r#"{"type":"message","message":{"role":"assistant","content":[
                 {"type":"thinking","thinking":"hmm"},
                 {"type":"text","text":"hi"},
@@ -617,7 +623,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(entry_text(&e), "hi\nread({\"path\":\"a\"})\n");
-        let label: Value = serde_json::from_str(r#"{"type":"label","label":"x"}"#).unwrap();
+        let label = Json::parse(r#"{"type":"label","label":"x"}"#).unwrap();
         assert_eq!(entry_text(&label), "");
     }
 
@@ -636,7 +642,7 @@ mod tests {
 
     #[test]
     fn images_are_numbered_by_block_and_typed_by_mime() {
-        let e: Value = serde_json::from_str(
+        let e = Json::parse(
             r#"{"type":"message","message":{"role":"user","content":[
                 {"type":"image","data":"aGk=","mimeType":"image/png"},
                 {"type":"image","data":"!!","mimeType":"image/png"},

@@ -12,10 +12,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Arc, OnceLock};
 
-use serde_json::Value;
-
 use crate::session::error::Result;
 use crate::session::format::{EntryKind, Facts, Role};
+use crate::session::json::Json;
 use crate::session::render::lenient_value;
 use crate::session::time::format_iso_ms;
 use crate::session::Session;
@@ -192,13 +191,12 @@ impl StatsTable {
                     if let Ok(v) = lenient_value(&text) {
                         if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
                             for (k, key) in TOKEN_KEYS.iter().enumerate() {
-                                o.tokens[k] =
-                                    usage.get(*key).and_then(Value::as_f64).unwrap_or(0.0);
+                                o.tokens[k] = usage.get(key).and_then(Json::as_f64).unwrap_or(0.0);
                             }
                             o.cost = usage
                                 .get("cost")
                                 .and_then(|c| c.get("total"))
-                                .and_then(Value::as_f64)
+                                .and_then(Json::as_f64)
                                 .unwrap_or(0.0);
                         }
                     }

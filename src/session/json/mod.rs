@@ -13,17 +13,21 @@
 //! - `scan`: the fast validating scanner that records member byte ranges;
 //! - `members`: `Members`, a line's top-level members from the scanner
 //!   or, for a line it declines, from serde;
-//! - `jsnum`: new entries' text with JavaScript's numbers.
+//! - `jsnum`: new entries' text with JavaScript's numbers;
+//! - `tree`: [`Json`], a value nested to a bounded depth, deeper parts
+//!   kept as text, which the renderings read.
 
 mod jsnum;
 mod members;
 mod pretty;
 mod raw;
 mod scan;
+mod tree;
 
 // Public: what the adapters use (`docs/engine.md`, "Public surface").
 pub use pretty::{pretty, pretty_append};
 pub use raw::{raw_as_str, RawObject};
+pub use tree::{Json, MAX_DEPTH};
 
 pub(crate) use jsnum::to_js_line;
 pub(crate) use members::Members;

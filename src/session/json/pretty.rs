@@ -45,6 +45,25 @@ pub fn pretty_append(text: &str, indent: usize, out: &mut Vec<u8>) -> usize {
     pretty_into(text, indent, out, usize::MAX, &mut |_| Ok(())).unwrap_or(indent)
 }
 
+/// Appends the pretty form of valid JSON `text` at depth `indent` (as
+/// [`pretty_append`] prints it) to `out` if it is at most `limit` bytes
+/// long, and gives true; otherwise leaves `out` as it was and gives false.
+/// Printing stops soon after the limit is passed (within 64 bytes of
+/// input), so a text whose pretty form is huge (it grows with the square
+/// of the nesting) costs little more than `limit`.
+pub(crate) fn pretty_within(text: &str, indent: usize, out: &mut Vec<u8>, limit: usize) -> bool {
+    let start = out.len();
+    let end = start.saturating_add(limit);
+    let printed = pretty_into(text, indent, out, end.saturating_add(1), &mut |_| {
+        Err(std::io::Error::other("longer than the limit"))
+    });
+    let fits = printed.is_ok() && out.len() <= end;
+    if !fits {
+        out.truncate(start);
+    }
+    fits
+}
+
 /// A sink for pieces of output: it writes out what it is given (and
 /// clears the buffer) or keeps collecting.
 type Flush<'f> = dyn FnMut(&mut Vec<u8>) -> std::io::Result<()> + 'f;

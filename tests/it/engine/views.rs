@@ -160,6 +160,51 @@ fn renderings_show_what_the_issue_asks_for() {
     );
 }
 
+#[test]
+fn lines_nested_past_serdes_limit_render_in_every_view() {
+    // Tool call arguments 130 levels deep (past serde_json's 128), with
+    // usage to count, and a custom entry 100,000 levels deep: valid lines
+    // that load, so every rendering shows them (docs/reliability.md).
+    let args = format!("{}\"\\u0041\"{}", r#"{"a":"#.repeat(130), "}".repeat(130));
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let lines = [
+        r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#.to_string(),
+        r#"{"type":"message","id":"u","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":"hi","timestamp":1}}"#.to_string(),
+        format!(r#"{{"type":"custom","customType":"d","id":"d","parentId":"u","timestamp":"2026-01-01T00:00:02.000Z","data":{deep}}}"#),
+        format!(r#"{{"type":"message","id":"a","parentId":"d","timestamp":"2026-01-01T00:00:03.000Z","message":{{"role":"assistant","content":[{{"type":"toolCall","id":"t","name":"x","arguments":{args}}}],"usage":{{"input":7,"output":5}},"timestamp":1}}}}"#),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("deep_s.jsonl");
+    fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let s = open(tmp.path(), &file);
+    let r = Renderer::new(&s, &image_link);
+    let pos = |id: &str| s.index().position(id).unwrap();
+    // The arguments as JSON.stringify(v, null, 2) shows them, escapes as
+    // written past the parsed levels.
+    let shown = format!("```json\n{}\n```", sessionfs::session::json::pretty(&args));
+    for (what, md) in [
+        ("context.md", r.context(s.leaf()).unwrap()),
+        ("branch.md", r.branch(s.leaf()).unwrap()),
+        ("entry.md", r.entry(pos("a")).unwrap()),
+    ] {
+        assert!(md.contains(&shown), "{what}:\n{md}");
+    }
+    assert_eq!(
+        entry_text(&entry_value(&s, pos("a")).unwrap()),
+        format!("x({args})\n")
+    );
+    // The 100,000 levels: whole, and compact past the parsed levels
+    // (pretty, they would be 20 GB).
+    let md = r.entry(pos("d")).unwrap();
+    let bare: String = md.chars().filter(|c| !c.is_whitespace()).collect();
+    assert!(bare.contains(&format!(r#""data":{deep}"#)));
+    assert!(md.len() < 2 * lines[2].len(), "{} bytes", md.len());
+    // The usage of the deep assistant line is counted.
+    let table = StatsTable::build(&s).unwrap();
+    let stats: Value = serde_json::from_str(&table.session_json(&s, s.leaf())).unwrap();
+    assert!(stats.to_string().contains("\"input\":7"), "{stats}");
+}
+
 /// A session with branches, two models, costs, a label, a compaction and
 /// a branch summary, written here.
 fn synthetic(dir: &Path) -> std::path::PathBuf {

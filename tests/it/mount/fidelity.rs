@@ -74,3 +74,59 @@ fn mount_lists_children_by_timestamp_and_resolves_nested_images() {
     assert!(early.contains(&b64), "{early}");
     assert!(!early.contains("blob:sha256:"), "{early}");
 }
+
+#[test]
+fn lines_nested_past_serdes_limit_show_in_every_view() {
+    if !fuse_ok("lines_nested_past_serdes_limit_show_in_every_view") {
+        return;
+    }
+    // Valid lines nested past serde_json's 128 levels (a tool call's
+    // arguments) and 100,000 levels (a custom entry's data): every view
+    // reads, none fails with EINVAL (docs/reliability.md).
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("sessions/--w--");
+    fs::create_dir_all(&project).unwrap();
+    let args = format!("{}1{}", r#"{"a":"#.repeat(130), "}".repeat(130));
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let lines = [
+        HEADER.to_string(),
+        entry(
+            "u",
+            None,
+            "2026-03-01T10:01:00.000Z",
+            r#""message":{"role":"user","content":"hi"}"#,
+        ),
+        format!(
+            r#"{{"type":"custom","customType":"d","id":"d","parentId":"u","timestamp":"2026-03-01T10:02:00.000Z","data":{deep}}}"#
+        ),
+        entry(
+            "a",
+            Some("d"),
+            "2026-03-01T10:03:00.000Z",
+            &format!(
+                r#""message":{{"role":"assistant","content":[{{"type":"toolCall","id":"t","name":"x","arguments":{args}}}]}}"#
+            ),
+        ),
+    ];
+    let stem = "2026-03-01T10-00-00-000Z_mount-deep";
+    fs::write(
+        project.join(format!("{stem}.jsonl")),
+        lines.join("\n") + "\n",
+    )
+    .unwrap();
+    let m = Mount::start(tmp.path(), &["--read-only"]);
+    let dir = m.join(format!("--w--/{stem}"));
+    let read =
+        |name: &str| fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let tool_call = format!("```json\n{}\n```", sessionfs::session::json::pretty(&args));
+    for name in ["context.md", "branch.md", "entries/a/entry.md"] {
+        assert!(read(name).contains(&tool_call), "{name}");
+    }
+    assert_eq!(read("entries/a/text"), format!("x({args})\n"));
+    let bare: String = read("entries/d/entry.md")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    assert!(bare.contains(&format!(r#""data":{deep}"#)));
+    assert_eq!(read("entries/d/text"), "");
+}
