@@ -20,8 +20,19 @@
 use crate::session::error::{Error, Result};
 use crate::session::Session;
 
+/// Which spaces [`escape`] escapes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spaces {
+    /// Every space (an id).
+    All,
+    /// A space at the start or the end (a label).
+    Edges,
+    /// None (a message).
+    Kept,
+}
+
 /// Escapes one field (see the module documentation).
-fn escape(s: &str, is_id: bool, out: &mut String) {
+fn escape(s: &str, spaces: Spaces, out: &mut String) {
     let last = s.chars().count().saturating_sub(1);
     for (i, c) in s.chars().enumerate() {
         match c {
@@ -30,7 +41,9 @@ fn escape(s: &str, is_id: bool, out: &mut String) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             c if c.is_ascii_control() => out.push_str(&format!("\\x{:02X}", c as u32)),
-            ' ' if is_id || i == 0 || i == last => out.push_str("\\x20"),
+            ' ' if spaces == Spaces::All || (spaces == Spaces::Edges && (i == 0 || i == last)) => {
+                out.push_str("\\x20")
+            }
             c => out.push(c),
         }
     }
@@ -39,14 +52,23 @@ fn escape(s: &str, is_id: bool, out: &mut String) {
 /// An id as it appears in the table.
 pub fn escape_id(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
-    escape(id, true, &mut out);
+    escape(id, Spaces::All, &mut out);
     out
 }
 
 /// A label as it appears in the table.
 pub fn escape_label(label: &str) -> String {
     let mut out = String::with_capacity(label.len());
-    escape(label, false, &mut out);
+    escape(label, Spaces::Edges, &mut out);
+    out
+}
+
+/// A text on one line, its control characters and backslashes escaped as
+/// in the table (spaces kept): how the mount's `last-error` and its log
+/// show a reason, which may quote ids and labels a command supplied.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    escape(text, Spaces::Kept, &mut out);
     out
 }
 
@@ -94,9 +116,9 @@ pub fn unescape(s: &str) -> String {
 pub fn render(session: &Session) -> String {
     let mut out = String::new();
     for (id, label) in session.labels() {
-        escape(id, true, &mut out);
+        escape(id, Spaces::All, &mut out);
         out.push('\t');
-        escape(label, false, &mut out);
+        escape(label, Spaces::Edges, &mut out);
         out.push('\n');
     }
     out
@@ -210,7 +232,11 @@ mod tests {
             assert!(!label.contains(['\t', '\n', '\r']), "{label:?}");
             assert_eq!(label.trim(), label, "{label:?}");
             assert_eq!(unescape(&label), s, "{label:?}");
+            let text = escape_controls(s);
+            assert!(!text.contains(|c: char| c.is_ascii_control()), "{text:?}");
+            assert_eq!(unescape(&text), s, "{text:?}");
         }
+        assert_eq!(escape_controls(" a b\\\0 "), " a b\\\\\\x00 ");
     }
 
     #[test]

@@ -213,7 +213,9 @@ impl Tree {
 }
 
 /// Keeps a failure for `last-error`: `<timestamp> <file> pid <pid>:
-/// <reason>` (see `docs/filesystem.md`, "last-error").
+/// <reason>` (see `docs/filesystem.md`, "last-error"), on one line: the
+/// reason may quote ids and labels a command supplied, so its control
+/// characters are escaped as in the label table, here and in the log.
 pub(super) fn record_error(
     st: &mut SlotState,
     key: &SessionKey,
@@ -221,6 +223,7 @@ pub(super) fn record_error(
     pid: u32,
     message: &str,
 ) {
+    let message = labels::escape_controls(message);
     log::warn!(
         "{}/{}: {what} (pid {pid}): {message}",
         key.project,

@@ -738,7 +738,11 @@ impl Tree {
 
 pub(super) fn render_last_error(st: &SlotState) -> String {
     if let Some(b) = st.session.broken() {
-        return format!("unreadable session file: {}\n", b.reason);
+        // One line, as a command's reason (`record_error`).
+        return format!(
+            "unreadable session file: {}\n",
+            labels::escape_controls(&b.reason)
+        );
     }
     st.last_error.clone().unwrap_or_default()
 }

@@ -207,6 +207,46 @@ fn labels_commands_set_and_clear() {
 }
 
 #[test]
+fn last_error_is_one_line_whatever_a_command_names() {
+    if !fuse_ok("last_error_is_one_line_whatever_a_command_names") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let one_line = |what: &str| {
+        let last = read(&d.join("last-error"));
+        assert!(
+            last.ends_with('\n') && last.matches('\n').count() == 1,
+            "{what}: {last:?}"
+        );
+        assert!(
+            !last.contains('\x1b') && !last.contains('\0'),
+            "{what}: {last:?}"
+        );
+    };
+    // An id that decodes (label table escapes) to a newline, an escape
+    // sequence and a backslash: shown escaped the same way.
+    expect_failure(
+        &f,
+        &d,
+        r"printf 'a\\nfake\\x1b[31m\\\\x lbl\n' > labels",
+        "No such file",
+        r"Entry a\nfake\x1B[31m\\x not found",
+    );
+    one_line("labels");
+    // A NUL in a leaf command's id.
+    expect_failure(
+        &f,
+        &d,
+        r"printf 'u2\0\n' > leaf",
+        "No such file",
+        r"Entry u2\x00 not found",
+    );
+    one_line("leaf");
+}
+
+#[test]
 fn append_every_entry_type() {
     if !fuse_ok("append_every_entry_type") {
         return;
