@@ -20,7 +20,7 @@ use crate::session::error::{Error, Result};
 use crate::session::format::{scan_line, EntryKind, LineKind};
 use crate::session::index::TreeIndex;
 use crate::session::json::{json_string, RawObject};
-use crate::session::loader::{load_bytes, Loaded, DEFAULT_MAX_LINE};
+use crate::session::loader::{load_bytes, Loaded, BOM, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
 use crate::session::persistence::atomic_write;
 use crate::session::storage::Storage;
@@ -387,7 +387,10 @@ impl<'a> Checker<'a> {
         }
 
         // Lines the loader skipped, and a torn tail. Lines are matched by
-        // number: the header's offset is past a byte order mark.
+        // number: the header's offset is past a byte order mark. As the
+        // loader, only the file's first byte may start a byte order mark
+        // that is ignored; on any other line it is a byte JSON.parse
+        // refuses, and the line is skipped.
         let entry_lines: HashSet<u64> = entries.iter().map(|e| view.line_of(e.offset)).collect();
         let header_line = view.line_of(view.loaded.header_offset);
         let last_start = view.line_starts.last().copied().unwrap_or(0);
@@ -396,7 +399,12 @@ impl<'a> Checker<'a> {
             let start = offset;
             offset += line.len() as u64 + 1;
             let lineno = n as u64 + 1;
-            let trimmed = line.trim_ascii();
+            let body = if start == 0 {
+                line.strip_prefix(BOM).unwrap_or(line)
+            } else {
+                line
+            };
+            let trimmed = body.trim_ascii();
             if trimmed.is_empty()
                 || entry_lines.contains(&lineno)
                 || lineno == header_line
@@ -410,8 +418,12 @@ impl<'a> Checker<'a> {
                     "the last line is cut off ({} bytes, no newline, not valid JSON)",
                     line.len()
                 )
+            } else if trimmed.starts_with(BOM) {
+                "starts with a byte order mark (U+FEFF), which only the file may start with; \
+                 JSON.parse refuses it, so the line is not read"
+                    .to_string()
             } else {
-                match scan_line(trimmed.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(trimmed)) {
+                match scan_line(trimmed) {
                     LineKind::Invalid => "not a JSON object".to_string(),
                     LineKind::BadHeader => "a session header without a string id".to_string(),
                     LineKind::Object { .. } => {
@@ -667,7 +679,7 @@ impl<'a> Checker<'a> {
             let lineno = n + 1;
             if lineno as u64 == header_line {
                 // Past a byte order mark, which is kept.
-                let bom = if start == 0 && line.starts_with(b"\xEF\xBB\xBF") {
+                let bom = if start == 0 && line.starts_with(BOM) {
                     3
                 } else {
                     0
@@ -852,5 +864,47 @@ mod tests {
         let out = String::from_utf8(storage.read(new).unwrap()).unwrap();
         assert!(out.starts_with(&format!("\u{feff}{HEADER}\n")), "{out}");
         assert!(checker.check_file(new).is_empty());
+    }
+
+    #[test]
+    fn a_byte_order_mark_inside_the_file_is_a_line_the_loader_skips() {
+        // Two files joined, the second written with a BOM: the loader
+        // ignores a BOM only at the start of the file, so it skips the
+        // entry line that starts with one; check says so, and the repair
+        // names it among the lines it drops.
+        let storage = MemoryStorage::new();
+        let path = Path::new("/a/sessions/--w--/2026-01-01T00-00-00-000Z_s1.jsonl");
+        let text = format!(
+            "\u{feff}{HEADER}\n{}\n\u{feff}{}\n  \u{feff}{{\"x\":1}}\n",
+            entry("a", None),
+            entry("b", Some("a")),
+        );
+        storage.write(path, text.as_bytes()).unwrap();
+        let loaded = load_bytes(path, text.as_bytes(), DEFAULT_MAX_LINE).unwrap();
+        let ids: Vec<&str> = loaded.entries.iter().map(|e| &*e.entry.id).collect();
+        assert_eq!(ids, ["a"]);
+        let checker = Checker::new(&storage, "/a/blobs");
+        let problems = checker.check_file(path);
+        let kinds: Vec<_> = problems.iter().map(|p| (p.line, p.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some(3), ProblemKind::InvalidLine),
+                (Some(4), ProblemKind::InvalidLine)
+            ]
+        );
+        assert!(
+            problems[0].message.contains("byte order mark"),
+            "{problems:?}"
+        );
+        let new = Path::new("/a/repaired.jsonl");
+        let repair = checker.repair_into(path, new).unwrap();
+        assert_eq!(
+            repair.repaired,
+            [
+                "line 3: dropped (not an entry)",
+                "line 4: dropped (not an entry)"
+            ]
+        );
     }
 }

@@ -30,7 +30,10 @@ pub(crate) const MAX_PARTS: usize = 8;
 /// How far past a planned split point to look for a line end.
 const SPLIT_SEARCH: u64 = 16 << 20;
 
-const BOM: &[u8] = b"\xEF\xBB\xBF";
+/// The UTF-8 byte order mark: ignored at the start of a file, and only
+/// there (on any other line `JSON.parse` fails on it, so the line is
+/// skipped; `check` reports it).
+pub(crate) const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Splits a byte stream into lines, tracking each line's file offset.
 #[derive(Debug)]
