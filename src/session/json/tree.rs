@@ -8,7 +8,7 @@
 //! container any deeper is kept whole as its JSON text
 //! ([`Json::Deep`], found by serde's non-recursive skipping). Nothing the
 //! renderings look up lies that deep; printed, a deep part is re-indented
-//! by the non-recursive [`pretty`](super::pretty) printer or stripped of
+//! by the non-recursive [`pretty`](fn@super::pretty) printer or stripped of
 //! white space by [`compact_into`], so no step recurses more than
 //! [`MAX_DEPTH`] levels however deep the line is, and the printed text
 //! stays proportional to the line (see [`Json::pretty`]).
