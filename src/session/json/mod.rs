@@ -33,7 +33,7 @@ pub(crate) use jsnum::to_js_line;
 pub(crate) use members::Members;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use pretty::check_pretty;
-pub(crate) use pretty::write_pretty;
+pub(crate) use pretty::{max_depth, pretty_at_most, write_pretty};
 pub(crate) use raw::{decode_json_string, json_string};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use scan::agree as scanner_agrees_with_serde;

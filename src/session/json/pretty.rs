@@ -64,6 +64,59 @@ pub(crate) fn pretty_within(text: &str, indent: usize, out: &mut Vec<u8>, limit:
     fits
 }
 
+/// [`pretty`] if its text is at most `limit` bytes long, else `None`
+/// having spent little more than `limit` on finding out. The pretty form
+/// of a line nested `d` levels holds at least `d·(d-1)` bytes of
+/// indentation (each of the `d` opening brackets on the way down starts a
+/// line two spaces deeper), which settles lines nested too deep before
+/// printing anything; a line that may fit is printed with
+/// [`pretty_within`], whose overshoot past the limit (64 bytes of input
+/// at that depth) is then small.
+pub(crate) fn pretty_at_most(text: &str, limit: usize) -> Option<String> {
+    let depth = max_depth(text);
+    if depth.saturating_mul(depth.saturating_sub(1)) > limit {
+        return None;
+    }
+    let mut out = Vec::new();
+    if !pretty_within(text, 0, &mut out, limit) {
+        return None;
+    }
+    // As in `pretty`: the input's bytes plus ASCII punctuation.
+    Some(
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
+}
+
+/// How deep arrays and objects nest in valid JSON `text`.
+pub(crate) fn max_depth(text: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text.as_bytes() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
 /// A sink for pieces of output: it writes out what it is given (and
 /// clears the buffer) or keeps collecting.
 type Flush<'f> = dyn FnMut(&mut Vec<u8>) -> std::io::Result<()> + 'f;

@@ -15,8 +15,13 @@ use crate::session::format::HeaderInfo;
 use crate::session::index::{EntryMeta, TreeIndex};
 use crate::session::index_store::IndexUse;
 use crate::session::index_store::{pretty_context_variant, ContextWriter, Fingerprint, IndexStore};
-use crate::session::json::pretty;
+use crate::session::json::{max_depth, pretty_at_most};
 use crate::session::storage::Storage;
+
+/// The most bytes [`Session::entry_pretty`] gives (1 GiB): four times
+/// the longest line the loader reads, so a line of any shape fits unless
+/// it nests some 23,000 levels deep or more.
+pub(crate) const ENTRY_PRETTY_MAX: usize = 1 << 30;
 
 impl Session {
     /// The session file, if any.
@@ -199,9 +204,20 @@ impl Session {
     }
 
     /// An entry as pretty JSON (with a trailing newline) with blob refs
-    /// resolved.
+    /// resolved. Its indentation grows with the square of the nesting, so
+    /// a line nested tens of thousands of levels would give gigabytes:
+    /// past 1 GiB this fails with
+    /// [`Error::TooLarge`] instead (docs/filesystem.md, "The files").
     pub fn entry_pretty(&self, id: &str) -> Result<String> {
-        let mut s = pretty(&self.entry_json(id)?);
+        let json = self.entry_json(id)?;
+        let mut s = pretty_at_most(&json, ENTRY_PRETTY_MAX).ok_or_else(|| {
+            Error::TooLarge(format!(
+                "entry {id} as pretty JSON is more than {ENTRY_PRETTY_MAX} bytes \
+                 (its line of {} bytes nests {} levels deep)",
+                json.len(),
+                max_depth(&json)
+            ))
+        })?;
         s.push('\n');
         Ok(s)
     }

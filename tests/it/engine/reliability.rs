@@ -100,6 +100,20 @@ fn deep_nesting_loads_losslessly_but_is_rejected_as_input() {
     assert_eq!(s.entry_json("d").unwrap(), deep);
     assert!(s.entry_pretty("d").unwrap().len() > deep.len());
     s.context().unwrap();
+    // Pretty, a line nested 100,000 levels would be 20 GB: refused.
+    let deeper = format!(
+        r#"{{"type":"custom","id":"e","parentId":"d","timestamp":"2026-01-01T00:00:01.000Z","customType":"x","data":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    std::fs::write(&path, format!("{HEADER}\n{deep}\n{deeper}\n")).unwrap();
+    let s2 = Session::open_in(env.storage.clone(), &env.agent, &path).unwrap();
+    let err = s2.entry_pretty("e").unwrap_err();
+    assert!(
+        matches!(err, sessionfs::session::Error::TooLarge(_)),
+        "{err}"
+    );
+    assert_eq!(s2.entry_json("e").unwrap(), deeper);
     // ...but input deeper than serde_json's limit (128) is rejected.
     let input = format!(
         r#"{{"type":"custom","customType":"x","data":{}{}}}"#,

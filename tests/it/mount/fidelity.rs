@@ -129,4 +129,13 @@ fn lines_nested_past_serdes_limit_show_in_every_view() {
         .collect();
     assert!(bare.contains(&format!(r#""data":{deep}"#)));
     assert_eq!(read("entries/d/text"), "");
+    // Its entry.json would be 20 GB (JSON.stringify's indentation): past
+    // the 1 GiB cap, EFBIG, and the mount stays up.
+    for e in [
+        fs::metadata(dir.join("entries/d/entry.json")).unwrap_err(),
+        fs::read(dir.join("entries/d/entry.json")).unwrap_err(),
+    ] {
+        assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+    }
+    assert!(read("entries/a/entry.json").contains(r#""name": "x""#));
 }

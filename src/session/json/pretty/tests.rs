@@ -147,6 +147,27 @@ fn dense_structure_at_the_deepest_fixed_indentation() {
 /// escapes, non-ASCII and lone surrogates), the expected contexts of the
 /// golden corpus, the differential corpus.
 #[test]
+fn bounded_printing_stops_at_its_limit() {
+    assert_eq!(max_depth(r#"{"a":"[[{{\\\"[","b":[[1],{"c":[]}]}"#), 4);
+    assert_eq!(max_depth("1"), 0);
+    let text = r#"{"a":[1,{"b":"x"}],"c":[]}"#;
+    let whole = pretty(text);
+    assert_eq!(pretty_at_most(text, whole.len()).as_deref(), Some(&*whole));
+    assert_eq!(pretty_at_most(text, whole.len() - 1), None);
+    let mut out = b"kept".to_vec();
+    assert!(!pretty_within(text, 1, &mut out, 10));
+    assert_eq!(out, b"kept");
+    // 100,000 levels, 20 GB pretty: refused from the depth alone.
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(pretty_at_most(&deep, 1 << 30), None);
+    // 2,000 levels: printed up to the limit, then refused.
+    let deep = format!("{}{}", "[".repeat(2_000), "]".repeat(2_000));
+    let len = pretty(&deep).len();
+    assert!(pretty_at_most(&deep, len - 1).is_none());
+    assert_eq!(pretty_at_most(&deep, len).map(|p| p.len()), Some(len));
+}
+
+#[test]
 fn golden_corpus_lines_print_as_before() {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
