@@ -30,6 +30,10 @@ pub(crate) fn code_of(err: &Error) -> i32 {
         return NOT_FOUND;
     }
     match err {
+        // A path that is not what the command needs (a mount point that
+        // is no directory, an unmount of a path where no sessionfs mount
+        // is): the operating system's `EINVAL`, or ours.
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput => INVALID,
         Error::EntryNotFound(_) | Error::NotFound(_) | Error::Outside(_) => NOT_FOUND,
         Error::Invalid(_)
         | Error::TooLarge(_)
@@ -62,6 +66,8 @@ mod tests {
         assert_eq!(code_of(&Error::Invalid("x".into())), INVALID);
         let io = Error::io("/x", std::io::Error::from_raw_os_error(libc::ENOSPC));
         assert_eq!(code_of(&io), IO);
+        let not_a_mount = std::io::Error::new(std::io::ErrorKind::InvalidInput, "x");
+        assert_eq!(code_of(&Error::io("/x", not_a_mount)), INVALID);
         let codes = [OK, USAGE, NOT_FOUND, INVALID, IO];
         let distinct: std::collections::HashSet<_> = codes.iter().collect();
         assert_eq!(distinct.len(), codes.len());

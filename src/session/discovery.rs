@@ -620,8 +620,10 @@ pub fn list_all_with_progress(
     Ok(out)
 }
 
-/// Finds a session file by a prefix of its id (from file names, no file is
-/// read). Exactly one match is required.
+/// Finds a session file by a prefix of its id, or by its name as the mount
+/// shows it (the file name without `.jsonl`), from file names: no file is
+/// read. Exactly one match is required; an ambiguous prefix names (up to
+/// ten of) the sessions it matches.
 pub fn resolve_session(
     storage: &dyn Storage,
     agent: &AgentDir,
@@ -631,23 +633,49 @@ pub fn resolve_session(
         return Err(Error::Invalid("empty session id".into()));
     }
     let mut matches = Vec::new();
+    let mut named = Vec::new();
     for dir in project_dirs(storage, &agent.sessions_dir())? {
         for file in session_files(storage, &dir)? {
-            let id = file
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(session_id_from_file_name);
-            if id.is_some_and(|id| id.starts_with(id_prefix)) {
+            let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            // The session's name as the mount and `sessionfs ls` show it
+            // (the file name without `.jsonl`).
+            if name.strip_suffix(".jsonl") == Some(id_prefix) {
+                named.push(file.clone());
+            }
+            if session_id_from_file_name(name).is_some_and(|id| id.starts_with(id_prefix)) {
                 matches.push(file);
             }
         }
     }
+    if named.len() == 1 {
+        return Ok(named.remove(0));
+    }
     match matches.len() {
-        0 => Err(Error::EntryNotFound(format!("session {id_prefix}"))),
-        1 => Ok(matches.remove(0)),
-        n => Err(Error::Invalid(format!(
-            "session id prefix {id_prefix} matches {n} sessions"
+        0 => Err(Error::NotFound(format!(
+            "session id prefix {id_prefix} (in {})",
+            agent.sessions_dir().display()
         ))),
+        1 => Ok(matches.remove(0)),
+        n => {
+            const SHOWN: usize = 10;
+            let mut list: Vec<String> = matches
+                .iter()
+                .take(SHOWN)
+                .map(|f| {
+                    let rel = f.strip_prefix(agent.sessions_dir()).unwrap_or(f);
+                    format!("\n  {}", rel.display())
+                })
+                .collect();
+            if n > SHOWN {
+                list.push(format!("\n  … and {} more", n - SHOWN));
+            }
+            Err(Error::Invalid(format!(
+                "session id prefix {id_prefix} matches {n} sessions; give more of it:{}",
+                list.concat()
+            )))
+        }
     }
 }
 

@@ -298,3 +298,34 @@ fn appended_numbers_are_written_as_the_agent_writes_them() {
         "{last}"
     );
 }
+
+#[test]
+fn sessions_are_named_by_id_prefix_or_by_name_and_ambiguity_is_explained() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root().to_str().unwrap();
+    let path = agent.root().join("sessions").join(BRANCHES);
+    let by_path = run(&["leaf", path.to_str().unwrap()]);
+    assert!(by_path.status.success());
+    // The name `ls` and the mount show.
+    let name = BRANCHES
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .trim_end_matches(".jsonl");
+    let by_name = run(&["leaf", name, "--agent-dir", root]);
+    assert!(by_name.status.success(), "{}", stderr(&by_name));
+    assert_eq!(by_name.stdout, by_path.stdout);
+    // Four fixture sessions share this prefix: each is named.
+    let out = run(&["leaf", "01a23785", "--agent-dir", root]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("matches 4 sessions"), "{err}");
+    assert!(err.contains(BRANCHES_ID), "{err}");
+    let out = run(&["leaf", "zzzz", "--agent-dir", root]);
+    assert_eq!(out.status.code(), Some(NOT_FOUND), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("session id prefix zzzz"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -192,6 +192,24 @@ fn mount_failures_exit_nonzero_with_the_error() {
         "{}",
         text(&out)
     );
+    // A mount point that is a file, and an unmount of a directory where
+    // nothing is mounted: invalid input (exit codes: README.md).
+    let file = s.path("a-file");
+    fs::write(&file, "").unwrap();
+    let out = s.run(&[
+        "mount",
+        "--agent-dir",
+        agent.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let out = s.umount();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a mount point"),
+        "{}",
+        text(&out)
+    );
     // An unknown -o option changes nothing.
     let out = s.mount(&["-o", "ro,frobnicate"]);
     // A usage error (exit codes: README.md).
