@@ -138,10 +138,17 @@ fn resolve_by_id_prefix() {
             resolve_session(&*env.storage, &env.agent, "01a23785"),
             Err(Error::Invalid(_))
         ));
-        assert!(matches!(
-            resolve_session(&*env.storage, &env.agent, "ffff"),
-            Err(Error::EntryNotFound(_))
-        ));
+        let missing = resolve_session(&*env.storage, &env.agent, "ffff").unwrap_err();
+        assert!(missing.is_not_found(), "{missing:?}");
+        assert!(missing.to_string().contains("session id prefix ffff"), "{missing}");
+        // A session's name (the file name without `.jsonl`) names it too.
+        let by_name = resolve_session(
+            &*env.storage,
+            &env.agent,
+            p.file_stem().unwrap().to_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(by_name, p);
     }
 }
 
