@@ -140,7 +140,10 @@ fn resolve_by_id_prefix() {
         ));
         let missing = resolve_session(&*env.storage, &env.agent, "ffff").unwrap_err();
         assert!(missing.is_not_found(), "{missing:?}");
-        assert!(missing.to_string().contains("session id prefix ffff"), "{missing}");
+        assert!(
+            missing.to_string().contains("session id prefix ffff"),
+            "{missing}"
+        );
         // A session's name (the file name without `.jsonl`) names it too.
         let by_name = resolve_session(
             &*env.storage,
