@@ -542,7 +542,7 @@ impl Filesystem for SessionFs {
         reply.error(self.refuse());
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let node = match self.node(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -551,6 +551,31 @@ impl Filesystem for SessionFs {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY,
             truncate: flags.0 & libc::O_TRUNC != 0,
         };
+        // The permission bits, as `access` answers them (the kernel checks
+        // them itself only with `default_permissions`): a node the session
+        // file underneath does not let the caller read or write is not
+        // opened for it (`EACCES`). Root may read and write anything, as
+        // on any filesystem; a write on a read-only mount is `EROFS`
+        // (`Handles::open`).
+        if req.uid() != 0 {
+            let owner = self.owner(&node);
+            let wants = Wants {
+                read: flags.acc_mode() != OpenAccMode::O_WRONLY,
+                write: (mode.write || mode.truncate) && !self.tree.read_only(),
+                exec: false,
+            };
+            let allowed = check_access(
+                self.perm_of(&node, &owner),
+                &owner.0,
+                node.is_dir(),
+                (req.uid(), req.gid()),
+                wants,
+                false,
+            );
+            if let Err(e) = allowed {
+                return reply.error(err_of(&e));
+            }
+        }
         let mut make = |file: &std::fs::File| match reply.open_backing(file) {
             Ok(b) => Some(b),
             Err(e) => {

@@ -275,7 +275,8 @@ pub fn serve(
     ];
     // Only the mounting user can reach the mount without `--allow-other`,
     // and the handlers refuse what the permission bits forbid (see
-    // `SessionFs::access`): the kernel need not check the bits itself.
+    // `SessionFs::access` and `SessionFs::open`): the kernel need not
+    // check the bits itself.
     // Checking them would cost a `getattr` for every directory a path
     // walks through, as directories whose listing changes have their
     // attributes uncached. With `--allow-other` the kernel checks them.
@@ -384,9 +385,14 @@ pub fn serve(
             }
         }
         Ended::Unmounted => {
-            if let Err(e) = bg.join() {
-                log::warn!("the FUSE session ended with an error: {e}");
-            }
+            // Our mount is gone (the loop saw the session end). Not joined:
+            // dropping the session would unmount its mount point by path
+            // whenever the kernel has not yet let go of our connection, and
+            // after a lazy unmount a new mount may be there by now (a
+            // server started on the freed mount point). What the session
+            // thread returned is lost with it; it has ended.
+            log::debug!("the FUSE session of {} ended", config.mountpoint.display());
+            std::mem::forget(bg);
         }
     }
     watcher.stop();

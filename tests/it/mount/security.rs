@@ -5,6 +5,7 @@
 //! opened before the swap; nodes carry the owner and mode of the files
 //! underneath, which the kernel enforces with `--allow-other`.
 
+use crate::common;
 use crate::common::fuse;
 
 use std::fs;
@@ -313,4 +314,61 @@ fn allow_other_shows_real_owners_and_modes_and_the_kernel_enforces_them() {
     }
     let (ok, _) = as_nobody(&format!("ls {mnt}/{PROJECT}"));
     assert!(!ok, "nobody listed a 0700 project");
+}
+
+/// A mount made by a user other than root (through `fusermount3`, without
+/// `default_permissions`) checks the permission bits itself on `open`, as
+/// `access` answers them: once the session file is made read-only, its
+/// `append` cannot be opened for writing (`EACCES`, not a write that fails
+/// with `EIO`), and once it is unreadable nothing of it can be read.
+#[test]
+fn a_user_mount_checks_the_permission_bits_on_open() {
+    if !fuse_ok("a_user_mount_checks_the_permission_bits_on_open") {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !fuse::which("setpriv") || !fuse::which("fusermount3") {
+        eprintln!("skipping: needs root, setpriv and fusermount3 to mount as another user");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let file = common::live::write_session(
+        &root.join("agent"),
+        PROJECT,
+        STEM,
+        &common::live::small_session_text("5ec5ec5ec5ec5ec5", "/work/sec"),
+    );
+    let mnt = root.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+    sh(root, "chown -R 65534:65534 agent mnt");
+    let session = mnt.join(PROJECT).join(STEM);
+    let bin = env!("CARGO_BIN_EXE_sessionfs");
+    let (ok, out) = as_nobody(&format!(
+        "HOME={r} XDG_RUNTIME_DIR= '{bin}' mount --agent-dir {r}/agent {r}/mnt 2>&1 && cat {s}/leaf",
+        r = root.display(),
+        s = session.display()
+    ));
+    assert!(ok, "mount as nobody: {out}");
+    let unmount = || as_nobody(&format!("fusermount3 -u {}", mnt.display()));
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o444)).unwrap();
+    let line = r#"{"type":"custom","customType":"x","data":{}}"#;
+    let (wrote, out) = as_nobody(&format!(
+        "{{ echo '{line}' >> {s}/append; }} 2>&1; echo; cat {s}/leaf",
+        s = session.display()
+    ));
+    let read_only = fs::read_to_string(&file).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o000)).unwrap();
+    let (read, read_out) = as_nobody(&format!("cat {}/context.json", session.display()));
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+    let (unmounted, _) = unmount();
+    assert!(unmounted, "fusermount3 -u as nobody");
+    assert!(wrote, "{out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    assert!(
+        !read_only.contains(r#""customType":"x""#),
+        "appended: {read_only}"
+    );
+    assert!(!read, "an unreadable session was read: {read_out}");
 }
