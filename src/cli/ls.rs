@@ -25,33 +25,49 @@ pub(crate) struct LsArgs {
     pub json: bool,
 }
 
-/// Resolves a path inside the mount to its node.
-pub(crate) fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
+/// How many symbolic links one path may pass through (the kernel's limit).
+const MAX_FOLLOWS: usize = 40;
+
+/// Resolves a path inside the mount to its node, following the mount's
+/// symbolic links as the kernel does (`by-id/`, `by-cwd/`, `HEAD`,
+/// `refs/`, `branches/`: all of them name directories, and `ls` lists a
+/// directory a link names), relative to the link's own directory.
+fn resolve(tree: &Tree, path: &Path) -> crate::Result<Node> {
+    let names = |p: &Path| -> Vec<Vec<u8>> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.as_encoded_bytes().to_vec()),
+                Component::ParentDir => Some(b"..".to_vec()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+            })
+            .collect()
+    };
     let mut stack = vec![Node::Root];
-    for comp in path.components() {
-        match comp {
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            Component::ParentDir => {
-                if stack.len() > 1 {
-                    stack.pop();
-                }
+    let mut pending: std::collections::VecDeque<Vec<u8>> = names(path).into();
+    let mut follows = 0;
+    while let Some(name) = pending.pop_front() {
+        if name == b".." {
+            if stack.len() > 1 {
+                stack.pop();
             }
-            Component::Normal(name) => {
-                let parent = stack.last().cloned().unwrap_or(Node::Root);
-                let child = tree.lookup(&parent, name.as_encoded_bytes())?;
-                match child {
-                    // Followed, as the kernel follows the mount's links:
-                    // the path continues in the session directory.
-                    Node::Link { key, .. } => {
-                        stack = vec![
-                            Node::Root,
-                            Node::Project(key.project.clone()),
-                            Node::Session(key),
-                        ];
-                    }
-                    child => stack.push(child),
-                }
-            }
+            continue;
+        }
+        let parent = stack.last().cloned().unwrap_or(Node::Root);
+        let child = tree.lookup(&parent, &name)?;
+        if child.node_type() != NodeType::Symlink {
+            stack.push(child);
+            continue;
+        }
+        follows += 1;
+        if follows > MAX_FOLLOWS {
+            return Err(Error::Invalid(format!(
+                "{}: too many levels of symbolic links",
+                path.display()
+            )));
+        }
+        let target = tree.readlink(&child)?;
+        for n in names(Path::new(&target)).into_iter().rev() {
+            pending.push_front(n);
         }
     }
     Ok(stack.pop().unwrap_or(Node::Root))
@@ -75,6 +91,8 @@ pub(crate) fn run(args: LsArgs) -> crate::Result<i32> {
     );
     let path = args.path.unwrap_or_default();
     let node = resolve(&tree, &path).map_err(|e| match e {
+        // A name under a file: said of the path given, not of a node.
+        Error::NotADirectory(_) => Error::NotADirectory(path.display().to_string()),
         Error::EntryNotFound(_) => Error::io(
             &path,
             std::io::Error::new(

@@ -328,4 +328,48 @@ fn sessions_are_named_by_id_prefix_or_by_name_and_ambiguity_is_explained() {
         "{}",
         stderr(&out)
     );
+fn ls_follows_the_links_of_the_mount() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let root = agent.root().to_str().unwrap();
+    let ls = |path: &str| {
+        let out = run(&["ls", "--agent-dir", root, path]);
+        assert!(out.status.success(), "ls {path}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let session = BRANCHES.trim_end_matches(".jsonl");
+    let leaf = String::from_utf8(run(&["leaf", "--agent-dir", root, BRANCHES_ID]).stdout).unwrap();
+    let leaf = leaf.trim();
+    for (through, target) in [
+        (
+            format!("{session}/HEAD/"),
+            format!("{session}/entries/{leaf}"),
+        ),
+        (
+            format!("{session}/HEAD"),
+            format!("{session}/entries/{leaf}"),
+        ),
+        (
+            format!("{session}/branches/{leaf}"),
+            format!("{session}/entries/{leaf}"),
+        ),
+        (
+            "by-cwd/home/dev/pi/".to_string(),
+            "--home-dev-pi--".to_string(),
+        ),
+        (
+            format!("by-id/{BRANCHES_ID}/entries"),
+            format!("{session}/entries"),
+        ),
+    ] {
+        assert_eq!(ls(&through), ls(&target), "{through}");
+    }
+    // A name under a file: the path given is named, not an internal value.
+    let out = run(&["ls", "--agent-dir", root, &format!("{session}/leaf/x")]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{session}/leaf/x")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("SessionKey"), "{}", stderr(&out));
 }
