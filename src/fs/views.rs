@@ -27,20 +27,47 @@ use crate::session::{Error, Result};
 /// (docs/filesystem.md, "Recursive tools").
 pub(crate) const NESTED_LIST_DEPTH: usize = 32;
 
+/// The most bytes the nested part of a listed path may take (the entry
+/// directories below a session directory, with the longest name inside
+/// the last one): with the mount point, project and session names, and a
+/// copy's destination, a walk's paths stay below `PATH_MAX` (4096) even
+/// when ids are long (any string is an id; 200-byte ids would pass it at
+/// 20 levels).
+pub(crate) const NESTED_LIST_BYTES: usize = 2048;
+
+/// Room kept for the longest name inside an entry directory
+/// (`/images/<n>.<ext>`).
+const LONGEST_INSIDE: usize = 24;
+
 /// The level of an entry in the nested tree (a root is 1), counted up to
-/// [`NESTED_LIST_DEPTH`].
-pub(crate) fn nested_level(s: &Session, pos: u32) -> usize {
+/// [`NESTED_LIST_DEPTH`], and the bytes of its path below the session
+/// directory (names and slashes, counted up to [`NESTED_LIST_BYTES`]).
+pub(crate) fn nested_depth(s: &Session, pos: u32) -> (usize, usize) {
     let index = s.index();
-    let mut level = 1;
+    let name_len = |i: u32| index.get(i).map_or(0, |m| escape_name(m.id()).len()) + 1;
+    let (mut level, mut bytes) = (1, name_len(pos));
     let mut cur = pos;
     while let Some(parent) = index.tree_parent(cur) {
         level += 1;
-        if level >= NESTED_LIST_DEPTH {
+        bytes += name_len(parent);
+        if level >= NESTED_LIST_DEPTH || bytes > NESTED_LIST_BYTES {
             break;
         }
         cur = parent;
     }
-    level
+    (level, bytes)
+}
+
+/// Whether a nested directory at `depth` ([`nested_depth`]) lists its
+/// child `child`: below level [`NESTED_LIST_DEPTH`], and while the child's
+/// path stays within [`NESTED_LIST_BYTES`]. Deeper children are reached by
+/// name.
+pub(crate) fn lists_nested_child(s: &Session, (level, bytes): (usize, usize), child: u32) -> bool {
+    let child_len = s
+        .index()
+        .get(child)
+        .map_or(0, |m| escape_name(m.id()).len());
+    level < NESTED_LIST_DEPTH && bytes + child_len + 1 + LONGEST_INSIDE <= NESTED_LIST_BYTES
 }
 
 /// Where an image of an entry is linked from a rendering: relative to the

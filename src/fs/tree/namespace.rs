@@ -265,8 +265,12 @@ impl Tree {
                         Node::Images(key.clone(), id.clone(), *view),
                     ));
                 }
-                if *view == View::Nested && views::nested_level(s, pos) < views::NESTED_LIST_DEPTH {
+                if *view == View::Nested {
+                    let depth = views::nested_depth(s, pos);
                     for idx in visible_children(s.index(), Some(pos)) {
+                        if !views::lists_nested_child(s, depth, idx) {
+                            continue;
+                        }
                         if let Some(item) = list_item(key, s, idx, View::Nested) {
                             out.push(item);
                         }

@@ -229,3 +229,84 @@ fn a_long_session_walks_in_bytes_linear_in_its_file() {
     assert!(deep_dir.join("entry.json").exists());
     assert_eq!(m.stop().code(), Some(0));
 }
+
+/// Long ids (any string is an id): the nested tree is listed only as deep
+/// as keeps the nested part of a path within 2048 bytes, so `cp -r`,
+/// `rsync -a`, `rg` and `ls -lR` stay below `PATH_MAX` (they failed with
+/// "File name too long" at 32 levels of 200-byte ids); deeper entries are
+/// reachable by name.
+#[test]
+fn long_ids_keep_walks_below_path_max() {
+    if !fuse_ok("long_ids_keep_walks_below_path_max") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions/--w-long--");
+    fs::create_dir_all(&dir).unwrap();
+    let id = |i: usize| format!("{i:03}{}", "x".repeat(197));
+    let mut text = String::from(
+        "{\"type\":\"session\",\"version\":3,\"id\":\"long\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w/long\"}\n",
+    );
+    let mut parent = "null".to_string();
+    for i in 0..40 {
+        text.push_str(&format!(
+            "{{\"type\":\"message\",\"id\":\"{}\",\"parentId\":{parent},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"long-{i:03}\"}}}}\n",
+            id(i)
+        ));
+        parent = format!("\"{}\"", id(i));
+    }
+    fs::write(dir.join("2026-01-01T00-00-00-000Z_long.jsonl"), text).unwrap();
+    let m = Mount::start(tmp.path(), &[]);
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().display().to_string();
+    run_ok(m.path(), &format!("cp -r . {out}/cp"));
+    run_ok(m.path(), "ls -lR . > /dev/null");
+    if which("rsync") {
+        run_ok(m.path(), &format!("rsync -a . {out}/rsync"));
+    }
+    if which("rg") {
+        run_ok(m.path(), "rg -c long-039 . > /dev/null");
+    }
+    let longest = run_ok(
+        m.path(),
+        "find . -type f | awk '{print length($0)}' | sort -n | tail -1",
+    );
+    assert!(
+        longest.trim().parse::<usize>().unwrap() < 2048 + 512,
+        "longest path {longest}"
+    );
+    // Deeper levels (past PATH_MAX as one path) are reachable by name,
+    // one relative step at a time (`openat`).
+    let session = m.join("--w-long--/2026-01-01T00-00-00-000Z_long");
+    let mut dir = fs::File::open(&session).unwrap();
+    for i in 0..30 {
+        let name = std::ffi::CString::new(id(i)).unwrap();
+        // SAFETY: a valid descriptor and NUL-terminated name; the new
+        // descriptor is owned by the `File` made from it.
+        let fd = unsafe {
+            libc::openat(
+                std::os::fd::AsRawFd::as_raw_fd(&dir),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )
+        };
+        assert!(fd >= 0, "level {i}: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        dir = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+    }
+    let name = std::ffi::CString::new("entry.json").unwrap();
+    // SAFETY: as above.
+    let fd = unsafe {
+        libc::openat(
+            std::os::fd::AsRawFd::as_raw_fd(&dir),
+            name.as_ptr(),
+            libc::O_RDONLY,
+        )
+    };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: as above.
+    let mut entry: fs::File = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+    assert!(text.contains("long-029"), "{text}");
+}
