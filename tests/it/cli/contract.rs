@@ -328,6 +328,9 @@ fn sessions_are_named_by_id_prefix_or_by_name_and_ambiguity_is_explained() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
 fn ls_follows_the_links_of_the_mount() {
     let (_tmp, agent) = fixture_agent_dir();
     let root = agent.root().to_str().unwrap();
