@@ -91,8 +91,6 @@ pub(crate) fn run(args: LsArgs) -> crate::Result<i32> {
     );
     let path = args.path.unwrap_or_default();
     let node = resolve(&tree, &path).map_err(|e| match e {
-        // A name under a file: said of the path given, not of a node.
-        Error::NotADirectory(_) => Error::NotADirectory(path.display().to_string()),
         Error::EntryNotFound(_) => Error::io(
             &path,
             std::io::Error::new(
