@@ -94,6 +94,18 @@ impl Tmpfs {
         self.dir.path()
     }
 
+    /// Fills the filesystem with a file, then frees `free` bytes of it;
+    /// the file's path (remove it to free the space).
+    fn fill_leaving(&self, free: u64) -> PathBuf {
+        let filler = self.path().join("filler");
+        let mut f = fs::File::create(&filler).unwrap();
+        let chunk = vec![b'x'; 4096];
+        while f.write_all(&chunk).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(free)).unwrap();
+        filler
+    }
+
     fn remount_read_only(&self) {
         let target = CString::new(self.path().as_os_str().as_bytes()).unwrap();
         // SAFETY: valid NUL-terminated strings.
@@ -237,14 +249,7 @@ fn disk_full_passes_enospc_leaves_no_partial_line_and_is_not_latched() {
     append_through(&m, &custom_line("before")).unwrap();
     let before = fs::read(&file).unwrap();
     // Fill the filesystem, then free a little: less than the next entry.
-    let filler = small.path().join("filler");
-    {
-        let mut f = fs::File::create(&filler).unwrap();
-        let chunk = vec![b'x'; 4096];
-        while f.write_all(&chunk).is_ok() {}
-        let len = f.metadata().unwrap().len();
-        f.set_len(len.saturating_sub(16 * 1024)).unwrap();
-    }
+    let filler = small.fill_leaving(16 * 1024);
     let big = format!(
         "{{\"type\":\"custom\",\"customType\":\"big\",\"data\":\"{}\"}}\n",
         "b".repeat(200 * 1024)
@@ -352,16 +357,7 @@ fn a_write_that_fills_the_disk_part_way_is_taken_short_and_appends_nothing_twice
         ));
         text
     };
-    let fill = |free: u64| {
-        let filler = small.path().join("filler");
-        let mut f = fs::File::create(&filler).unwrap();
-        let chunk = vec![b'x'; 4096];
-        while f.write_all(&chunk).is_ok() {}
-        let len = f.metadata().unwrap().len();
-        f.set_len(len.saturating_sub(free)).unwrap();
-        filler
-    };
-    let filler = fill(16 * 1024);
+    let filler = small.fill_leaving(16 * 1024);
     let data = batch("m");
     let mut f = fs::OpenOptions::new()
         .append(true)
@@ -383,7 +379,7 @@ fn a_write_that_fills_the_disk_part_way_is_taken_short_and_appends_nothing_twice
     drop(m);
 
     // The command line: the ids of what was appended, and the error.
-    let filler = fill(16 * 1024);
+    let filler = small.fill_leaving(16 * 1024);
     let mut child = common::sessionfs_cmd()
         .args(["append", file.to_str().unwrap(), "--agent-dir"])
         .arg(small.path())
