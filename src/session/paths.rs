@@ -290,16 +290,7 @@ fn relative_to(root: &str, path: &str) -> Option<String> {
 /// `<prefix>-<relative path, every / \ : as ->`, or `prefix` alone for the
 /// root itself.
 fn relative_name(prefix: &str, rel: &str) -> String {
-    let encoded: String = rel
-        .chars()
-        .map(|c| {
-            if matches!(c, '/' | '\\' | ':') {
-                '-'
-            } else {
-                c
-            }
-        })
-        .collect();
+    let encoded = dash_separators(rel);
     if encoded.is_empty() {
         prefix.to_string()
     } else if prefix.ends_with('-') {
@@ -317,8 +308,12 @@ pub(crate) fn encode_cwd(cwd: &str) -> String {
         .strip_prefix('/')
         .or_else(|| cwd.strip_prefix('\\'))
         .unwrap_or(cwd);
-    let body: String = trimmed
-        .chars()
+    format!("--{}--", dash_separators(trimmed))
+}
+
+/// `s` with every `/`, `\` and `:` replaced by `-`.
+fn dash_separators(s: &str) -> String {
+    s.chars()
         .map(|c| {
             if matches!(c, '/' | '\\' | ':') {
                 '-'
@@ -326,8 +321,7 @@ pub(crate) fn encode_cwd(cwd: &str) -> String {
                 c
             }
         })
-        .collect();
-    format!("--{body}--")
+        .collect()
 }
 
 /// `<timestamp>_<sessionId>.jsonl` where the timestamp is the ISO instant
