@@ -412,12 +412,18 @@ pub fn list_cwd_sessions(
     for dir in cwd_project_dirs(storage, agent, cwd) {
         out.extend(list_sessions(storage, &dir)?);
     }
-    out.sort_by(|a, b| {
+    sort_newest_first(&mut out);
+    Ok(out)
+}
+
+/// Sorts sessions newest first (by `modified`); sessions modified at the
+/// same instant by path, last first.
+fn sort_newest_first(sessions: &mut [SessionInfo]) {
+    sessions.sort_by(|a, b| {
         b.modified
             .cmp(&a.modified)
             .then_with(|| b.path.cmp(&a.path))
     });
-    Ok(out)
 }
 
 /// [`recent_sessions`] of every project directory of `cwd`
@@ -612,11 +618,7 @@ pub fn list_all_with_progress(
         out.extend(list_sessions(storage, dir)?);
         progress(n as u64 + 1, total);
     }
-    out.sort_by(|a, b| {
-        b.modified
-            .cmp(&a.modified)
-            .then_with(|| b.path.cmp(&a.path))
-    });
+    sort_newest_first(&mut out);
     Ok(out)
 }
 
