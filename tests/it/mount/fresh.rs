@@ -50,6 +50,15 @@ fn session(two_branches: bool) -> (tempfile::TempDir, PathBuf) {
     (tmp, file)
 }
 
+/// [`session`] mounted: (the agent directory, the session file, the
+/// mount, the session's directory in it).
+fn mounted(two_branches: bool) -> (tempfile::TempDir, PathBuf, Mount, PathBuf) {
+    let (tmp, file) = session(two_branches);
+    let m = Mount::start(tmp.path(), &[]);
+    let sdir = m.join(format!("{PROJECT}/{STEM}"));
+    (tmp, file, m, sdir)
+}
+
 fn append_outside(file: &Path, text: &str) {
     let mut f = fs::OpenOptions::new().append(true).open(file).unwrap();
     f.write_all(text.as_bytes()).unwrap();
@@ -71,9 +80,7 @@ fn names_looked_up_before_they_exist_are_found_at_once() {
     if !fuse_ok("names_looked_up_before_they_exist_are_found_at_once") {
         return;
     }
-    let (tmp, file) = session(false);
-    let m = Mount::start(tmp.path(), &[]);
-    let sdir = m.join(format!("{PROJECT}/{STEM}"));
+    let (_tmp, file, m, sdir) = mounted(false);
     assert_eq!(link(&sdir.join("HEAD")), "entries/a1");
 
     // A label written through the mount.
@@ -126,27 +133,43 @@ fn names_looked_up_before_they_exist_are_found_at_once() {
 }
 
 /// A shared read-only mapping of the whole file behind `f` (as Python's
-/// `mmap.mmap(fd, 0, access=ACCESS_READ)` makes): its bytes.
-fn map_shared(f: &fs::File) -> std::io::Result<Vec<u8>> {
-    let len = usize::try_from(f.metadata()?.len()).unwrap();
-    if len == 0 {
-        // Nothing to map (`mmap` of no bytes is `EINVAL` anywhere).
-        return Ok(Vec::new());
-    }
-    // SAFETY: a fresh mapping of an open descriptor, read within its
-    // length and unmapped before returning.
-    unsafe {
-        let p = libc::mmap(
+/// `mmap.mmap(fd, 0, access=ACCESS_READ)` makes), `len` bytes long: its
+/// address. The caller reads it only within `len` and unmaps it.
+fn mmap_shared(f: &fs::File, len: usize) -> std::io::Result<*mut libc::c_void> {
+    // SAFETY: a fresh read-only mapping of an open descriptor; the caller
+    // reads it within its length and unmaps it.
+    let p = unsafe {
+        libc::mmap(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ,
             libc::MAP_SHARED,
             f.as_raw_fd(),
             0,
-        );
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p)
+}
+
+/// The length of the file behind `f`.
+fn file_len(f: &fs::File) -> usize {
+    usize::try_from(f.metadata().unwrap().len()).unwrap()
+}
+
+/// A shared read-only mapping of the whole file behind `f`: its bytes.
+fn map_shared(f: &fs::File) -> std::io::Result<Vec<u8>> {
+    let len = usize::try_from(f.metadata()?.len()).unwrap();
+    if len == 0 {
+        // Nothing to map (`mmap` of no bytes is `EINVAL` anywhere).
+        return Ok(Vec::new());
+    }
+    let p = mmap_shared(f, len)?;
+    // SAFETY: the mapping just made, read within its length and unmapped
+    // before returning.
+    unsafe {
         let bytes = std::slice::from_raw_parts(p as *const u8, len).to_vec();
         libc::munmap(p, len);
         Ok(bytes)
@@ -196,9 +219,7 @@ fn shared_mappings_of_dynamic_files_show_the_text_of_their_open() {
     if !fuse_ok("shared_mappings_of_dynamic_files_show_the_text_of_their_open") {
         return;
     }
-    let (tmp, file) = session(true);
-    let m = Mount::start(tmp.path(), &[]);
-    let sdir = m.join(format!("{PROJECT}/{STEM}"));
+    let (_tmp, file, m, sdir) = mounted(true);
     let before: Vec<Vec<u8>> = MAPPED
         .iter()
         .map(|f| mapped_equals_read(&sdir.join(f)))
@@ -263,28 +284,15 @@ fn listings_leave_shared_mappings_whole() {
     if !fuse_ok("listings_leave_shared_mappings_whole") {
         return;
     }
-    let (tmp, _file) = session(true);
-    let m = Mount::start(tmp.path(), &[]);
-    let sdir = m.join(format!("{PROJECT}/{STEM}"));
+    let (_tmp, _file, m, sdir) = mounted(true);
     let files = ["context.md", "stats.json", "leaf", "entries/a1/stats.json"];
     let maps: Vec<(&str, fs::File, *mut libc::c_void, usize)> = files
         .iter()
         .map(|f| {
             let file = fs::File::open(sdir.join(f)).unwrap();
-            let len = usize::try_from(file.metadata().unwrap().len()).unwrap();
-            // SAFETY: a shared read-only mapping of an open descriptor,
-            // read only within its length (by `readable`), unmapped below.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    file.as_raw_fd(),
-                    0,
-                )
-            };
-            assert!(p != libc::MAP_FAILED, "mmap {f}");
+            let len = file_len(&file);
+            // Read only within its length (by `readable`), unmapped below.
+            let p = mmap_shared(&file, len).unwrap_or_else(|e| panic!("mmap {f}: {e}"));
             assert!(readable(p as *const u8, len), "{f}: mapped");
             (*f, file, p, len)
         })
@@ -310,28 +318,15 @@ fn a_mapping_keeps_its_text_while_others_read_the_file() {
     if !fuse_ok("a_mapping_keeps_its_text_while_others_read_the_file") {
         return;
     }
-    let (tmp, _file) = session(true);
-    let m = Mount::start(tmp.path(), &[]);
-    let sdir = m.join(format!("{PROJECT}/{STEM}"));
+    let (_tmp, _file, m, sdir) = mounted(true);
     // (Not `leaf` itself: a write to a file changes its shared mappings,
     // on any filesystem.)
     for f in ["context.md", "branch.md"] {
         let path = sdir.join(f);
         let file = fs::File::open(&path).unwrap();
-        let len = usize::try_from(file.metadata().unwrap().len()).unwrap();
-        // SAFETY: a shared read-only mapping of an open descriptor, read
-        // only within its length, unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert!(p != libc::MAP_FAILED, "mmap {f}");
+        let len = file_len(&file);
+        // Read only within its length, unmapped below.
+        let p = mmap_shared(&file, len).unwrap_or_else(|e| panic!("mmap {f}: {e}"));
         // SAFETY: within the mapping.
         let mapped = || unsafe { std::slice::from_raw_parts(p as *const u8, len).to_vec() };
         let before = mapped();
