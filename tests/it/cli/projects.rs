@@ -5,9 +5,8 @@
 use crate::common;
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 /// A home and temp directory for the commands, and an agent directory.
 struct Place {
@@ -34,25 +33,16 @@ impl Place {
     }
 
     fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut child = common::sessionfs_cmd()
-            .args(args)
-            .arg("--agent-dir")
-            .arg(&self.agent)
-            .env_remove("PI_CODING_AGENT_DIR")
-            .env("HOME", &self.home)
-            .env("TMPDIR", &self.temp)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        {
-            let mut input = child.stdin.take().unwrap();
-            if let Some(text) = stdin {
-                input.write_all(text.as_bytes()).unwrap();
-            }
-        }
-        child.wait_with_output().unwrap()
+        common::output_with_stdin(
+            common::sessionfs_cmd()
+                .args(args)
+                .arg("--agent-dir")
+                .arg(&self.agent)
+                .env_remove("PI_CODING_AGENT_DIR")
+                .env("HOME", &self.home)
+                .env("TMPDIR", &self.temp),
+            stdin.map(str::as_bytes),
+        )
     }
 
     fn project(&self, name: &str) -> PathBuf {

@@ -294,6 +294,29 @@ pub fn stdout_ok(cmd: &mut std::process::Command) -> Vec<u8> {
     out.stdout
 }
 
+/// Runs `cmd` with `stdin` written to its standard input (closed at
+/// once with `None`), capturing its standard output and error.
+pub fn output_with_stdin(
+    cmd: &mut std::process::Command,
+    stdin: Option<&[u8]>,
+) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut input = child.stdin.take().unwrap();
+        if let Some(data) = stdin {
+            input.write_all(data).unwrap();
+        }
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// The sessions of a generated bundle (`sessions.txt` in `dir`, as the
 /// scripts under `scripts/reference/` write it): each session is a head
 /// line (a JSON object whose `lines` says how many lines follow) and its

@@ -4,12 +4,13 @@
 //! fresh listings of new sessions, `--agent-dir` checks, `ls` through
 //! `by-id`, exit codes and JSON output.
 
+use crate::common;
 use crate::common::fuse;
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 
 use fuse::{eventually, fuse_ok, sh, Mount};
@@ -140,20 +141,10 @@ struct Out {
 }
 
 fn run(args: &[&str], stdin: Option<&[u8]>) -> Out {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut input = child.stdin.take().unwrap();
-        if let Some(data) = stdin {
-            input.write_all(data).unwrap();
-        }
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new(env!("CARGO_BIN_EXE_sessionfs")).args(args),
+        stdin,
+    );
     Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
