@@ -269,10 +269,11 @@ impl<'a> Renderer<'a> {
             return Ok("# Context\n\n*The leaf is null: the context is empty.*\n".into());
         };
         let (compaction, shown) = context_selection(self.session, leaf);
+        let count = shown.len() + usize::from(compaction.is_some());
         let mut out = format!(
-            "# Context at `{}`\n\n*{} messages*\n\n",
+            "# Context at `{}`\n\n*{count} message{}*\n\n",
             index.get(leaf).map_or("", |m| m.id()),
-            shown.len() + usize::from(compaction.is_some())
+            if count == 1 { "" } else { "s" }
         );
         if let Some(c) = compaction {
             self.push_entry(&mut out, c, Shown::ContextCompaction)?;

@@ -120,6 +120,11 @@ fn renderings_show_what_the_issue_asks_for() {
     let s = open(tmp.path(), &pi);
     let r = Renderer::new(&s, &image_link);
     let md = r.context(s.leaf()).unwrap();
+    assert!(md.contains("\n\n*7 messages*\n\n"), "{md}");
+    // One message: singular.
+    let first = s.index().position("5b70aa04").unwrap();
+    let one = r.context(Some(first)).unwrap();
+    assert!(one.contains("\n\n*1 message*\n\n"), "{one}");
     // One heading per message with role, model and time; tool calls with
     // pretty JSON arguments; tool results fenced.
     assert!(
