@@ -348,6 +348,15 @@ impl<'a> Checker<'a> {
 
     /// Every problem of one session file, in line order.
     pub fn check_file(&self, path: &Path) -> Vec<Problem> {
+        // An empty file is a session not started yet (the mount and
+        // `sessionfs append` start it on the first entry): nothing wrong.
+        if self
+            .storage
+            .stat(path)
+            .is_ok_and(|st| st.is_file && st.size == 0)
+        {
+            return Vec::new();
+        }
         let view = match self.view(path) {
             Ok(v) => v,
             Err(reason) => {

@@ -376,3 +376,15 @@ fn ls_follows_the_links_of_the_mount() {
     );
     assert!(!stderr(&out).contains("SessionKey"), "{}", stderr(&out));
 }
+
+#[test]
+fn an_empty_session_file_is_a_session_not_started_yet_for_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("agent/sessions/--p--");
+    std::fs::create_dir_all(&project).unwrap();
+    let file = project.join("2026-12-01T00-00-00-000Z_01a23785-0000-7000-8000-0000000000ee.jsonl");
+    std::fs::write(&file, "").unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
