@@ -344,7 +344,12 @@ fn a_user_mount_checks_the_permission_bits_on_open() {
     fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
     sh(root, "chown -R 65534:65534 agent mnt");
     let session = mnt.join(PROJECT).join(STEM);
-    let bin = env!("CARGO_BIN_EXE_sessionfs");
+    // A copy `nobody` can run: the build may sit in a directory only root
+    // can enter (a clone in a private temp directory).
+    let bin = root.join("sessionfs");
+    fs::copy(env!("CARGO_BIN_EXE_sessionfs"), &bin).unwrap();
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin.display();
     let (ok, out) = as_nobody(&format!(
         "HOME={r} XDG_RUNTIME_DIR= '{bin}' mount --agent-dir {r}/agent {r}/mnt 2>&1 && cat {s}/leaf",
         r = root.display(),
