@@ -130,6 +130,19 @@ impl Drop for Tmpfs {
     }
 }
 
+/// A session on a 1 MiB tmpfs, mounted (`None`, with the reason printed,
+/// where FUSE or a tmpfs is not available): the tmpfs, the session file
+/// and the mount, unmounted in the reverse order when dropped.
+fn small_mount(test: &str) -> Option<(Tmpfs, PathBuf, Mount)> {
+    if !fuse_ok(test) {
+        return None;
+    }
+    let small = tmpfs_or_skip(test, "1m")?;
+    let file = current_session(small.path());
+    let m = Mount::start(small.path(), &[]);
+    Some((small, file, m))
+}
+
 fn tmpfs_or_skip(test: &str, size: &str) -> Option<Tmpfs> {
     match Tmpfs::new(size) {
         Ok(t) => Some(t),
@@ -238,14 +251,9 @@ fn a_new_session_through_the_mount_is_on_disk_when_acknowledged() {
 #[test]
 fn disk_full_passes_enospc_leaves_no_partial_line_and_is_not_latched() {
     let test = "disk_full_passes_enospc_leaves_no_partial_line_and_is_not_latched";
-    if !fuse_ok(test) {
-        return;
-    }
-    let Some(small) = tmpfs_or_skip(test, "1m") else {
+    let Some((small, file, m)) = small_mount(test) else {
         return;
     };
-    let file = current_session(small.path());
-    let m = Mount::start(small.path(), &[]);
     append_through(&m, &custom_line("before")).unwrap();
     let before = fs::read(&file).unwrap();
     // Fill the filesystem, then free a little: less than the next entry.
@@ -340,14 +348,9 @@ fn a_secret_redacted_in_place_leaves_no_cached_copy() {
 #[test]
 fn a_write_that_fills_the_disk_part_way_is_taken_short_and_appends_nothing_twice() {
     let test = "a_write_that_fills_the_disk_part_way_is_taken_short_and_appends_nothing_twice";
-    if !fuse_ok(test) {
-        return;
-    }
-    let Some(small) = tmpfs_or_skip(test, "1m") else {
+    let Some((small, file, m)) = small_mount(test) else {
         return;
     };
-    let file = current_session(small.path());
-    let m = Mount::start(small.path(), &[]);
     // Three small objects, then one that no longer fits.
     let batch = |tag: &str| {
         let mut text: String = (0..3).map(|i| custom_line(&format!("{tag}{i}"))).collect();
