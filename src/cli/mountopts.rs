@@ -89,6 +89,11 @@ impl Parsed {
             };
             // A flag takes no value: `ro=0` or `allow_other=no` must not
             // act as the flag (mount(8) and libfuse refuse them too).
+            if key == "remount" {
+                return Err("remounting is not supported: unmount (`sessionfs umount \
+                     MOUNTPOINT`) and mount again with the new options"
+                    .into());
+            }
             if value.is_some() && FLAGS.contains(&key) {
                 return Err(format!(
                     "mount option `{key}` takes no value (`{opt}`); leave it out to turn it off"
@@ -159,6 +164,21 @@ pub(crate) fn helper_argv(args: Vec<OsString>, subcommands: &[String]) -> Vec<Os
     if !is_helper {
         return args;
     }
+    // `sessionfs MOUNTPOINT -o OPTIONS`: `mount.fuse3` without a source, as
+    // for `mount -o remount,… MOUNTPOINT`; the options then say why.
+    if args
+        .get(2)
+        .is_some_and(|a| a.as_encoded_bytes().starts_with(b"-"))
+    {
+        let mut it = args.into_iter();
+        let mut out: Vec<OsString> = it.next().into_iter().collect();
+        let mountpoint = it.next().unwrap_or_default();
+        out.push("mount".into());
+        out.extend(it);
+        out.push("--".into());
+        out.push(mountpoint);
+        return out;
+    }
     let mut it = args.into_iter();
     let mut out: Vec<OsString> = Vec::new();
     out.extend(it.next());
@@ -191,6 +211,24 @@ mod tests {
         assert_eq!(p.read_only, Some(false));
         assert!(p.debug);
         assert_eq!(p.pid_file, Some(PathBuf::from("/run/x.pid")));
+    }
+
+    #[test]
+    fn a_remount_says_it_is_not_supported() {
+        let e = Parsed::default().add("ro,noatime,remount").unwrap_err();
+        assert!(e.contains("remounting is not supported"), "{e}");
+        let argv: Vec<OsString> = ["sessionfs", "/mnt/s", "-o", "ro,remount"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let out: Vec<String> = helper_argv(argv, &["mount".to_string()])
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            out,
+            ["sessionfs", "mount", "-o", "ro,remount", "--", "/mnt/s"]
+        );
     }
 
     #[test]

@@ -434,6 +434,9 @@ ln -s "{bin}" /usr/local/bin/sessionfs
 mount -t fuse.sessionfs -o ro,allow_other,default_permissions,cache_mb=32 "{agent}" "{mp}"
 ls "{mp}" | grep -qx -- --home-dev-pi--
 grep " {mp} " /proc/self/mountinfo
+# A remount is refused and says so (mount.fuse3 passes no source then).
+if mount -o remount,ro "{mp}" 2> "{mp}.err"; then echo "remounted"; exit 1; fi
+grep -q "remounting is not supported" "{mp}.err"
 sessionfs umount "{mp}"
 ! grep -q " {mp} " /proc/self/mountinfo
 mount -T "{fstab}" "{mp}"
