@@ -213,11 +213,11 @@ pub(crate) struct MountLock {
 }
 
 impl MountLock {
-    /// Takes the lock of `key` (see [`mount_key`]) and records our pid.
     /// How long a mount waits for the server of a mount point where
     /// nothing of ours is mounted any more to let go of its lock.
     const LEAVING: Duration = Duration::from_secs(3);
 
+    /// Takes the lock of `key` (see [`mount_key`]) and records our pid.
     pub(crate) fn acquire(key: &Path) -> io::Result<MountLock> {
         let dir = runtime_dir();
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {

@@ -73,6 +73,12 @@ pub(crate) struct MountArgs {
     pub mountpoint: PathBuf,
 }
 
+/// Ends `serve` from its `ready` callback: a signal it waits for, to our
+/// own process (the mount is unmounted, and `run` reports the error).
+fn stop_serving() {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGTERM);
+}
+
 /// `-o` checked when the command line is parsed, so that a bad option is
 /// a usage error (exit code 2) like any other.
 fn checked_options(list: &str) -> Result<String, String> {
@@ -197,10 +203,7 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
                         // Nothing stays mounted without the pid file asked
                         // for (a service manager would wait for it).
                         ready_error = Some(e);
-                        let _ = nix::sys::signal::kill(
-                            nix::unistd::Pid::this(),
-                            nix::sys::signal::Signal::SIGTERM,
-                        );
+                        stop_serving();
                         return;
                     }
                 }
@@ -233,11 +236,7 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
                     // The parent saw no ready signal and reports a failure:
                     // stop serving (the stop signal ends `serve`).
                     ready_error = Some(crate::Error::io(&mountpoint, e));
-                    // A signal `serve` waits for, to our own process.
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::this(),
-                        nix::sys::signal::Signal::SIGTERM,
-                    );
+                    stop_serving();
                 }
             }
         },

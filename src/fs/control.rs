@@ -41,10 +41,8 @@ pub(crate) struct AppendStream {
     in_string: bool,
     escaped: bool,
     cap: usize,
-    /// Bytes of the last fed write up to the end of the last object it
-    /// executed (see [`AppendStream::accepted`]).
-    accepted: usize,
-    /// Where each object the last fed write completed ends in it.
+    /// Where each object the last fed write executed (and that is still
+    /// taken) ends in it: the last is [`AppendStream::accepted`].
     ends: Vec<usize>,
 }
 
@@ -68,7 +66,6 @@ impl AppendStream {
             in_string: false,
             escaped: false,
             cap,
-            accepted: 0,
             ends: Vec::new(),
         }
     }
@@ -89,13 +86,13 @@ impl AppendStream {
     /// write-all loop does) then never appends an object twice, and the
     /// write that starts with the bad object gets the error.
     pub(crate) fn accepted(&self) -> usize {
-        self.accepted
+        self.ends.last().copied().unwrap_or(0)
     }
 
     /// Forgets that objects of the last write were accepted: its batch
     /// was refused as a whole (`session::batch`), so none of it was used.
     pub(crate) fn refuse_accepted(&mut self) {
-        self.accepted = 0;
+        self.ends.clear();
     }
 
     /// Only the first `n` objects the last write completed were used (its
@@ -103,10 +100,7 @@ impl AppendStream {
     /// taken up to the end of object `n` and the rest of it, an incomplete
     /// object included, is dropped, to be sent again by the writer.
     pub(crate) fn accept_only(&mut self, n: usize) {
-        self.accepted = match n.checked_sub(1) {
-            Some(last) => self.ends.get(last).copied().unwrap_or(0),
-            None => 0,
-        };
+        self.ends.truncate(n);
         self.reset();
     }
 
@@ -131,7 +125,6 @@ impl AppendStream {
         data: &[u8],
         exec: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
-        self.accepted = 0;
         self.ends.clear();
         let mut i = 0;
         while i < data.len() {
@@ -198,7 +191,6 @@ impl AppendStream {
                         self.reset();
                         return Err(e);
                     }
-                    self.accepted = i;
                     self.ends.push(i);
                     self.buf = object;
                     self.buf.clear();

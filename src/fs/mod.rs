@@ -260,6 +260,26 @@ impl SessionFs {
         }
     }
 
+    /// Whether the caller of `req` may have `wants` of `node`, by the
+    /// permission bits it shows (`access` and `open` alike).
+    fn check_bits(
+        &self,
+        node: &Node,
+        req: &Request,
+        wants: Wants,
+        read_only: bool,
+    ) -> crate::session::Result<()> {
+        let owner = self.owner(node);
+        check_access(
+            self.perm_of(node, &owner),
+            &owner.0,
+            node.is_dir(),
+            (req.uid(), req.gid()),
+            wants,
+            read_only,
+        )
+    }
+
     /// The errno for an attempt to change the tree.
     fn refuse(&self) -> Errno {
         err_of(&if self.tree.read_only() {
@@ -558,21 +578,12 @@ impl Filesystem for SessionFs {
         // on any filesystem; a write on a read-only mount is `EROFS`
         // (`Handles::open`).
         if req.uid() != 0 {
-            let owner = self.owner(&node);
             let wants = Wants {
                 read: flags.acc_mode() != OpenAccMode::O_WRONLY,
                 write: (mode.write || mode.truncate) && !self.tree.read_only(),
                 exec: false,
             };
-            let allowed = check_access(
-                self.perm_of(&node, &owner),
-                &owner.0,
-                node.is_dir(),
-                (req.uid(), req.gid()),
-                wants,
-                false,
-            );
-            if let Err(e) = allowed {
+            if let Err(e) = self.check_bits(&node, req, wants, false) {
                 return reply.error(err_of(&e));
             }
         }
@@ -984,20 +995,12 @@ impl Filesystem for SessionFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let owner = self.owner(&node);
         let wants = Wants {
             read: mask.contains(AccessFlags::R_OK),
             write: mask.contains(AccessFlags::W_OK),
             exec: mask.contains(AccessFlags::X_OK),
         };
-        match check_access(
-            self.perm_of(&node, &owner),
-            &owner.0,
-            node.is_dir(),
-            (req.uid(), req.gid()),
-            wants,
-            self.tree.read_only(),
-        ) {
+        match self.check_bits(&node, req, wants, self.tree.read_only()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err_of(&e)),
         }

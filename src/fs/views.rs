@@ -58,16 +58,12 @@ pub(crate) fn nested_depth(s: &Session, pos: u32) -> (usize, usize) {
     (level, bytes)
 }
 
-/// Whether a nested directory at `depth` ([`nested_depth`]) lists its
-/// child `child`: below level [`NESTED_LIST_DEPTH`], and while the child's
-/// path stays within [`NESTED_LIST_BYTES`]. Deeper children are reached by
-/// name.
-pub(crate) fn lists_nested_child(s: &Session, (level, bytes): (usize, usize), child: u32) -> bool {
-    let child_len = s
-        .index()
-        .get(child)
-        .map_or(0, |m| escape_name(m.id()).len());
-    level < NESTED_LIST_DEPTH && bytes + child_len + 1 + LONGEST_INSIDE <= NESTED_LIST_BYTES
+/// Whether a nested directory at `depth` ([`nested_depth`]) lists a
+/// child whose name (escaped) is `name_len` bytes: below level
+/// [`NESTED_LIST_DEPTH`], and while the child's path stays within
+/// [`NESTED_LIST_BYTES`]. Deeper children are reached by name.
+pub(crate) fn lists_nested_child((level, bytes): (usize, usize), name_len: usize) -> bool {
+    level < NESTED_LIST_DEPTH && bytes + name_len + 1 + LONGEST_INSIDE <= NESTED_LIST_BYTES
 }
 
 /// Where an image of an entry is linked from a rendering: relative to the

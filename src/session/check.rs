@@ -23,7 +23,7 @@ use crate::session::json::{json_string, RawObject};
 use crate::session::loader::{load_bytes, Loaded, BOM, DEFAULT_MAX_LINE};
 use crate::session::migration::migrate_file;
 use crate::session::persistence::atomic_write;
-use crate::session::storage::Storage;
+use crate::session::storage::{FileStat, Storage};
 
 /// Why a path that is no regular file is not read as a session file.
 pub const NOT_A_FILE: &str = "not a regular file (a FIFO, socket, device or directory)";
@@ -320,13 +320,25 @@ impl<'a> Checker<'a> {
         state
     }
 
-    fn view(&self, path: &Path) -> std::result::Result<View, String> {
-        // Never open a FIFO, socket or device: reading one can block
-        // forever (`sessionfs check */*.jsonl` in a CI job).
+    /// The file's `stat`, when it is a regular file: a FIFO, socket or
+    /// device is never opened (reading one can block forever: `sessionfs
+    /// check */*.jsonl` in a CI job).
+    fn regular_file(&self, path: &Path) -> std::result::Result<FileStat, String> {
         let stat = self.storage.stat(path).map_err(|e| e.to_string())?;
         if !stat.is_file {
             return Err(NOT_A_FILE.into());
         }
+        Ok(stat)
+    }
+
+    fn view(&self, path: &Path) -> std::result::Result<View, String> {
+        self.regular_file(path)?;
+        self.read_view(path)
+    }
+
+    /// The file as the engine reads it (a regular file: see
+    /// [`Checker::regular_file`]).
+    fn read_view(&self, path: &Path) -> std::result::Result<View, String> {
         let original = self.storage.read(path).map_err(|e| e.to_string())?;
         let (bytes, migrated_from) = match migrate_file(&original) {
             Some(m) => (m.bytes, Some(m.from_version)),
@@ -348,16 +360,14 @@ impl<'a> Checker<'a> {
 
     /// Every problem of one session file, in line order.
     pub fn check_file(&self, path: &Path) -> Vec<Problem> {
-        // An empty file is a session not started yet (the mount and
-        // `sessionfs append` start it on the first entry): nothing wrong.
-        if self
-            .storage
-            .stat(path)
-            .is_ok_and(|st| st.is_file && st.size == 0)
-        {
-            return Vec::new();
-        }
-        let view = match self.view(path) {
+        let view = match self.regular_file(path) {
+            // An empty file is a session not started yet (the mount and
+            // `sessionfs append` start it on the first entry): nothing
+            // wrong.
+            Ok(stat) if stat.size == 0 => return Vec::new(),
+            other => other.and_then(|_| self.read_view(path)),
+        };
+        let view = match view {
             Ok(v) => v,
             Err(reason) => {
                 return vec![Problem {

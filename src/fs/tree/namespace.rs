@@ -268,11 +268,10 @@ impl Tree {
                 if *view == View::Nested {
                     let depth = views::nested_depth(s, pos);
                     for idx in visible_children(s.index(), Some(pos)) {
-                        if !views::lists_nested_child(s, depth, idx) {
-                            continue;
-                        }
                         if let Some(item) = list_item(key, s, idx, View::Nested) {
-                            out.push(item);
+                            if views::lists_nested_child(depth, item.0.len()) {
+                                out.push(item);
+                            }
                         }
                     }
                 }
