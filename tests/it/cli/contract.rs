@@ -279,14 +279,10 @@ fn appended_numbers_are_written_as_the_agent_writes_them() {
     let file = agent.root().join("sessions").join(BRANCHES);
     let file = file.to_str().unwrap();
     let input = r#"{"type":"custom","customType":"n","data":{"a":1e2,"b":-0,"c":1.50e3,"d":18446744073709551616,"e":0.1,"f":7}}"#;
-    let mut child = sessionfs(&["append", file, "--agent-dir", root])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        &mut sessionfs(&["append", file, "--agent-dir", root]),
+        Some(input.as_bytes()),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(file).unwrap();
     let last = text.lines().last().unwrap();

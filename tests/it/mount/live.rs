@@ -383,22 +383,13 @@ fn a_write_that_fills_the_disk_part_way_is_taken_short_and_appends_nothing_twice
 
     // The command line: the ids of what was appended, and the error.
     let filler = small.fill_leaving(16 * 1024);
-    let mut child = common::sessionfs_cmd()
-        .args(["append", file.to_str().unwrap(), "--agent-dir"])
-        .arg(small.path())
-        .env("XDG_CACHE_HOME", small.path().join("cache"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(batch("c").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        common::sessionfs_cmd()
+            .args(["append", file.to_str().unwrap(), "--agent-dir"])
+            .arg(small.path())
+            .env("XDG_CACHE_HOME", small.path().join("cache")),
+        Some(batch("c").as_bytes()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert!(stderr.contains("3 of 4 entries were appended"), "{stderr}");
