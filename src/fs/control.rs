@@ -6,9 +6,13 @@
 //!   to the caller at once, in order. One object may span many writes and
 //!   one write may hold many objects. An object larger than
 //!   [`MAX_APPEND_COMMAND`] is refused with `EFBIG`.
-//! * `leaf` and `labels` take newline-separated commands, complete within
-//!   one write; a last piece without a newline is a command too. A command
+//! * `leaf` and `labels` take newline-separated commands. A `leaf` write's
+//!   last piece without a newline is a command at once, and the next write
+//!   of the same open file continues it ([`LeafLine`]); a `labels` line
+//!   waits for its newline, or for the close ([`PartialLine`]). A command
 //!   line longer than [`MAX_LINE_COMMAND`] is refused with `EFBIG`.
+
+use std::borrow::Cow;
 
 use crate::session::{Error, Result};
 
@@ -244,7 +248,8 @@ fn describe_byte(b: u8) -> String {
 
 /// Splits one write into command lines: separated by `\n`, a last piece
 /// without a newline is a command too (a final newline does not start an
-/// empty one). Each line is trimmed.
+/// empty one). The lines are not trimmed (a `labels` line that starts with
+/// a tab names the empty id).
 fn command_lines(data: &[u8]) -> Result<Vec<&str>> {
     let text = std::str::from_utf8(data)
         .map_err(|_| Error::Invalid("commands must be UTF-8 text".into()))?;
@@ -260,7 +265,7 @@ fn command_lines(data: &[u8]) -> Result<Vec<&str>> {
                 line.len()
             )));
         }
-        out.push(line.trim());
+        out.push(line);
     }
     Ok(out)
 }
@@ -279,7 +284,7 @@ pub(crate) enum LeafCommand {
 pub(crate) fn parse_leaf_commands(data: &[u8]) -> Result<Vec<LeafCommand>> {
     Ok(command_lines(data)?
         .into_iter()
-        .map(|line| match line {
+        .map(|line| match line.trim() {
             "" | "null" => LeafCommand::Reset,
             id => LeafCommand::Branch(id.to_string()),
         })
@@ -298,29 +303,70 @@ pub(crate) fn parse_label_commands(data: &[u8]) -> Result<Vec<LabelCommand>> {
         .collect())
 }
 
-/// A `labels` file opened with `O_TRUNC`: the table written to it becomes
-/// the labels. Each line is checked when its write arrives (a bad line
-/// fails that write); the table is applied when the file is closed — its
-/// lines set labels, and the labels of entries it does not name are
-/// cleared — at the `flush` of a close once something was written (shells
-/// close a duplicate of the descriptor before the command writes), else at
-/// the `release` (`: > labels`: the empty table). A table with a bad line
-/// changes nothing.
+/// What an open control file keeps between its writes: the `append`
+/// object, the `leaf` piece and the `labels` line in progress.
 #[derive(Debug, Default)]
-pub(crate) struct LabelTable {
-    /// Something was written through this handle.
-    pub written: bool,
-    /// A line was refused: the table is not applied.
-    pub failed: bool,
-    /// Checked lines waiting for the close.
-    pub pending: Vec<LabelCommand>,
-    /// Ids named by the table so far.
-    pub seen: std::collections::HashSet<String>,
-    /// The start of a line whose newline has not arrived yet.
-    pub partial: Vec<u8>,
+pub(crate) struct Pending {
+    pub append: AppendStream,
+    pub leaf: LeafLine,
+    pub labels: PartialLine,
 }
 
-impl LabelTable {
+/// The `leaf` command in progress on one open file: a write whose last
+/// piece has no newline runs that piece at once (so `printf %s ID > leaf`
+/// gets its error), and remembers it; the next write then continues it. A
+/// newline that starts the next write ends the piece (it is not an empty
+/// command: `print()` of unbuffered Python and Rust's `writeln!` send the
+/// id and its newline in two writes), and text that starts it completes
+/// the piece, which runs again whole.
+#[derive(Debug, Default)]
+pub(crate) struct LeafLine {
+    ran: Vec<u8>,
+}
+
+impl LeafLine {
+    /// The commands of one write, the piece of the write before included
+    /// when this one continues it, and the piece to remember once they
+    /// ran ([`LeafLine::ran`]).
+    pub(crate) fn commands(&mut self, data: &[u8]) -> Result<(Vec<LeafCommand>, Vec<u8>)> {
+        let before = std::mem::take(&mut self.ran);
+        if data.is_empty() {
+            return Ok((Vec::new(), before));
+        }
+        let text: Cow<'_, [u8]> = match data.split_first() {
+            _ if before.is_empty() => Cow::Borrowed(data),
+            Some((b'\n', rest)) => Cow::Borrowed(rest),
+            _ => Cow::Owned([before.as_slice(), data].concat()),
+        };
+        let piece = match text.iter().rposition(|&b| b == b'\n') {
+            Some(end) => text[end + 1..].to_vec(),
+            None => text.to_vec(),
+        };
+        Ok((parse_leaf_commands(&text)?, piece))
+    }
+
+    /// The commands of the last write ran: its last piece (empty when it
+    /// ended with a newline) is what the next write may continue.
+    pub(crate) fn ran(&mut self, piece: Vec<u8>) {
+        self.ran = piece;
+    }
+
+    /// The file was closed: the piece is complete.
+    pub(crate) fn end(&mut self) {
+        self.ran.clear();
+    }
+}
+
+/// The start of a `labels` line whose newline has not arrived yet: a line
+/// cut by a write boundary (a table bigger than one write, `dd bs=`,
+/// stdio buffers) waits for the rest, and a last line without a newline
+/// is taken at the close.
+#[derive(Debug, Default)]
+pub(crate) struct PartialLine {
+    partial: Vec<u8>,
+}
+
+impl PartialLine {
     /// The complete lines of `data` (after what was left over before);
     /// keeps the rest for the next write.
     pub(crate) fn lines(&mut self, data: &[u8]) -> Result<Vec<LabelCommand>> {
@@ -344,6 +390,57 @@ impl LabelTable {
     pub(crate) fn finish(&mut self) -> Result<Vec<LabelCommand>> {
         let rest = std::mem::take(&mut self.partial);
         parse_label_commands(&rest)
+    }
+
+    /// A line is waiting for its newline.
+    pub(crate) fn is_pending(&self) -> bool {
+        !self.partial.is_empty()
+    }
+
+    /// Drops the line in progress (the file was truncated: a table starts).
+    pub(crate) fn clear(&mut self) {
+        self.partial.clear();
+    }
+}
+
+/// A `labels` file opened with `O_TRUNC`, or truncated to 0 through the
+/// open file (`ftruncate`: an editor's in-place save): the table written
+/// to it becomes the labels. Each line is checked when its write arrives
+/// (a bad line fails that write, every later write of the table and its
+/// close); the table is applied when the file is closed — its lines set
+/// labels, and the labels of entries it does not name are cleared — at the
+/// `flush` of a close once something was written (shells close a
+/// duplicate of the descriptor before the command writes), else at the
+/// `release` (`: > labels`: the empty table). A table with a bad line
+/// changes nothing. While it is written, `labels` reports the size of what
+/// was written so far, as a truncated file does.
+#[derive(Debug, Default)]
+pub(crate) struct LabelTable {
+    /// The process that opened the file: its close ends the table.
+    pub opener: u32,
+    /// Something was written through this handle (or it was truncated).
+    pub written: bool,
+    /// The table was applied, and nothing was written since.
+    pub applied: bool,
+    /// Bytes written to the table so far.
+    pub bytes: u64,
+    /// Why a line was refused: the table is not applied.
+    pub failed: Option<Error>,
+    /// Checked lines waiting for the close.
+    pub pending: Vec<LabelCommand>,
+    /// Ids named by the table so far.
+    pub seen: std::collections::HashSet<String>,
+    /// The start of a line whose newline has not arrived yet.
+    pub line: PartialLine,
+}
+
+impl LabelTable {
+    /// A table written through a file process `opener` opened.
+    pub(crate) fn by(opener: u32) -> Self {
+        LabelTable {
+            opener,
+            ..LabelTable::default()
+        }
     }
 }
 
@@ -455,6 +552,79 @@ mod tests {
         assert_eq!(
             parse_label_commands(b"abc\t \n").unwrap(),
             vec![LabelCommand::Clear { id: "abc".into() }]
+        );
+    }
+
+    #[test]
+    fn a_leaf_piece_is_ended_or_continued_by_the_next_write() {
+        use LeafCommand::*;
+        let mut l = LeafLine::default();
+        let (cmds, piece) = l.commands(b"abc").unwrap();
+        assert_eq!(cmds, vec![Branch("abc".into())]);
+        l.ran(piece);
+        // The newline ends the piece: no empty command (no reset).
+        let (cmds, piece) = l.commands(b"\n").unwrap();
+        assert_eq!(cmds, vec![]);
+        l.ran(piece);
+        // After a newline, a lone newline is an empty command again.
+        let (cmds, _) = l.commands(b"\n").unwrap();
+        assert_eq!(cmds, vec![Reset]);
+        // Text continues the piece, which runs again whole.
+        let mut l = LeafLine::default();
+        let (_, piece) = l.commands(b"x\nab").unwrap();
+        l.ran(piece);
+        let (cmds, piece) = l.commands(b"cd\ne").unwrap();
+        assert_eq!(cmds, vec![Branch("abcd".into()), Branch("e".into())]);
+        l.ran(piece);
+        l.end();
+        let (cmds, _) = l.commands(b"\n").unwrap();
+        assert_eq!(cmds, vec![Reset], "a close ends the piece");
+        // A failed write remembers nothing.
+        let mut l = LeafLine::default();
+        let _ = l.commands(b"bad").unwrap();
+        let (cmds, _) = l.commands(b"\n").unwrap();
+        assert_eq!(cmds, vec![Reset]);
+    }
+
+    #[test]
+    fn a_label_line_waits_for_its_newline() {
+        let mut p = PartialLine::default();
+        assert_eq!(p.lines(b"e0 hel").unwrap(), vec![]);
+        assert!(p.is_pending());
+        assert_eq!(
+            p.lines(b"lo\ne1 sec").unwrap(),
+            vec![LabelCommand::Set {
+                id: "e0".into(),
+                label: "hello".into()
+            }]
+        );
+        assert_eq!(
+            p.finish().unwrap(),
+            vec![LabelCommand::Set {
+                id: "e1".into(),
+                label: "sec".into()
+            }]
+        );
+        assert!(!p.is_pending());
+        assert_eq!(p.lines(b"x").unwrap(), vec![]);
+        p.clear();
+        assert_eq!(p.finish().unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_table_line_of_the_empty_id_writes_back() {
+        assert_eq!(
+            parse_label_commands(b"\tmylabel\n  u1 x\n").unwrap(),
+            vec![
+                LabelCommand::Set {
+                    id: String::new(),
+                    label: "mylabel".into()
+                },
+                LabelCommand::Set {
+                    id: "u1".into(),
+                    label: "x".into()
+                }
+            ]
         );
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::fs::cache::HeldSlot;
-use crate::fs::control::{AppendStream, LabelTable};
+use crate::fs::control::{LabelTable, Pending};
 use crate::fs::layout::{Caching, EntryFile, Node, SessionFile};
 use crate::fs::pages::{Opening, PagedOpen};
 use crate::fs::text::Text;
@@ -35,13 +35,17 @@ enum Handle {
     /// A control file open for writing (and maybe reading).
     Control {
         node: Node,
-        stream: AppendStream,
+        /// The object, piece or line that later writes continue.
+        pending: Pending,
         content: Option<Text>,
         /// The id the kernel gave for the last writer (see `flush`).
         last_writer: u32,
-        /// `labels` opened with `O_TRUNC`: the table written replaces the
-        /// labels (see `LabelTable`).
-        table: Option<LabelTable>,
+        /// The id of the process that opened it.
+        opener: u32,
+        /// `labels` opened with `O_TRUNC` (or truncated through this
+        /// handle): the table written replaces the labels (see
+        /// `LabelTable`).
+        table: Option<Box<LabelTable>>,
         /// The session's slot, held from `open` on (for reads).
         slot: Option<HeldSlot>,
     },
@@ -54,6 +58,8 @@ pub(crate) struct OpenMode {
     pub write: bool,
     /// With `O_TRUNC`.
     pub truncate: bool,
+    /// The process that opens it.
+    pub by: u32,
 }
 
 impl OpenMode {
@@ -62,6 +68,7 @@ impl OpenMode {
     const READ: OpenMode = OpenMode {
         write: false,
         truncate: false,
+        by: 0,
     };
 
     /// Asks for a change of the file (`O_TRUNC` on its own counts).
@@ -148,6 +155,10 @@ pub(crate) struct Handles {
     tree: Arc<Tree>,
     table: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
     next: AtomicU64,
+    /// The tables being written over `labels`, by handle, with their
+    /// sizes so far: while one is open, `labels` reports its size, as a
+    /// truncated file being written does (`LabelTable`).
+    tables: Mutex<HashMap<u64, (Node, u64)>>,
 }
 
 impl Handles {
@@ -156,6 +167,7 @@ impl Handles {
             tree,
             table: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
+            tables: Mutex::new(HashMap::new()),
         }
     }
 
@@ -173,6 +185,17 @@ impl Handles {
             } if n == node => Some(text.len()),
             _ => None,
         })
+    }
+
+    /// The size of the newest table being written over `node` (a
+    /// `labels` file), if one is.
+    pub(crate) fn table_size(&self, node: &Node) -> Option<u64> {
+        let tables = self.tables.lock();
+        tables
+            .iter()
+            .filter(|(_, (n, _))| n == node)
+            .max_by_key(|(fh, _)| **fh)
+            .map(|(_, (_, size))| *size)
     }
 
     fn get(&self, fh: u64) -> Result<Arc<Mutex<Handle>>> {
@@ -208,10 +231,11 @@ impl Handles {
                 (
                     Handle::Control {
                         node: node.clone(),
-                        stream: AppendStream::new(),
+                        pending: Pending::default(),
                         content: None,
                         last_writer: 0,
-                        table: replaces_labels.then(LabelTable::default),
+                        opener: mode.by,
+                        table: replaces_labels.then(|| Box::new(LabelTable::by(mode.by))),
                         slot: None,
                     },
                     PageCache::Direct,
@@ -282,6 +306,9 @@ impl Handles {
             Handle::Read { slot, .. } | Handle::Control { slot, .. } => *slot = held,
         }
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Handle::Control { table: Some(_), .. } = &handle {
+            self.tables.lock().insert(fh, (node.clone(), 0));
+        }
         self.table.lock().insert(fh, Arc::new(Mutex::new(handle)));
         Ok((fh, cache))
     }
@@ -336,7 +363,7 @@ impl Handles {
         let mut h = h.lock();
         let Handle::Control {
             node,
-            stream,
+            pending,
             last_writer,
             table,
             ..
@@ -345,22 +372,60 @@ impl Handles {
             return Err(Error::BadHandle(fh));
         };
         *last_writer = pid;
-        let result = match (node, table) {
+        let result = match (&*node, table) {
             (Node::File(key, _), Some(table)) => {
-                table.written = true;
-                self.tree.write_labels_table(key, table, data, pid)
+                let result = self.tree.write_labels_table(key, table, data, pid);
+                self.tables.lock().insert(fh, (node.clone(), table.bytes));
+                result
             }
-            (Node::File(key, file), None) => self.tree.write_control(key, *file, stream, data, pid),
+            (Node::File(key, file), None) => {
+                self.tree.write_control(key, *file, pending, data, pid)
+            }
             (Node::EntryFile(key, id, _, EntryFile::Append), _) => {
-                self.tree.write_entry_append(key, id, stream, data, pid)
+                self.tree
+                    .write_entry_append(key, id, &mut pending.append, data, pid)
             }
             _ => return Err(Error::BadHandle(fh)),
         };
+        let accepted = pending.append.accepted();
         match result {
             Ok(()) => Ok(data.len()),
-            Err(_) if stream.accepted() > 0 => Ok(stream.accepted()),
+            Err(_) if accepted > 0 => Ok(accepted),
             Err(e) => Err(e),
         }
+    }
+
+    /// `ftruncate(fd, 0)` of an open `labels` file (an editor saving in
+    /// place): what is written through the handle from now on is a new
+    /// table, applied at its close, as after an open with `O_TRUNC`. False
+    /// when `fh` is no open `labels` file (the truncation is then the
+    /// empty table, at once).
+    pub(crate) fn truncate_labels(&self, fh: u64) -> bool {
+        let Ok(h) = self.get(fh) else {
+            return false;
+        };
+        let mut h = h.lock();
+        let Handle::Control {
+            node: node @ Node::File(_, SessionFile::Labels),
+            pending,
+            table,
+            opener,
+            ..
+        } = &mut *h
+        else {
+            return false;
+        };
+        pending.labels.clear();
+        let opener = match table {
+            Some(t) => t.opener,
+            None => *opener,
+        };
+        *table = Some(Box::new(LabelTable {
+            written: true,
+            ..LabelTable::by(opener)
+        }));
+        self.tables.lock().insert(fh, (node.clone(), 0));
+        true
     }
 
     /// `close` of a descriptor of the handle by process `pid`. Commands ran
@@ -377,7 +442,7 @@ impl Handles {
         let mut h = h.lock();
         let Handle::Control {
             node,
-            stream,
+            pending,
             last_writer,
             table,
             ..
@@ -385,23 +450,38 @@ impl Handles {
         else {
             return Ok(());
         };
-        if let (Node::File(key, _), Some(table)) = (&*node, table) {
-            if table.written {
-                self.tree.finish_labels_table(key, Some(table), pid)?;
+        match (&*node, table) {
+            // The table ends at a close by the process that opened the
+            // file (its writers may be children that close their copies
+            // after each write, as in `for …; do cmd; done > labels`).
+            (Node::File(key, _), Some(table)) if table.written && pid == table.opener => {
+                let result = self.tree.finish_labels_table(key, Some(table), pid);
+                // Applied (or refused): `labels` shows the labels again.
+                self.tables.lock().remove(&fh);
+                return result;
             }
-            return Ok(());
+            (Node::File(..), Some(_)) => return Ok(()),
+            (Node::File(key, SessionFile::Labels), None) if pid == *last_writer => {
+                return self.tree.finish_label_line(key, &mut pending.labels, pid);
+            }
+            (Node::File(_, SessionFile::Leaf), _) if pid == *last_writer => {
+                pending.leaf.end();
+                return Ok(());
+            }
+            _ => {}
         }
-        let key = match node {
-            Node::File(key, SessionFile::Append)
-            | Node::EntryFile(key, _, _, EntryFile::Append) => key,
+        let (key, entry) = match node {
+            Node::File(key, SessionFile::Append) => (key, None),
+            Node::EntryFile(key, id, _, EntryFile::Append) => (key, Some(&**id)),
             _ => return Ok(()),
         };
-        let pending = stream.pending();
-        if pending > 0 && pid == *last_writer {
+        let stream = &mut pending.append;
+        let unfinished = stream.pending();
+        if unfinished > 0 && pid == *last_writer {
             // Reported (and discarded) here, so `release` has nothing
             // left to report.
             stream.reset();
-            return Err(self.tree.flush_partial(key, pending, pid));
+            return Err(self.tree.flush_partial(key, entry, unfinished, pid));
         }
         Ok(())
     }
@@ -413,7 +493,7 @@ impl Handles {
         let Some(h) = self.table.lock().remove(&fh) else {
             return;
         };
-        let h = h.lock();
+        let mut h = h.lock();
         if let Handle::Read {
             node: Node::File(key, _),
             paged: Some(opened),
@@ -423,22 +503,39 @@ impl Handles {
         {
             self.tree.release_context(held, key, *opened);
         }
+        self.tables.lock().remove(&fh);
         if let Handle::Control {
             node,
-            stream,
+            pending,
             table,
             ..
-        } = &*h
+        } = &mut *h
         {
-            if let (Node::File(key, _), Some(table)) = (node, table) {
-                if !table.written {
+            match (&*node, table) {
+                (Node::File(key, _), Some(table)) if !table.written => {
                     let _ = self.tree.finish_labels_table(key, None, pid);
                 }
+                // A table its opener's close did not end (the opener
+                // closed before the writers did): it ends now, and an
+                // error goes to `last-error` only.
+                (Node::File(key, _), Some(table)) if !table.applied => {
+                    let _ = self.tree.finish_labels_table(key, Some(table), pid);
+                }
+                // A line its writer's close did not end (another process
+                // closed last): it ends now (an error goes to `last-error`).
+                (Node::File(key, SessionFile::Labels), None) => {
+                    let _ = self.tree.finish_label_line(key, &mut pending.labels, pid);
+                }
+                _ => {}
             }
-            let pending = stream.pending();
-            if pending > 0 {
+            let unfinished = pending.append.pending();
+            if unfinished > 0 {
+                let entry = match &*node {
+                    Node::EntryFile(_, id, ..) => Some(&**id),
+                    _ => None,
+                };
                 if let Some(key) = node.session_key() {
-                    self.tree.discard_partial(key, pending, pid);
+                    self.tree.discard_partial(key, entry, unfinished, pid);
                 }
             }
         }
@@ -479,10 +576,12 @@ mod tests {
     const WRITE: OpenMode = OpenMode {
         write: true,
         truncate: false,
+        by: 0,
     };
     const TRUNCATE: OpenMode = OpenMode {
         write: true,
         truncate: true,
+        by: 0,
     };
 
     fn session_text() -> String {

@@ -400,6 +400,12 @@ impl Filesystem for SessionFs {
                         a.size = size;
                     }
                 }
+                // A table being written over `labels` is its content so
+                // far, as a truncated file's (so `cat labels > labels`
+                // does not see its input as its non-empty output).
+                if let Some(size) = self.handles.table_size(&node) {
+                    a.size = size;
+                }
                 let attr = self.owned_attr(ino.0, &node, &a);
                 self.note_size(ino.0, &node, &attr);
                 reply.attr(&ttls(&node).0, &attr)
@@ -442,7 +448,7 @@ impl Filesystem for SessionFs {
         _atime: Option<TimeOrNow>,
         _mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -454,8 +460,11 @@ impl Filesystem for SessionFs {
             Err(e) => return reply.error(e),
         };
         // Control files accept truncation (`>`) and time updates, as
-        // no-ops, except that truncating `labels` clears every label (an
-        // empty table; `open(O_TRUNC)` arrives with the open instead).
+        // no-ops, except that truncating `labels` starts a table: through
+        // an open file (`ftruncate`, an editor saving in place) one that
+        // handle's writes make and its close applies, else the empty one,
+        // which clears every label at once (`open(O_TRUNC)` arrives with
+        // the open instead).
         let control = node.is_control();
         if !control
             || mode.is_some()
@@ -469,12 +478,20 @@ impl Filesystem for SessionFs {
             return reply.error(err_of(&Error::ReadOnly));
         }
         if let (Some(0), Node::File(key, SessionFile::Labels)) = (size, &node) {
-            if let Err(e) = self.tree.finish_labels_table(key, None, req.pid()) {
+            let through_handle = fh.is_some_and(|fh| self.handles.truncate_labels(fh.0));
+            let result = match through_handle {
+                true => Ok(()),
+                false => self.tree.finish_labels_table(key, None, req.pid()),
+            };
+            if let Err(e) = result {
                 return reply.error(err_of(&e));
             }
         }
         match self.tree.attr(&node) {
-            Ok(a) => {
+            Ok(mut a) => {
+                if let Some(size) = self.handles.table_size(&node) {
+                    a.size = size;
+                }
                 let attr = self.owned_attr(ino.0, &node, &a);
                 self.note_size(ino.0, &node, &attr);
                 reply.attr(&ttls(&node).0, &attr)
@@ -570,6 +587,7 @@ impl Filesystem for SessionFs {
         let mode = OpenMode {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY,
             truncate: flags.0 & libc::O_TRUNC != 0,
+            by: req.pid(),
         };
         // The permission bits, as `access` answers them (the kernel checks
         // them itself only with `default_permissions`): a node the session

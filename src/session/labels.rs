@@ -152,9 +152,12 @@ impl LabelCommand {
 
 /// Parses one line: `<id> <label>` (space or tab after the id; the label is
 /// the rest of the line, trimmed) sets, `<id>` alone clears; both fields
-/// are unescaped. `None` for a blank line.
+/// are unescaped. `None` for a blank line. Spaces before the id are
+/// skipped, but a line that starts with a tab names the empty id (any
+/// string is an id): the table shows its label as `\t<label>`, and that
+/// line must write back to the same label.
 pub fn parse_line(line: &str) -> Option<LabelCommand> {
-    let line = line.trim();
+    let line = line.trim_end().trim_start_matches(' ');
     if line.is_empty() {
         return None;
     }

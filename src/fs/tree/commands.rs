@@ -13,21 +13,40 @@ impl Tree {
         &self,
         key: &SessionKey,
         file: SessionFile,
-        stream: &mut AppendStream,
+        pending: &mut Pending,
         data: &[u8],
         pid: u32,
     ) -> Result<()> {
         self.command(key, file.name(), pid, |s| match file {
-            SessionFile::Leaf => run_leaf(s, data),
-            SessionFile::Labels => run_labels(s, data),
-            SessionFile::Append => {
-                append_objects(stream, data, |entries| batch::append_batch(s, entries))
-            }
+            SessionFile::Leaf => run_leaf(s, &mut pending.leaf, data),
+            SessionFile::Labels => run_labels(s, &mut pending.labels, data),
+            SessionFile::Append => append_objects(&mut pending.append, data, |entries| {
+                batch::append_batch(s, entries)
+            }),
             // `open` makes write handles for control files only.
             other => Err(Error::Internal(format!(
                 "{} accepts no commands",
                 other.name()
             ))),
+        })
+    }
+
+    /// The close of a `labels` file opened for appending, by its last
+    /// writer: a last line without a newline runs now, and its error is
+    /// the close's.
+    pub(crate) fn finish_label_line(
+        &self,
+        key: &SessionKey,
+        line: &mut PartialLine,
+        pid: u32,
+    ) -> Result<()> {
+        if !line.is_pending() {
+            return Ok(());
+        }
+        self.command(key, SessionFile::Labels.name(), pid, |s| {
+            let cmds = line.finish()?;
+            check_label_lines(s, &cmds)?;
+            cmds.iter().try_for_each(|c| labels::run(s, c).map(drop))
         })
     }
 
@@ -42,7 +61,7 @@ impl Tree {
         data: &[u8],
         pid: u32,
     ) -> Result<()> {
-        self.command(key, "entries/append", pid, |s| {
+        self.command(key, &entry_append_name(id), pid, |s| {
             append_objects(stream, data, |entries| {
                 batch::append_batch_under(s, id, entries)
             })
@@ -59,20 +78,29 @@ impl Tree {
         data: &[u8],
         pid: u32,
     ) -> Result<()> {
+        if let Some(e) = &table.failed {
+            return Err(e.clone());
+        }
+        table.written = true;
+        table.applied = false;
+        table.bytes += data.len() as u64;
         let result = self.command(key, SessionFile::Labels.name(), pid, |s| {
-            let lines = table.lines(data)?;
+            let lines = table.line.lines(data)?;
             check_label_lines(s, &lines)?;
             table.pending.extend(lines);
             Ok(())
         });
-        table.failed |= result.is_err();
+        if let Err(e) = &result {
+            table.failed = Some(e.clone());
+        }
         result
     }
 
     /// The end of a table written over `labels` (at close): its lines set
     /// labels, and the labels of entries the table did not name are
-    /// cleared; nothing when a line was refused. `None` (a truncation
-    /// without a table: `: > labels`, `truncate -s 0`) clears every label.
+    /// cleared; nothing when a line was refused, whose error the close
+    /// returns again. `None` (a truncation without a table: `: > labels`,
+    /// `truncate -s 0` of the path) clears every label.
     pub(crate) fn finish_labels_table(
         &self,
         key: &SessionKey,
@@ -81,11 +109,11 @@ impl Tree {
     ) -> Result<()> {
         let mut empty = LabelTable::default();
         let table = table.unwrap_or(&mut empty);
-        if table.failed {
-            return Ok(());
+        if let Some(e) = &table.failed {
+            return Err(e.clone());
         }
         let result = self.command(key, SessionFile::Labels.name(), pid, |s| {
-            let last = table.finish()?;
+            let last = table.line.finish()?;
             check_label_lines(s, &last)?;
             table.pending.extend(last);
             for cmd in std::mem::take(&mut table.pending) {
@@ -94,7 +122,10 @@ impl Tree {
             }
             labels::clear_others(s, &table.seen)
         });
-        table.failed |= result.is_err();
+        match &result {
+            Ok(()) => table.applied = true,
+            Err(e) => table.failed = Some(e.clone()),
+        }
         result
     }
 
@@ -171,25 +202,38 @@ impl Tree {
     /// An `append` file is flushed (closed) by `pid` with an incomplete
     /// object: reported in `last-error`, and the flush fails with `EINVAL`.
     /// The caller discards the object.
-    pub(crate) fn flush_partial(&self, key: &SessionKey, pending: usize, pid: u32) -> Error {
+    pub(crate) fn flush_partial(
+        &self,
+        key: &SessionKey,
+        entry: Option<&str>,
+        pending: usize,
+        pid: u32,
+    ) -> Error {
         let message = format!(
             "incomplete JSON object at close ({pending} bytes); it is discarded and nothing \
              of it was appended"
         );
         let _ = self.with_session(key, |st, _| {
-            record_error(st, key, SessionFile::Append.name(), pid, &message);
+            record_error(st, key, &append_name(entry), pid, &message);
             Ok(())
         });
         Error::Invalid(message)
     }
 
-    /// An `append` file was released with an incomplete object.
-    pub(crate) fn discard_partial(&self, key: &SessionKey, pending: usize, pid: u32) {
+    /// An `append` file (`entry`'s, or the session's) was released with
+    /// an incomplete object.
+    pub(crate) fn discard_partial(
+        &self,
+        key: &SessionKey,
+        entry: Option<&str>,
+        pending: usize,
+        pid: u32,
+    ) {
         let _ = self.with_session(key, |st, _| {
             record_error(
                 st,
                 key,
-                SessionFile::Append.name(),
+                &append_name(entry),
                 pid,
                 &format!(
                     "incomplete JSON object discarded when the file was closed ({pending} bytes)"
@@ -212,6 +256,16 @@ impl Tree {
     }
 }
 
+/// How `last-error` names the `append` file of `entry` (its path in the
+/// session directory, `entries/<id>/append`), or the session's.
+fn append_name(entry: Option<&str>) -> String {
+    entry.map_or_else(|| SessionFile::Append.name().to_string(), entry_append_name)
+}
+
+fn entry_append_name(id: &str) -> String {
+    format!("entries/{}/append", escape_name(id))
+}
+
 /// Keeps a failure for `last-error`: `<timestamp> <file> pid <pid>:
 /// <reason>` (see `docs/filesystem.md`, "last-error"), on one line: the
 /// reason may quote ids and labels a command supplied, so its control
@@ -232,25 +286,28 @@ pub(super) fn record_error(
     st.last_error = Some(format!("{} {what} pid {pid}: {message}\n", now_iso()));
 }
 
-pub(super) fn run_leaf(s: &mut Session, data: &[u8]) -> Result<()> {
-    for cmd in parse_leaf_commands(data)? {
+/// One write to `leaf`: its commands run in order (the piece of the write
+/// before first, when this one continues it, see `LeafLine`).
+pub(super) fn run_leaf(s: &mut Session, line: &mut LeafLine, data: &[u8]) -> Result<()> {
+    let (cmds, piece) = line.commands(data)?;
+    for cmd in cmds {
         match cmd {
             LeafCommand::Branch(id) => s.branch(&id)?,
             LeafCommand::Reset => s.reset_leaf(),
         }
     }
+    line.ran(piece);
     Ok(())
 }
 
-/// The commands of one write to `labels` (not truncating): all checked
-/// first, so a write naming an unknown entry changes nothing.
-pub(super) fn run_labels(s: &mut Session, data: &[u8]) -> Result<()> {
-    let cmds = parse_label_commands(data)?;
+/// The complete lines of one write to `labels` (not truncating): all
+/// checked first, so a write naming an unknown entry changes nothing; a
+/// last line without a newline waits for the rest (`PartialLine`), also
+/// when the lines before it failed.
+pub(super) fn run_labels(s: &mut Session, line: &mut PartialLine, data: &[u8]) -> Result<()> {
+    let cmds = line.lines(data)?;
     check_label_lines(s, &cmds)?;
-    for cmd in cmds {
-        labels::run(s, &cmd)?;
-    }
-    Ok(())
+    cmds.iter().try_for_each(|c| labels::run(s, c).map(drop))
 }
 
 /// Checks label commands before any is run: every id must name an entry.

@@ -43,7 +43,7 @@ use crate::fs::cache::{
     Broken, ContextKey, Fingerprint, HeldSlot, RenderedFold, SessionCache, SessionState, SlotState,
 };
 use crate::fs::control::{
-    parse_label_commands, parse_leaf_commands, AppendStream, LabelCommand, LabelTable, LeafCommand,
+    AppendStream, LabelCommand, LabelTable, LeafCommand, LeafLine, PartialLine, Pending,
 };
 use crate::fs::layout::{
     escape_name, unescape_name, EntryFile, Node, NodeType, SessionFile, SessionKey, Unescaped, View,

@@ -51,7 +51,7 @@ fn lru_drops_sessions_and_keeps_their_leaf() {
     let a = SessionKey::new("--p--", "2026_aaaa-a");
     let b = SessionKey::new("--p--", "2026_bbbb-b");
     assert_eq!(leaf(&tree, &a), "e4\n");
-    tree.write_control(&a, SessionFile::Leaf, &mut AppendStream::new(), b"e1\n", 1)
+    tree.write_control(&a, SessionFile::Leaf, &mut Pending::default(), b"e1\n", 1)
         .unwrap();
     assert_eq!(leaf(&tree, &a), "e1\n");
     // Loading b drops a (the budget holds one session at most).
@@ -346,20 +346,14 @@ fn failed_commands_change_nothing_and_explain_themselves() {
     let a = SessionKey::new("--p--", "2026_aaaa-a");
     let before = fs::read(tree.session_path(&a)).unwrap();
     let err = tree
-        .write_control(
-            &a,
-            SessionFile::Leaf,
-            &mut AppendStream::new(),
-            b"nope\n",
-            1,
-        )
+        .write_control(&a, SessionFile::Leaf, &mut Pending::default(), b"nope\n", 1)
         .unwrap_err();
     assert!(matches!(err, Error::EntryNotFound(_)));
     let err = tree
         .write_control(
             &a,
             SessionFile::Append,
-            &mut AppendStream::new(),
+            &mut Pending::default(),
             br#"{"type":"label","targetId":"zz","label":"x"}"#,
             1,
         )
@@ -567,7 +561,7 @@ fn a_command_that_loads_the_file_again_reports_a_reload() {
     tree.write_control(
         &d,
         SessionFile::Append,
-        &mut AppendStream::new(),
+        &mut Pending::default(),
         b"{\"type\":\"custom\",\"customType\":\"x\"}\n",
         1,
     )

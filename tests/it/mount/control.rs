@@ -731,3 +731,183 @@ echo "$LEAF" > leaf
         assert_eq!(serde_json::to_string(&v).unwrap(), line, "compact: {line}");
     }
 }
+
+/// Writes `pieces` to `path` through one open file, one `write(2)` each
+/// (`O_APPEND` when `append`), and closes it; returns what each write and
+/// the close returned.
+fn write_pieces(path: &Path, append: bool, pieces: &[&[u8]]) -> (Vec<bool>, bool) {
+    use std::os::fd::IntoRawFd;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .append(append)
+        .open(path)
+        .unwrap();
+    let wrote = pieces
+        .iter()
+        .map(|p| file.write(p).map(|n| n == p.len()).unwrap_or(false))
+        .collect();
+    // The close's own result (`File`'s drop ignores it).
+    let fd = file.into_raw_fd();
+    // SAFETY: `fd` was just taken from the `File`, which no longer owns it.
+    let closed = unsafe { libc::close(fd) } == 0;
+    (wrote, closed)
+}
+
+#[test]
+fn a_labels_line_split_across_appending_writes_is_one_command() {
+    if !fuse_ok("a_labels_line_split_across_appending_writes_is_one_command") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let labels = d.join("labels");
+    // `cat`, `dd bs=` and stdio buffers cut lines where their writes end.
+    let (wrote, closed) = write_pieces(&labels, true, &[b"u1 hel", b"lo\na1 sec", b"ond\n"]);
+    assert_eq!(wrote, vec![true, true, true]);
+    assert!(closed);
+    assert_eq!(read(&labels), "u1\thello\na1\tsecond\n");
+    assert_eq!(read(&d.join("last-error")), "");
+    // A last line without a newline is taken at the close.
+    let (_, closed) = write_pieces(&labels, true, &[b"u2 la", b"st"]);
+    assert!(closed);
+    assert_eq!(read(&labels), "u1\thello\na1\tsecond\nu2\tlast\n");
+    // … and its error is the close's.
+    let before = f.bytes();
+    let (wrote, closed) = write_pieces(&labels, true, &[b"nope x"]);
+    assert_eq!(wrote, vec![true]);
+    assert!(!closed, "the close runs the line and fails");
+    assert!(read(&d.join("last-error")).contains("nope"));
+    // A failing write changes nothing; the line it started waits for
+    // the rest as before.
+    let (wrote, closed) = write_pieces(&labels, true, &[b"u1 new", b"\nzz y\nu2 pa", b"rt\n"]);
+    assert_eq!(wrote, vec![true, false, true]);
+    assert!(closed);
+    assert_eq!(read(&labels), "u1\thello\na1\tsecond\nu2\tpart\n");
+    assert!(f.bytes().starts_with(&before));
+}
+
+#[test]
+fn cat_labels_over_labels_changes_nothing() {
+    if !fuse_ok("cat_labels_over_labels_changes_nothing") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    run_ok(&d, "printf 'u1 one\\na1 two\\n' >> labels");
+    let before = f.bytes();
+    // GNU cat refuses to copy a file onto itself when the output is a
+    // non-empty regular file: a table being written reports its size so
+    // far, as a truncated file does.
+    let (ok, _, err) = sh(&d, "cat labels > labels");
+    assert!(ok, "cat labels > labels: {err}");
+    assert_eq!(f.bytes(), before, "cat labels > labels wrote something");
+    assert_eq!(read(&d.join("labels")), "u1\tone\na1\ttwo\n");
+}
+
+#[test]
+fn an_in_place_save_of_labels_is_one_table() {
+    if !fuse_ok("an_in_place_save_of_labels_is_one_table") {
+        return;
+    }
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::fd::IntoRawFd;
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let labels = d.join("labels");
+    run_ok(&d, "printf 'u1 one\\na1 two\\n' >> labels");
+    // An editor's save in place: open without `O_TRUNC`, read, truncate
+    // through the descriptor, write the buffer, close.
+    let save = |extra: &str| -> bool {
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&labels)
+            .unwrap();
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        file.set_len(0).unwrap();
+        file.seek(SeekFrom::Start(0)).unwrap();
+        let wrote = file.write_all(format!("{extra}{text}").as_bytes()).is_ok();
+        let fd = file.into_raw_fd();
+        // SAFETY: `fd` was just taken from the `File`.
+        let closed = unsafe { libc::close(fd) } == 0;
+        wrote && closed
+    };
+    let before = f.bytes();
+    assert!(save(""), "an unchanged save");
+    assert_eq!(f.bytes(), before, "an unchanged save writes nothing");
+    assert!(!save("nosuch x\n"), "a save with a bad line fails");
+    assert_eq!(f.bytes(), before, "a save with a bad line changes nothing");
+    assert_eq!(read(&labels), "u1\tone\na1\ttwo\n");
+    assert!(save("u2 three\n"));
+    assert_eq!(read(&labels), "u1\tone\na1\ttwo\nu2\tthree\n");
+    // `truncate -s 0` (an open and `ftruncate`) still clears every label.
+    run_ok(&d, "truncate -s 0 labels");
+    assert!(eventually(|| read(&labels).is_empty()));
+}
+
+#[test]
+fn a_failed_table_fails_its_later_writes_and_its_close() {
+    if !fuse_ok("a_failed_table_fails_its_later_writes_and_its_close") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    run_ok(&d, "printf 'u1 one\\n' >> labels");
+    let before = f.bytes();
+    let (ok, _, _) = sh(
+        &d,
+        "for l in 'u1 new' 'zz x' 'a1 other'; do env echo \"$l\"; done > labels",
+    );
+    assert!(!ok, "the loop's last write fails too");
+    assert_eq!(f.bytes(), before);
+    assert_eq!(read(&d.join("labels")), "u1\tone\n");
+    assert!(read(&d.join("last-error")).contains("zz"));
+}
+
+#[test]
+fn a_leaf_id_and_its_newline_in_two_writes_move_the_leaf_once() {
+    if !fuse_ok("a_leaf_id_and_its_newline_in_two_writes_move_the_leaf_once") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let leaf = d.join("leaf");
+    // `print()` of unbuffered Python, Rust's `writeln!` on a `File`.
+    let (wrote, closed) = write_pieces(&leaf, false, &[b"a1", b"\n"]);
+    assert_eq!(wrote, vec![true, true]);
+    assert!(closed);
+    assert_eq!(read(&leaf), "a1\n", "the newline ended the id");
+    // A piece that failed is not continued.
+    let (wrote, _) = write_pieces(&leaf, false, &[b"u1\nu", b"\n"]);
+    assert_eq!(wrote, vec![false, true], "`u` names no entry");
+    assert_eq!(read(&leaf), "", "the newline was an empty command");
+    run_ok(&d, "echo u1 > leaf");
+    // An empty command on its own still resets the leaf.
+    run_ok(&d, "echo > leaf");
+    assert_eq!(read(&leaf), "");
+}
+
+#[test]
+fn last_error_names_the_entry_whose_append_failed() {
+    if !fuse_ok("last_error_names_the_entry_whose_append_failed") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let (ok, _, _) = sh(&d, "echo '{\"type\":\"nope\"}' > entries/u1/append");
+    assert!(!ok);
+    let last = read(&d.join("last-error"));
+    assert!(last.contains(" entries/u1/append pid "), "{last}");
+    // An object left incomplete at the close, too.
+    let (ok, _, _) = sh(&d, "printf '{\"type\":' > entries/a1/append");
+    assert!(ok, "shells ignore the close's error");
+    let last = read(&d.join("last-error"));
+    assert!(last.contains(" entries/a1/append pid "), "{last}");
+}
