@@ -63,7 +63,9 @@ pub use discovery::{
 };
 pub use error::{Error, Result};
 pub use format::{EntryKind, Facts, HeaderInfo, Id, Role, ScannedEntry};
-pub use history::{HistoryEntry, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT};
+pub use history::{
+    normalize_prompt, HistoryEntry, HistoryReader, HistoryStore, MAX_LIMIT as HISTORY_MAX_LIMIT,
+};
 pub use index::{EntryMeta, Loc, TreeIndex, TreeRow};
 pub(crate) use index_store::TeeToStore;
 pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse, StoredText};

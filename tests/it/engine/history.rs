@@ -1,5 +1,7 @@
-//! Prompt history (`docs/engine.md`): schema, dedup, search, limits, concurrency,
-//! the background writer, FTS rebuild, sqlite3 compatibility and the CLI.
+//! Prompt history (`docs/history.md`): the agent's schema and upsert, prompt
+//! normalisation, search, limits, concurrency, the background writer,
+//! read-only reads of databases of any shape, sqlite3 compatibility and the
+//! CLI.
 
 use crate::common;
 
@@ -10,7 +12,9 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Barrier};
 
 use rusqlite::Connection;
-use sessionfs::session::{HistoryEntry, HistoryStore, HISTORY_MAX_LIMIT as MAX_LIMIT};
+use sessionfs::session::{
+    normalize_prompt, HistoryEntry, HistoryReader, HistoryStore, HISTORY_MAX_LIMIT as MAX_LIMIT,
+};
 
 fn temp_db() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -20,6 +24,16 @@ fn temp_db() -> (tempfile::TempDir, PathBuf) {
 
 fn prompts(entries: &[HistoryEntry]) -> Vec<&str> {
     entries.iter().map(|e| e.prompt.as_str()).collect()
+}
+
+fn recent(store: &HistoryStore, limit: usize) -> Vec<String> {
+    let entries = store.recent(limit).unwrap();
+    entries.into_iter().map(|e| e.prompt).collect()
+}
+
+fn search(store: &HistoryStore, query: &str, limit: usize) -> Vec<String> {
+    let entries = store.search(query, limit).unwrap();
+    entries.into_iter().map(|e| e.prompt).collect()
 }
 
 fn all_prompts(path: &Path) -> Vec<String> {
@@ -76,6 +90,26 @@ fn schema_pragmas_and_permissions() {
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
         rows.collect::<Result<_, _>>().unwrap()
     };
+    // The agent's own schema (its history-storage.ts, data version 1), so
+    // that the agent does not rebuild the table when it opens the database.
+    let table_sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'history'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let table_sql = table_sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(
+        table_sql,
+        "CREATE TABLE history ( id INTEGER PRIMARY KEY AUTOINCREMENT, \
+         prompt TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL DEFAULT \
+         (CAST(strftime('%s','now') AS INTEGER)), cwd TEXT, session_id TEXT )"
+    );
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1);
     for (kind, name) in [
         ("table", "history"),
         ("table", "history_fts"),
@@ -131,6 +165,27 @@ fn schema_pragmas_and_permissions() {
         )
         .unwrap();
     assert_eq!(hits, 1, "the insert trigger indexes raw inserts");
+
+    // The agent's upsert, word for word, works on the database we made:
+    // the prompt stays one row.
+    conn.execute(
+        "INSERT INTO history (prompt, created_at, cwd, session_id)
+         VALUES (?, CAST(strftime('%s','now') AS INTEGER), ?, ?)
+         ON CONFLICT(prompt) DO UPDATE SET
+             created_at = excluded.created_at,
+             cwd = excluded.cwd,
+             session_id = excluded.session_id",
+        ["hello world", "/agent", "s-1"],
+    )
+    .unwrap();
+    let (rows, session): (i64, Option<String>) = conn
+        .query_row(
+            "SELECT count(*), max(session_id) FROM history WHERE prompt = 'hello world'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((rows, session.as_deref()), (1, Some("s-1")));
     drop(conn);
     fts_integrity_check(&path);
 }
@@ -142,18 +197,26 @@ fn entries_carry_cwd_and_time() {
     store.add("with cwd", Some("/home/dev/project"));
     store.add("without cwd", None);
     store.flush().unwrap();
-    let recent = store.recent(10);
+    let recent = store.recent(10).unwrap();
     assert_eq!(prompts(&recent), ["without cwd", "with cwd"]);
     assert_eq!(recent[0].cwd, None);
     assert_eq!(recent[1].cwd.as_deref(), Some("/home/dev/project"));
     assert!(recent[0].id > recent[1].id);
-    assert!(recent.iter().all(|e| e.created_at > 1_600_000_000));
+    assert!(recent
+        .iter()
+        .all(|e| e.created_at.is_some_and(|t| t > 1_600_000_000)));
 
     let json = serde_json::to_value(&recent[1]).unwrap();
     assert_eq!(json["prompt"], "with cwd");
     assert_eq!(json["cwd"], "/home/dev/project");
-    assert!(json["createdAt"].is_i64());
+    assert_eq!(json["sessionId"], serde_json::Value::Null);
     assert!(json["id"].is_i64());
+    // README, "JSON output": times are ISO 8601 in UTC with milliseconds.
+    let created = recent[1].created_at.unwrap();
+    assert_eq!(
+        json["createdAt"].as_str(),
+        Some(sessionfs::session::format_iso_ms(created * 1000).as_str())
+    );
 }
 
 #[test]
@@ -169,10 +232,10 @@ fn delete_and_update_triggers_keep_the_index_in_sync() {
     )
     .unwrap();
     drop(conn);
-    assert!(store.search("alpha", 10).is_empty());
-    assert!(store.search("beta", 10).is_empty());
-    assert_eq!(prompts(&store.search("delta", 10)), ["delta four"]);
-    assert_eq!(prompts(&store.search("gam", 10)), ["gamma three"]);
+    assert!(search(&store, "alpha", 10).is_empty());
+    assert!(search(&store, "beta", 10).is_empty());
+    assert_eq!(search(&store, "delta", 10), ["delta four"]);
+    assert_eq!(search(&store, "gam", 10), ["gamma three"]);
     drop(store);
     fts_integrity_check(&path);
 }
@@ -180,33 +243,47 @@ fn delete_and_update_triggers_keep_the_index_in_sync() {
 // ----------------------------------------------------------------- dedup
 
 #[test]
-fn consecutive_duplicates_and_blank_prompts_are_skipped() {
+fn repeated_prompts_move_to_the_top_and_blank_prompts_are_skipped() {
     let (_dir, path) = temp_db();
     let store = HistoryStore::open(&path).unwrap();
+    assert!(store.add("first", Some("/a")));
     assert!(store.add("first", None));
-    assert!(!store.add("first", None));
-    assert!(!store.add("  first\n", None));
+    assert!(store.add("  first\n", None));
     assert!(!store.add("", None));
     assert!(!store.add("   \n\t ", None));
     assert!(store.add("second", None));
-    assert!(
-        store.add("first", None),
-        "non-consecutive duplicates are kept"
-    );
-    assert!(store.add("  padded  ", None));
+    assert!(store.add("padded  ", None));
+    assert!(store.add_with_session("first", Some("/b"), Some("s-9")));
     drop(store);
-    assert_eq!(all_prompts(&path), ["first", "second", "first", "padded"]);
+    // One row per prompt (the agent's UNIQUE), ids kept.
+    assert_eq!(all_prompts(&path), ["first", "second", "padded"]);
 
-    // Across a reopen: the newest row seeds the check.
+    // The newest submission wins: time, directory and session move with it
+    // (rows of the same second are ordered by id, as in the agent).
     let store = HistoryStore::open(&path).unwrap();
-    assert!(!store.add("padded", None));
+    let entries = store.recent(10).unwrap();
+    let first = entries.iter().find(|e| e.prompt == "first").unwrap();
+    assert_eq!(first.cwd.as_deref(), Some("/b"));
+    assert_eq!(first.session_id.as_deref(), Some("s-9"));
+    assert!(entries.iter().all(|e| e.created_at <= first.created_at));
+    assert!(store.add("padded", None));
     assert!(store.add("third", None));
-    assert!(!store.add("third", None));
     drop(store);
-    assert_eq!(
-        all_prompts(&path),
-        ["first", "second", "first", "padded", "third"]
-    );
+    assert_eq!(all_prompts(&path), ["first", "second", "padded", "third"]);
+    fts_integrity_check(&path);
+}
+
+#[test]
+fn prompts_are_normalised_as_the_agent_does() {
+    let (_dir, path) = temp_db();
+    let store = HistoryStore::open(&path).unwrap();
+    // Terminal copies pad every line with spaces and may end lines with CRLF.
+    store.add("multi  \r\nline  \r\n", None);
+    store.add("multi\nline", None);
+    store.add("a \u{a0}\rb\t", None);
+    drop(store);
+    assert_eq!(all_prompts(&path), ["multi\nline", "a\nb"]);
+    assert_eq!(normalize_prompt("  x  \r\n\r\n y \t"), "x\n\n y");
 }
 
 #[test]
@@ -239,23 +316,29 @@ fn prefix_and_search_newest_first() {
         ],
     );
     assert_eq!(
-        prompts(&store.search("hel wor", 10)),
+        search(&store, "hel wor", 10),
         ["Hello Wonderful World", "hello world"]
     );
     assert_eq!(
-        prompts(&store.search("wor hel", 10)),
+        search(&store, "wor hel", 10),
         ["Hello Wonderful World", "hello world"],
         "term order does not matter"
     );
     assert_eq!(
-        prompts(&store.search("HELLO", 10)),
+        search(&store, "HELLO", 10),
         ["Hello Wonderful World", "hello there", "hello world"]
     );
-    assert_eq!(prompts(&store.search("the", 10)), ["hello there"]);
-    assert!(store.search("xyz", 10).is_empty());
-    assert!(store.search("ello", 10).is_empty(), "prefixes, not infixes");
+    assert_eq!(search(&store, "the", 10), ["hello there"]);
+    assert!(search(&store, "xyz", 10).is_empty());
+    // As in the agent: a word also matches inside words ("ello"), in ASCII
+    // case-insensitive substrings.
     assert_eq!(
-        prompts(&store.search("hello", 2)),
+        search(&store, "ello", 10),
+        ["Hello Wonderful World", "hello there", "hello world"]
+    );
+    assert_eq!(search(&store, "ACE", 10), ["world peace"]);
+    assert_eq!(
+        search(&store, "hello", 2),
         ["Hello Wonderful World", "hello there"]
     );
 }
@@ -264,8 +347,8 @@ fn prefix_and_search_newest_first() {
 fn empty_query_finds_nothing() {
     let (_dir, path) = temp_db();
     let store = store_with(&path, &["hello world"]);
-    assert!(store.search("", 10).is_empty());
-    assert!(store.search(" \t\n ", 10).is_empty());
+    assert!(search(&store, "", 10).is_empty());
+    assert!(search(&store, " \t\n ", 10).is_empty());
 }
 
 #[test]
@@ -294,7 +377,8 @@ fn fts_syntax_in_queries_is_literal() {
         (r#"hello""#, &["hello world"]),
         (r#""hello world""#, &["hello world"]),
         ("hello*", &["hello world"]),
-        ("hel*lo", &[]),
+        // Substrings "hel" and "lo", as the agent finds them.
+        ("hel*lo", &["hello world"]),
         ("(hello)", &["hello world"]),
         ("(hello", &["hello world"]),
         ("f(x)", &["call f(x) now"]),
@@ -307,17 +391,20 @@ fn fts_syntax_in_queries_is_literal() {
         ("*", &["wildcard * star"]),
         (r#"""#, &[r#"say "hi" to them"#]),
         (r#"say ""#, &[r#"say "hi" to them"#]),
-        (r#""hi""#, &[r#"say "hi" to them"#]),
+        (
+            r#""hi""#,
+            &["this only", "this or that", r#"say "hi" to them"#],
+        ),
         ("this OR that", &["this or that"]),
-        ("OR", &["this or that"]),
+        ("OR", &["this or that", "hello world"]),
         ("this AND", &[]),
         ("AND", &["rock and roll"]),
         ("rock AND roll", &["rock and roll"]),
         ("NOT", &[]),
         ("NEAR", &["come near me"]),
-        ("NEAR(come me)", &[]),
+        ("NEAR(come me)", &["come near me"]),
         ("near(me", &["come near me"]),
-        ("near(come", &[]),
+        ("near(come", &["come near me"]),
         ("^hello", &["hello world"]),
         ("prompt:hello", &[]),
         ("{prompt}", &[]),
@@ -332,8 +419,8 @@ fn fts_syntax_in_queries_is_literal() {
         ("_", &[]),
     ];
     for (query, expected) in cases {
-        let got = store.search(query, 100);
-        assert_eq!(&prompts(&got), expected, "query {query:?}");
+        let got = search(&store, query, 100);
+        assert_eq!(got, *expected, "query {query:?}");
     }
 }
 
@@ -345,14 +432,13 @@ fn limits_are_clamped() {
         store.add(&format!("entry {i}"), None);
     }
     store.flush().unwrap();
-    assert_eq!(store.recent(5000).len(), MAX_LIMIT);
-    assert_eq!(store.recent(usize::MAX).len(), MAX_LIMIT);
-    assert_eq!(store.search("entry", 5000).len(), MAX_LIMIT);
-    assert!(store.recent(0).is_empty());
-    assert!(store.search("entry", 0).is_empty());
-    let newest = store.recent(3);
+    assert_eq!(recent(&store, 5000).len(), MAX_LIMIT);
+    assert_eq!(recent(&store, usize::MAX).len(), MAX_LIMIT);
+    assert_eq!(search(&store, "entry", 5000).len(), MAX_LIMIT);
+    assert!(recent(&store, 0).is_empty());
+    assert!(search(&store, "entry", 0).is_empty());
     assert_eq!(
-        prompts(&newest),
+        recent(&store, 3),
         [
             format!("entry {}", MAX_LIMIT + 49),
             format!("entry {}", MAX_LIMIT + 48),
@@ -360,7 +446,7 @@ fn limits_are_clamped() {
         ]
     );
     assert_eq!(
-        prompts(&store.search("entry", 1)),
+        search(&store, "entry", 1),
         [format!("entry {}", MAX_LIMIT + 49)]
     );
 }
@@ -387,7 +473,7 @@ fn add_does_not_wait_for_the_database() {
         .unwrap();
     assert_eq!(written, 0, "the lock holder's view has no new row");
     // Reads go through their own connection and are not blocked either.
-    assert_eq!(prompts(&store.recent(10)), ["before"]);
+    assert_eq!(recent(&store, 10), ["before"]);
     tx.rollback().unwrap();
     drop(blocker);
 
@@ -459,42 +545,66 @@ fn concurrent_processes_lose_nothing() {
 // ------------------------------------------------------- compatibility
 
 #[test]
-fn missing_fts_index_is_rebuilt() {
+fn an_older_table_is_read_and_written_as_it_is() {
     let (_dir, path) = temp_db();
-    {
-        let conn = Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "CREATE TABLE history(
+    let old_schema = "CREATE TABLE history(
                  id INTEGER PRIMARY KEY AUTOINCREMENT,
                  prompt TEXT NOT NULL,
                  created_at INTEGER NOT NULL DEFAULT (unixepoch()),
-                 cwd TEXT);
+                 cwd TEXT)";
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "{old_schema};
              INSERT INTO history(prompt, created_at, cwd) VALUES
                  ('old hello world', 1000, '/a'),
-                 ('old goodbye', 2000, NULL);",
-        )
+                 ('old goodbye', 2000, NULL),
+                 ('old hello world', 1500, '/b');"
+        ))
         .unwrap();
     }
+    // No full-text index: searched by substrings.
     let store = HistoryStore::open(&path).unwrap();
-    assert_eq!(prompts(&store.search("hel", 10)), ["old hello world"]);
     assert_eq!(
-        prompts(&store.search("old", 10)),
-        ["old goodbye", "old hello world"]
+        search(&store, "hel", 10),
+        ["old hello world", "old hello world"]
     );
-    // Dedup is seeded from the newest old row.
-    assert!(!store.add("old goodbye", None));
+    assert_eq!(search(&store, "ood", 10), ["old goodbye"]);
+    // A prompt that is there moves to the top: its newest row is updated
+    // (no UNIQUE constraint to upsert on); a new one is inserted.
+    assert!(store.add("old hello world", Some("/c")));
     assert!(store.add("new hello", None));
     store.flush().unwrap();
+    let entries = store.recent(10).unwrap();
     assert_eq!(
-        prompts(&store.search("hello", 10)),
-        ["new hello", "old hello world"]
+        prompts(&entries),
+        [
+            "new hello",
+            "old hello world",
+            "old goodbye",
+            "old hello world"
+        ]
     );
+    assert_eq!(entries[1].id, 3);
+    assert_eq!(entries[1].cwd.as_deref(), Some("/c"));
+    assert_eq!(entries[1].session_id, None);
     drop(store);
-    fts_integrity_check(&path);
 
-    // A second open does not rebuild or duplicate anything.
-    let store = HistoryStore::open(&path).unwrap();
-    assert_eq!(store.search("hello", 10).len(), 2);
+    // The table was not restructured: no index, FTS table or trigger added,
+    // the data version untouched (the agent rebuilds it when it starts).
+    let conn = Connection::open(&path).unwrap();
+    let objects: Vec<String> = {
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name")
+            .unwrap();
+        let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+        rows.collect::<Result<_, _>>().unwrap()
+    };
+    assert_eq!(objects, ["history"]);
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 0);
 }
 
 #[test]
@@ -639,7 +749,13 @@ fn cli_add_recent_search_json() {
     assert_eq!(items[1]["cwd"], "/projects/one");
     for item in items {
         assert!(item["id"].is_i64());
-        assert!(item["createdAt"].is_i64());
+        let created = item["createdAt"].as_str().unwrap();
+        assert_eq!(
+            sessionfs::session::parse_iso_ms(created).map(|ms| ms % 1000),
+            Some(0),
+            "{created}"
+        );
+        assert!(created.ends_with(".000Z"), "{created}");
     }
 
     let json: serde_json::Value =
@@ -659,4 +775,379 @@ fn cli_uses_the_agent_dir_environment_variable() {
         .unwrap();
     assert!(out.status.success());
     assert_eq!(all_prompts(&agent.join("history.db")), ["via env"]);
+}
+
+/// `sessionfs history ARGS --agent-dir AGENT`, whatever its exit code.
+fn cli_any(agent: &Path, args: &[&str]) -> Output {
+    common::sessionfs_cmd()
+        .arg("history")
+        .args(args)
+        .arg("--agent-dir")
+        .arg(agent)
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The names of the database's tables, indexes and triggers.
+fn schema_objects(path: &Path) -> Vec<String> {
+    let conn = Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT type || ' ' || name FROM sqlite_master ORDER BY type, name")
+        .unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.collect::<Result<_, _>>().unwrap()
+}
+
+/// A database as the agent leaves it (its `history-storage.ts`: the table
+/// rebuilt to data version 1, its FTS table and insert trigger) with two
+/// prompts.
+fn agent_database(agent: &Path) -> PathBuf {
+    std::fs::create_dir_all(agent).unwrap();
+    let path = agent.join("history.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE IF NOT EXISTS history (
+             id INTEGER PRIMARY KEY AUTOINCREMENT,
+             prompt TEXT NOT NULL UNIQUE,
+             created_at INTEGER NOT NULL DEFAULT (CAST(strftime('%s','now') AS INTEGER)),
+             cwd TEXT,
+             session_id TEXT
+         );
+         CREATE INDEX IF NOT EXISTS idx_history_created_at ON history(created_at DESC);
+         PRAGMA user_version = 1;
+         CREATE VIRTUAL TABLE IF NOT EXISTS history_fts USING fts5(prompt, content='history', content_rowid='id');
+         CREATE TRIGGER IF NOT EXISTS history_ai AFTER INSERT ON history BEGIN
+             INSERT INTO history_fts(rowid, prompt) VALUES (new.id, new.prompt);
+         END;
+         INSERT INTO history (prompt, created_at, cwd, session_id) VALUES
+             ('continue', 1000, '/w', 'sess-1'),
+             ('run the tests', 2000, '/w', 'sess-1');",
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn cli_add_on_the_agents_database_moves_a_prompt_to_the_top() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    let path = agent_database(&agent);
+    let objects = schema_objects(&path);
+
+    // A prompt the agent recorded (not the newest): the agent's upsert, not
+    // a UNIQUE constraint failure.
+    let out = cli_any(
+        &agent,
+        &["add", "continue", "--cwd", "/x", "--session-id", "s-2"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(all_prompts(&path), ["continue", "run the tests"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&agent, &["recent", "--json"]))).unwrap();
+    assert_eq!(json[0]["prompt"], "continue");
+    assert_eq!(json[0]["id"], 1, "the row is kept, as the agent keeps it");
+    assert_eq!(json[0]["cwd"], "/x");
+    assert_eq!(json[0]["sessionId"], "s-2");
+    assert_eq!(json[1]["prompt"], "run the tests");
+    assert_eq!(json[1]["sessionId"], "sess-1");
+    assert_eq!(json[1]["createdAt"], "1970-01-01T00:33:20.000Z");
+
+    // A prompt typed with a terminal's padding is the same prompt, as the
+    // agent normalises it.
+    let out = cli_any(&agent, &["add", "run the tests  \r\n"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(all_prompts(&path), ["continue", "run the tests"]);
+    assert_eq!(
+        stdout(&cli(&agent, &["recent", "--limit", "1"])),
+        "run the tests\n"
+    );
+    // Nothing of our own was added to the agent's schema.
+    assert_eq!(schema_objects(&path), objects);
+    fts_integrity_check(&path);
+}
+
+#[test]
+fn cli_reads_other_shapes_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    std::fs::create_dir(&agent).unwrap();
+    let path = agent.join("history.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE history(id INTEGER PRIMARY KEY AUTOINCREMENT,
+                                  prompt TEXT NOT NULL, created_at INTEGER NOT NULL);
+             INSERT INTO history(prompt, created_at) VALUES ('old style prompt', 1700000000);",
+        )
+        .unwrap();
+    }
+    let objects = schema_objects(&path);
+    let before = std::fs::read(&path).unwrap();
+    assert_eq!(
+        stdout(&cli(&agent, &["recent"])),
+        "old style prompt\n",
+        "a table without cwd is read"
+    );
+    assert_eq!(
+        stdout(&cli(&agent, &["search", "old"])),
+        "old style prompt\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&agent, &["search", "sty", "--json"]))).unwrap();
+    assert_eq!(json[0]["cwd"], serde_json::Value::Null);
+    assert_eq!(json[0]["createdAt"], "2023-11-14T22:13:20.000Z");
+    assert_eq!(schema_objects(&path), objects);
+    assert_eq!(std::fs::read(&path).unwrap(), before, "reads write nothing");
+    let mut siblings: Vec<_> = std::fs::read_dir(&agent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    siblings.sort();
+    assert_eq!(siblings, ["history.db"], "no journal left behind");
+}
+
+#[test]
+fn cli_read_errors_exit_5_without_quoting_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    std::fs::create_dir(&agent).unwrap();
+    let path = agent.join("history.db");
+    {
+        // `history_fts` that is not a full-text table: MATCH fails.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE history(id INTEGER PRIMARY KEY, prompt TEXT, created_at INTEGER);
+             CREATE TABLE history_fts(prompt TEXT);
+             INSERT INTO history VALUES (1, 'fix the parser', 1);",
+        )
+        .unwrap();
+    }
+    let out = cli_any(&agent, &["search", "fix"]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(err.contains("history database"), "{err}");
+    assert!(err.contains("searching"), "{err}");
+    assert!(!err.contains("SELECT"), "the message quotes no SQL: {err}");
+    // `recent` does not need the index.
+    assert_eq!(stdout(&cli(&agent, &["recent"])), "fix the parser\n");
+
+    // A table without a prompt column is no prompt history.
+    std::fs::remove_file(&path).unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE history(id INTEGER PRIMARY KEY, text TEXT)")
+        .unwrap();
+    for args in [&["recent"][..], &["search", "x"], &["add", "x"]] {
+        let out = cli_any(&agent, args);
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("no prompt column"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn cli_a_prompt_that_is_not_utf8_is_shown_lossily() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    cli(&agent, &["add", "good old"]);
+    let path = agent.join("history.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO history(prompt, created_at, cwd)
+             VALUES (CAST(X'6261642063686172FF20686572652031' AS TEXT), unixepoch() + 100, '/c')",
+        )
+        .unwrap();
+    // The bad row is the newest: adding still works.
+    let out = cli_any(&agent, &["add", "good newer"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO history(prompt, created_at) VALUES ('fresh ok', unixepoch() + 200)",
+        )
+        .unwrap();
+    let out = cli_any(&agent, &["recent"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "fresh ok\nbad char\u{FFFD} here 1\ngood newer\ngood old\n"
+    );
+    assert!(stderr(&out).contains("not valid UTF-8"), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&cli(&agent, &["search", "char"])),
+        "bad char\u{FFFD} here 1\n"
+    );
+}
+
+#[test]
+fn cli_reads_do_not_wait_for_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    cli(&agent, &["add", "seed prompt"]);
+    let mut locker = Connection::open(agent.join("history.db")).unwrap();
+    let tx = locker
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    tx.execute(
+        "INSERT INTO history(prompt, created_at) VALUES ('uncommitted', 1)",
+        [],
+    )
+    .unwrap();
+    // Another process holds the write lock (the agent, a backup, sqlite3):
+    // the reading commands read what is committed.
+    assert_eq!(stdout(&cli(&agent, &["recent"])), "seed prompt\n");
+    assert_eq!(stdout(&cli(&agent, &["search", "seed"])), "seed prompt\n");
+    tx.rollback().unwrap();
+}
+
+#[test]
+fn a_store_opens_while_another_connection_writes() {
+    let (_dir, path) = temp_db();
+    drop(store_with(&path, &["before"]));
+    let mut locker = Connection::open(&path).unwrap();
+    let tx = locker
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    // Opening an existing database takes no lock; reading needs none.
+    let store = HistoryStore::open(&path).unwrap();
+    assert!(store.add("queued while locked", None));
+    assert_eq!(recent(&store, 10), ["before"]);
+    let reader = HistoryReader::open(&path).unwrap();
+    assert_eq!(prompts(&reader.recent(10).unwrap()), ["before"]);
+    tx.rollback().unwrap();
+    drop(locker);
+    store.flush().unwrap();
+    assert_eq!(recent(&store, 10), ["queued while locked", "before"]);
+}
+
+#[test]
+fn cli_add_records_an_absolute_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    // `--cwd .` is recorded absolute, as `sessionfs new --cwd .` records it.
+    let out = common::sessionfs_cmd()
+        .args(["history", "add", "relative cwd", "--cwd", "."])
+        .arg("--agent-dir")
+        .arg(&agent)
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&agent, &["recent", "--json"]))).unwrap();
+    assert_eq!(json[0]["cwd"].as_str().map(Path::new), Some(work.as_path()));
+}
+
+#[test]
+fn cli_add_reads_a_prompt_from_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    // `-` reads the prompt from standard input, past what argv can hold.
+    let long = format!("{}\nend", "a".repeat(200_000));
+    let out = common::output_with_stdin(
+        common::sessionfs_cmd()
+            .args(["history", "add", "-"])
+            .arg("--agent-dir")
+            .arg(&agent),
+        Some(long.as_bytes()),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&agent, &["recent", "--json", "--limit", "1"]))).unwrap();
+    assert_eq!(json[0]["prompt"].as_str(), Some(long.as_str()));
+    let out = common::output_with_stdin(
+        common::sessionfs_cmd()
+            .args(["history", "add", "-"])
+            .arg("--agent-dir")
+            .arg(&agent),
+        Some(b"bad \xff utf-8"),
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+}
+
+#[test]
+fn cli_listings_escape_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    // Control characters are escaped as `labels` escapes them.
+    cli(
+        &agent,
+        &[
+            "add",
+            "colour \u{1b}[31mRED\u{1b}[0m bell\u{7} back\\slash\ttab\nline",
+        ],
+    );
+    assert_eq!(
+        stdout(&cli(&agent, &["recent", "--limit", "1"])),
+        "colour \\x1B[31mRED\\x1B[0m bell\\x07 back\\\\slash\\ttab\\nline\n"
+    );
+    assert_eq!(
+        stdout(&cli(&agent, &["search", "colour"])),
+        "colour \\x1B[31mRED\\x1B[0m bell\\x07 back\\\\slash\\ttab\\nline\n"
+    );
+}
+
+#[test]
+fn cli_an_agent_directory_that_is_a_file_is_invalid_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "").unwrap();
+    for args in [&["add", "x"][..], &["recent"], &["search", "x"]] {
+        let out = cli_any(&file, args);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is not a directory"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn cli_search_finds_what_the_tokenizer_glues_or_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    cli(&agent, &["add", "x \u{902} y"]);
+    cli(&agent, &["add", "thanks \u{1F44D}\u{1F3FD}ok"]);
+    // A lone combining mark (no token of its own to FTS5's unicode61) and a
+    // word glued to an emoji modifier are found as substrings.
+    assert_eq!(
+        stdout(&cli(&agent, &["search", "\u{902}"])),
+        "x \u{902} y\n"
+    );
+    assert_eq!(
+        stdout(&cli(&agent, &["search", "ok"])),
+        "thanks \u{1F44D}\u{1F3FD}ok\n"
+    );
+}
+
+#[test]
+fn cli_search_counts_a_repeated_word_once_and_limits_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    cli(&agent, &["add", "a && b"]);
+    // A repeated word counts once (999 conditions were too deep for SQLite).
+    let many = vec!["&&"; 999];
+    let args: Vec<&str> = ["search"].into_iter().chain(many).collect();
+    assert_eq!(stdout(&cli(&agent, &args)), "a && b\n");
+    // Too many different words: invalid input.
+    let words: Vec<String> = (0..101).map(|i| format!("w{i}")).collect();
+    let args: Vec<&str> = ["search"]
+        .into_iter()
+        .chain(words.iter().map(String::as_str))
+        .collect();
+    let out = cli_any(&agent, &args);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
 }
