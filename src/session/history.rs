@@ -383,7 +383,7 @@ impl HistoryReader {
     /// The newest `limit` prompts (at most [`MAX_LIMIT`]) matching every
     /// word of `query`, newest first. The query syntax is described at the
     /// top of `src/session/history.rs`; an empty query finds nothing, one of
-    /// more than [`MAX_QUERY_WORDS`] different words is [`Error::TooLarge`].
+    /// more than `MAX_QUERY_WORDS` (100) different words is [`Error::TooLarge`].
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
         let limit = clamp_limit(limit);
         let parsed = ParsedQuery::parse(query)?;
