@@ -22,6 +22,10 @@ use crate::session::time::format_iso_ms;
 pub(crate) const PREFIX_BYTES: usize = 4096;
 /// Display names are cut to this many characters.
 pub(crate) const DISPLAY_NAME_CHARS: usize = 40;
+/// A listing's first message is cut to at most this many bytes (of
+/// UTF-8, with the `…` that marks the cut): the reference lists from the
+/// first 4096 bytes of a file, so its first message is never longer.
+pub(crate) const FIRST_MESSAGE_BYTES: usize = PREFIX_BYTES;
 
 /// A session in the recent-sessions view.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -58,7 +62,8 @@ pub struct SessionInfo {
     pub modified: String,
     /// Number of `message` entries.
     pub message_count: usize,
-    /// Text of the first user message.
+    /// Text of the first user message, cut to at most 4096 bytes
+    /// ([`cut_first_message`]).
     pub first_message: Option<String>,
 }
 
@@ -542,6 +547,7 @@ pub(crate) fn session_info(storage: &dyn Storage, path: &Path) -> Result<Session
         message_count += count;
         first_message = first_message.or(first);
     }
+    let first_message = first_message.map(cut_first_message);
     // The title line's title wins over the header's.
     let prefix = storage.read_prefix(path, PREFIX_BYTES).unwrap_or_default();
     let title = match prefix_facts(&prefix).title {
@@ -559,6 +565,24 @@ pub(crate) fn session_info(storage: &dyn Storage, path: &Path) -> Result<Session
         message_count,
         first_message,
     })
+}
+
+/// A first message as listings show it: at most [`FIRST_MESSAGE_BYTES`]
+/// bytes, cut at a character boundary and ended with `…` when cut. A
+/// 30 MB pasted log as the first prompt no longer makes `list --json`
+/// print 30 MB per session.
+pub(crate) fn cut_first_message(mut text: String) -> String {
+    const MARK: &str = "…";
+    if text.len() <= FIRST_MESSAGE_BYTES {
+        return text;
+    }
+    let mut end = FIRST_MESSAGE_BYTES - MARK.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(MARK);
+    text
 }
 
 /// `message` lines without an id (v1 entries) of a file: how many, and the

@@ -324,6 +324,46 @@ fn label_and_branch_summary() {
     assert_eq!(std::fs::read(&file).unwrap(), before);
 }
 
+/// `list --json` shows at most 4096 bytes of a first message (the reference
+/// lists from a 4096-byte prefix), cut at a character boundary with `…`:
+/// a pasted 30 MB log as the first prompt printed 30 MB twice per session
+/// (`firstMessage` and `name`).
+#[test]
+fn list_json_cuts_a_long_first_message_to_4096_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = tmp.path().join("agent");
+    let dir = agent.join("sessions").join("--fat--");
+    std::fs::create_dir_all(&dir).unwrap();
+    let sid = "01a30000-0000-7000-8000-000000000001";
+    // 'é' is two bytes: with the 21-byte lead, the cut at 4093 bytes would
+    // split one, so it must step back to a boundary.
+    let prompt = format!("please look at this: {}", "é".repeat(100_000));
+    let lines = [
+        json!({"type":"session","version":3,"id":sid,"timestamp":"2026-05-01T00:00:00.000Z","cwd":"/fat"}),
+        json!({"type":"message","id":"u1","parentId":null,"timestamp":"2026-05-01T00:00:01.000Z",
+               "message":{"role":"user","content":prompt,"timestamp":1}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(
+        dir.join(format!("2026-05-01T00-00-00-000Z_{sid}.jsonl")),
+        text,
+    )
+    .unwrap();
+    let rows = js_json(&stdout(&run(
+        &agent,
+        &["list", "--cwd", "/fat", "--json"],
+        None,
+    )));
+    let row = &rows[0];
+    let first = row["firstMessage"].as_str().unwrap();
+    assert!(first.len() <= 4096, "{} bytes", first.len());
+    assert!(first.len() > 4000, "{} bytes", first.len());
+    assert!(first.starts_with("please look at this: éé"));
+    assert!(first.ends_with('…'));
+    assert_eq!(row["name"], first);
+    assert_eq!(row["messageCount"], 1);
+}
+
 #[test]
 fn list_shows_counts_and_first_prompts_and_fork_at_copies_a_path() {
     let (_tmp, agent) = fixture_agent_dir();
