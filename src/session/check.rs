@@ -38,6 +38,9 @@ pub enum ProblemKind {
     TornTail,
     /// A line that is not a JSON object, or an object that is not an entry.
     InvalidLine,
+    /// A line longer than the loader reads (256 MiB): skipped, with the
+    /// entry on it.
+    OverlongLine,
     /// `parentId` names an id that no entry of the file has.
     MissingParent,
     /// Following `parentId` comes back to where it started.
@@ -64,6 +67,7 @@ impl ProblemKind {
             ProblemKind::Unreadable => "unreadable",
             ProblemKind::TornTail => "torn-tail",
             ProblemKind::InvalidLine => "invalid-line",
+            ProblemKind::OverlongLine => "overlong-line",
             ProblemKind::MissingParent => "missing-parent",
             ProblemKind::ParentLoop => "parent-loop",
             ProblemKind::RepeatedId => "repeated-id",
@@ -119,6 +123,8 @@ pub struct Checker<'a> {
     storage: &'a dyn Storage,
     blobs_dir: PathBuf,
     blobs: Mutex<HashMap<String, BlobState>>,
+    /// The loader's line limit: longer lines are skipped.
+    max_line: usize,
 }
 
 /// The bytes a file is checked as, and the loader's view of them.
@@ -136,6 +142,29 @@ impl View {
             Ok(i) => i as u64 + 1,
             Err(i) => i as u64,
         }
+    }
+
+    /// Every line (1-based number, bytes without the `\n`; the file's
+    /// first line without a byte order mark), as the loader splits them.
+    fn lines(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let mut offset = 0usize;
+        let len = self.bytes.len();
+        self.bytes
+            .split(|b| *b == b'\n')
+            .enumerate()
+            .map_while(move |(n, line)| {
+                let start = offset;
+                offset += line.len() + 1;
+                if start >= len {
+                    return None;
+                }
+                let body = if start == 0 {
+                    line.strip_prefix(BOM).unwrap_or(line)
+                } else {
+                    line
+                };
+                Some((n as u64 + 1, body))
+            })
     }
 
     fn entry_bytes(&self, idx: usize) -> &[u8] {
@@ -302,7 +331,30 @@ impl<'a> Checker<'a> {
             storage,
             blobs_dir: blobs_dir.into(),
             blobs: Mutex::new(HashMap::new()),
+            max_line: DEFAULT_MAX_LINE,
         }
+    }
+
+    /// This checker with another line limit than the loader's 256 MiB
+    /// (for tests: a line over the real limit needs 256 MiB of memory).
+    #[cfg(test)]
+    pub(crate) fn with_max_line(self, max_line: usize) -> Self {
+        Checker { max_line, ..self }
+    }
+
+    /// The over-long lines of a file that hold an entry (as far as a scan
+    /// of the whole line tells): its id → the line's number. The loader
+    /// skips these lines, so their ids are not in its entries.
+    fn overlong_entries(&self, view: &View) -> HashMap<String, u64> {
+        let mut out = HashMap::new();
+        for (n, body) in view.lines() {
+            if body.len() > self.max_line {
+                if let LineKind::Entry(e) = scan_line(body.trim_ascii()) {
+                    out.entry(e.id.to_string()).or_insert(n);
+                }
+            }
+        }
+        out
     }
 
     fn blob_state(&self, hex: &str) -> BlobState {
@@ -344,7 +396,7 @@ impl<'a> Checker<'a> {
             Some(m) => (m.bytes, Some(m.from_version)),
             None => (original, None),
         };
-        let loaded = load_bytes(path, &bytes, DEFAULT_MAX_LINE).map_err(|e| match e {
+        let loaded = load_bytes(path, &bytes, self.max_line).map_err(|e| match e {
             // A problem names its file itself: the reason alone.
             Error::Unreadable { reason, .. } => reason,
             e => e.to_string(),
@@ -413,6 +465,8 @@ impl<'a> Checker<'a> {
         let entry_lines: HashSet<u64> = entries.iter().map(|e| view.line_of(e.offset)).collect();
         let header_line = view.line_of(view.loaded.header_offset);
         let last_start = view.line_starts.last().copied().unwrap_or(0);
+        // Entries on over-long lines: id → line.
+        let mut overlong: HashMap<String, u64> = HashMap::new();
         let mut offset = 0u64;
         for (n, line) in view.bytes.split(|b| *b == b'\n').enumerate() {
             let start = offset;
@@ -429,6 +483,30 @@ impl<'a> Checker<'a> {
                 || lineno == header_line
                 || start >= view.bytes.len() as u64
             {
+                continue;
+            }
+            if body.len() > self.max_line {
+                // The loader skips it unread (a warning in its log).
+                let (entry, what) = match scan_line(trimmed) {
+                    LineKind::Entry(e) => {
+                        let id = e.id.to_string();
+                        let what = format!("entry {} on it is not read", json_string(&id));
+                        overlong.entry(id.clone()).or_insert(lineno);
+                        (Some(id), what)
+                    }
+                    _ => (None, "it holds no entry either".to_string()),
+                };
+                out.push(problem(
+                    ProblemKind::OverlongLine,
+                    Some(lineno),
+                    entry.as_deref(),
+                    format!(
+                        "the line is {} bytes, longer than the {} the loader reads: \
+                         it is skipped, and {what}",
+                        body.len(),
+                        size_text(self.max_line)
+                    ),
+                ));
                 continue;
             }
             let torn = view.loaded.torn_tail && start == last_start;
@@ -492,15 +570,23 @@ impl<'a> Checker<'a> {
             }
         }
 
-        // Missing parents.
+        // Missing parents: not in the file, or on a line too long to read.
         for (i, e) in entries.iter().enumerate() {
             if let Some(p) = e.entry.parent_id.as_deref() {
                 if !graph.positions.contains_key(p) {
+                    let message = match overlong.get(p) {
+                        Some(line) => format!(
+                            "parent {} is on line {line}, which is longer than the loader \
+                             reads (overlong-line): the engine sees this entry as a root",
+                            json_string(p)
+                        ),
+                        None => format!("parent {} is not in the file", json_string(p)),
+                    };
                     out.push(problem(
                         ProblemKind::MissingParent,
                         line_of(i),
                         Some(&e.entry.id),
-                        format!("parent {} is not in the file", json_string(p)),
+                        message,
                     ));
                 }
             }
@@ -660,10 +746,34 @@ impl<'a> Checker<'a> {
             cut.extend(pick);
         }
 
+        let by_line: HashMap<u64, usize> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (view.line_of(e.offset), i))
+            .collect();
+        // An over-long line is kept as it is, and so is the link of a
+        // child to an entry on one: the entry is there, only too long for
+        // the loader, and a copy cannot shorten it without cutting it.
+        let overlong = self.overlong_entries(&view);
+        let parent_missing = |i: usize| {
+            entries[i]
+                .entry
+                .parent_id
+                .as_deref()
+                .filter(|p| !graph.positions.contains_key(*p))
+                .map(|p| !overlong.contains_key(p))
+        };
         let mut repaired = Vec::new();
         let mut left = Vec::new();
         for p in &problems {
             match p.kind {
+                ProblemKind::MissingParent
+                    if p.line
+                        .and_then(|l| by_line.get(&l))
+                        .is_some_and(|&i| parent_missing(i) == Some(false)) =>
+                {
+                    left.push(p.clone())
+                }
                 ProblemKind::TornTail
                 | ProblemKind::InvalidLine
                 | ProblemKind::MissingParent
@@ -674,11 +784,6 @@ impl<'a> Checker<'a> {
             }
         }
 
-        let by_line: HashMap<u64, usize> = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (view.line_of(e.offset), i))
-            .collect();
         let header_line = view.line_of(view.loaded.header_offset);
         let session_id = view
             .loaded
@@ -723,6 +828,16 @@ impl<'a> Checker<'a> {
                 out.push(b'\n');
                 continue;
             }
+            let body = if start == 0 {
+                line.strip_prefix(BOM).unwrap_or(line)
+            } else {
+                line
+            };
+            if body.len() > self.max_line {
+                out.extend_from_slice(line);
+                out.push(b'\n');
+                continue;
+            }
             let Some(&i) = by_line.get(&(lineno as u64)) else {
                 let trimmed = line.trim_ascii();
                 let keep = trimmed.is_empty()
@@ -747,11 +862,7 @@ impl<'a> Checker<'a> {
                 used.insert(fresh.clone());
                 new_id = Some(fresh);
             }
-            let missing = e
-                .entry
-                .parent_id
-                .as_deref()
-                .is_some_and(|p| !graph.positions.contains_key(p));
+            let missing = parent_missing(i) == Some(true);
             let null_parent = missing || cut.contains(&i);
             if new_id.is_none() && !null_parent {
                 out.extend_from_slice(line);
@@ -795,6 +906,15 @@ impl<'a> Checker<'a> {
             repaired,
             not_repaired: left,
         })
+    }
+}
+
+/// A byte count as the docs give limits: `256 MiB` when it is whole MiB.
+fn size_text(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
     }
 }
 
@@ -883,6 +1003,65 @@ mod tests {
         let out = String::from_utf8(storage.read(new).unwrap()).unwrap();
         assert!(out.starts_with(&format!("\u{feff}{HEADER}\n")), "{out}");
         assert!(checker.check_file(new).is_empty());
+    }
+
+    #[test]
+    fn an_overlong_line_is_reported_as_such_and_a_repair_keeps_it_and_its_child() {
+        // The loader skips lines over its limit (256 MiB; 300 bytes here):
+        // check names the line and its entry, says that the child's parent
+        // is on it (not that it is missing from the file), and the repair
+        // cuts neither the line nor the child's link to it.
+        let storage = MemoryStorage::new();
+        let path = Path::new("/a/sessions/--w--/2026-01-01T00-00-00-000Z_s1.jsonl");
+        let long_entry = format!(
+            r#"{{"type":"custom","id":"r1","parentId":"u1","timestamp":"2026-01-01T00:00:01.000Z","customType":"x","data":"{}"}}"#,
+            "g".repeat(400)
+        );
+        let text = format!(
+            "{HEADER}\n{}\n{long_entry}\n{}\n{}\n",
+            entry("u1", None),
+            entry("u2", Some("r1")),
+            "z".repeat(500),
+        );
+        storage.write(path, text.as_bytes()).unwrap();
+        let loaded = load_bytes(path, text.as_bytes(), 300).unwrap();
+        let ids: Vec<&str> = loaded.entries.iter().map(|e| &*e.entry.id).collect();
+        assert_eq!(ids, ["u1", "u2"]);
+        let checker = Checker::new(&storage, "/a/blobs").with_max_line(300);
+        let problems = checker.check_file(path);
+        let kinds: Vec<_> = problems
+            .iter()
+            .map(|p| (p.line, p.kind, p.entry.as_deref()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some(3), ProblemKind::OverlongLine, Some("r1")),
+                (Some(4), ProblemKind::MissingParent, Some("u2")),
+                (Some(5), ProblemKind::OverlongLine, None),
+            ],
+            "{problems:?}"
+        );
+        assert!(
+            problems[0].message.contains("is skipped"),
+            "{}",
+            problems[0].message
+        );
+        assert!(
+            problems[1].message.contains("is on line 3"),
+            "{}",
+            problems[1].message
+        );
+        let new = Path::new("/a/repaired.jsonl");
+        let repair = checker.repair_into(path, new).unwrap();
+        assert!(repair.repaired.is_empty(), "{:?}", repair.repaired);
+        assert_eq!(repair.not_repaired, problems);
+        assert_eq!(storage.read(new).unwrap(), text.as_bytes());
+        // With the real limit, nothing is wrong.
+        assert!(Checker::new(&storage, "/a/blobs")
+            .check_file(path)
+            .iter()
+            .all(|p| p.kind == ProblemKind::InvalidLine));
     }
 
     #[test]
