@@ -175,8 +175,13 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
     config.kernel_options = opts.kernel.clone();
     config.passthrough = !args.no_passthrough;
     config.index = (!args.no_index).then(|| {
+        // The demo's agent directory is removed on exit: its index goes
+        // with it (in the user's cache it would never be removed).
+        let store = match &demo {
+            Some(d) => IndexStore::new(d.path().join("cache").join("sessionfs").join("index")),
+            None => IndexStore::default_for(agent.root()),
+        };
         // A read-only mount writes nothing into the agent directory.
-        let store = IndexStore::default_for(agent.root());
         if read_only && store.dir().starts_with(agent.root()) {
             store.without_writes()
         } else {

@@ -68,7 +68,9 @@ pub use history::{
 };
 pub use index::{EntryMeta, Loc, TreeIndex, TreeRow};
 pub(crate) use index_store::TeeToStore;
-pub use index_store::{pretty_context_variant, ContextWriter, IndexStore, IndexUse, StoredText};
+pub use index_store::{
+    pretty_context_variant, ContextWriter, IndexStore, IndexUse, PruneLimits, Pruned, StoredText,
+};
 pub(crate) use lean::{grows_cheaply, Regrown};
 pub use lean::{
     write_grown_context, write_last_context, write_last_context_growable, KeepRendering, LeanFold,

@@ -183,6 +183,7 @@ impl IndexStore {
             .mode(0o700)
             .create(&self.dir)
             .ok()?;
+        self.prune_if_due();
         let target = self.context_text_file_for(canonical);
         let tmp = temporary_name(&self.dir, &target);
         let mut file = std::fs::OpenOptions::new()

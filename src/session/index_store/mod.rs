@@ -28,6 +28,7 @@ pub(crate) use crate::session::loader::Loaded;
 mod codec;
 mod context;
 mod growth;
+mod prune;
 
 pub(crate) use codec::decode;
 #[cfg(any(test, feature = "testing"))]
@@ -35,6 +36,7 @@ pub(crate) use codec::decode_unchecked;
 use codec::encode;
 pub(crate) use context::TeeToStore;
 pub use context::{ContextWriter, StoredText};
+pub use prune::{PruneLimits, Pruned};
 
 /// The first bytes of every index file.
 const MAGIC: &[u8; 8] = b"SFSIDX\x00\x01";
@@ -131,6 +133,9 @@ pub struct IndexStore {
     /// False: indexes are used but never written (a read-only mount whose
     /// index directory lies in the agent directory).
     writable: bool,
+    /// The bounds of the pruning pass writes start now and then
+    /// ([`IndexStore::prune`]).
+    limits: PruneLimits,
 }
 
 /// How a load used the stored index (for logs and tests).
@@ -150,7 +155,14 @@ impl IndexStore {
         IndexStore {
             dir: dir.into(),
             writable: true,
+            limits: PruneLimits::default(),
         }
+    }
+
+    /// This store, pruned within `limits` instead of the defaults (a cap
+    /// of 1 GiB; an hour's grace for temporary files).
+    pub fn with_limits(self, limits: PruneLimits) -> Self {
+        IndexStore { limits, ..self }
     }
 
     /// This store, used without ever writing to it.
@@ -211,8 +223,9 @@ impl IndexStore {
         if !self.writable {
             return;
         }
-        if let Err(e) = self.try_write(canonical, fingerprint, loaded) {
-            log::debug!("could not write the index of {}: {e}", canonical.display());
+        match self.try_write(canonical, fingerprint, loaded) {
+            Ok(()) => self.prune_if_due(),
+            Err(e) => log::debug!("could not write the index of {}: {e}", canonical.display()),
         }
     }
 
@@ -762,6 +775,7 @@ mod tests {
         let names: Vec<String> = std::fs::read_dir(e.store.dir())
             .unwrap()
             .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "pruned")
             .collect();
         assert_eq!(names.len(), 1, "no temporary files left: {names:?}");
     }
@@ -794,7 +808,13 @@ mod tests {
         let rendering: Vec<u8> = (0..1_300_000u32).map(|i| (i % 251) as u8).collect();
         let dropped = e.store.context_writer(&canonical, &fp, "v").unwrap();
         drop(dropped);
-        let files = || std::fs::read_dir(e.store.dir()).unwrap().count();
+        // Not counting the stamp of the pruning pass the first write ran.
+        let files = || {
+            std::fs::read_dir(e.store.dir())
+                .unwrap()
+                .filter(|f| f.as_ref().unwrap().file_name() != "pruned")
+                .count()
+        };
         assert_eq!(files(), 0, "a dropped writer left a file");
         let mut w = e.store.context_writer(&canonical, &fp, "v").unwrap();
         let mut at = 0;

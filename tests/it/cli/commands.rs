@@ -438,11 +438,16 @@ fn no_command_modifies_an_unreadable_file() {
     );
 }
 
-/// The index files under the agent directory's cache.
+/// The index files under the agent directory's cache (not the stamp of
+/// its last pruning pass).
 fn index_files(agent: &Path) -> Vec<PathBuf> {
     let dir = agent.join("cache/sessionfs/index");
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .map(|rd| {
+            rd.map(|e| e.unwrap().path())
+                .filter(|p| !p.ends_with("pruned"))
+                .collect()
+        })
         .unwrap_or_default();
     files.sort();
     files

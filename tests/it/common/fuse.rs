@@ -158,6 +158,11 @@ impl Mount {
         Self::spawn(Path::new(""), &["--demo".to_string()], None)
     }
 
+    /// [`Mount::demo`] with `XDG_CACHE_HOME` set to `cache`.
+    pub fn demo_with_cache(cache: &Path) -> Mount {
+        Self::spawn_in(Path::new(""), &["--demo".to_string()], None, Some(cache))
+    }
+
     fn spawn(agent: &Path, args: &[String], log_filter: Option<&str>) -> Mount {
         Self::spawn_in(agent, args, log_filter, None)
     }

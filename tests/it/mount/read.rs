@@ -553,6 +553,40 @@ fn ls_and_find_over_the_demo_mount() {
     assert_eq!(out.trim(), "7");
 }
 
+/// The demo's persistent index lies in its own agent directory, removed
+/// on exit: a demo mount leaves nothing in the user's cache (each one
+/// left ~1.1 MB of indexes and renderings there, never removed).
+#[test]
+fn a_demo_mount_leaves_nothing_in_the_cache() {
+    if !fuse_ok("a_demo_mount_leaves_nothing_in_the_cache") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let m = Mount::demo_with_cache(&cache);
+    assert!(
+        eventually(|| m.log_text().contains("agent directory")),
+        "{}",
+        m.log_text()
+    );
+    let log = m.log_text();
+    let agent = log
+        .lines()
+        .find_map(|l| l.strip_prefix("sessionfs: agent directory "))
+        .unwrap()
+        .to_string();
+    let (ok, _, err) = sh(m.path(), "cat -- */*/context.json > /dev/null");
+    assert!(ok, "{err}");
+    // Stored, in the demo's own directory.
+    let (_, private, _) = sh(Path::new(&agent), "find cache -name '*.ctxt'");
+    assert!(!private.is_empty(), "no stored rendering in {agent}");
+    let status = m.stop();
+    assert!(status.success(), "{status:?}");
+    let (_, out, _) = sh(tmp.path(), "find cache -type f 2>/dev/null");
+    assert_eq!(out, "", "files left in the cache");
+    assert!(!Path::new(&agent).exists(), "{agent} is still there");
+}
+
 /// One attempt to change (or look up) a path in the mount, for
 /// `modifications_are_rejected_and_change_nothing`.
 #[derive(Debug)]
