@@ -63,7 +63,7 @@ pub struct SessionInfo {
     /// Number of `message` entries.
     pub message_count: usize,
     /// Text of the first user message, cut to at most 4096 bytes
-    /// ([`cut_first_message`]).
+    /// at a character boundary, ending with `…` when cut.
     pub first_message: Option<String>,
 }
 
