@@ -231,7 +231,7 @@ fn session_named_in(path: &Path) -> Option<PathBuf> {
     // Magic, two lengths, the engine hash and a path of up to PATH_MAX.
     const HEAD: u64 = 8 + 4 + 256 + 4 + 4096;
     let mut head = Vec::new();
-    std::fs::File::open(path)
+    open_without_atime(path)
         .ok()?
         .take(HEAD)
         .read_to_end(&mut head)
@@ -246,6 +246,23 @@ fn session_named_in(path: &Path) -> Option<PathBuf> {
     r.str()?;
     let named = Path::new(std::ffi::OsStr::from_bytes(r.bytes()?));
     named.is_absolute().then(|| named.to_path_buf())
+}
+
+/// Opens a store file for reading without touching its access time,
+/// which is what tells a session read lately from one not read for
+/// months: the pass reads every file's head, and with `relatime` that
+/// would make them all look used. `O_NOATIME` is refused (`EPERM`) for a
+/// file of another user; it is then opened as usual.
+fn open_without_atime(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOATIME)
+        .open(path)
+        .or_else(|e| match e.raw_os_error() {
+            Some(libc::EPERM) => std::fs::File::open(path),
+            _ => Err(e),
+        })
 }
 
 /// True when nothing is at `path` any more (not when it cannot be told:
@@ -448,6 +465,15 @@ mod tests {
             grace: GRACE,
         };
         assert_eq!(store.prune(&limits), Pruned::default(), "under the cap");
+        // That pass read every index's head, and left their access times.
+        for (c, hours) in canon.iter().zip([2u32, 3, 1]) {
+            let accessed = std::fs::metadata(store.file_for(c))
+                .unwrap()
+                .accessed()
+                .unwrap();
+            let age = SystemTime::now().duration_since(accessed).unwrap();
+            assert!(age >= hours * HOUR - HOUR / 2, "{c:?}: {age:?}");
+        }
         let limits = PruneLimits {
             max_bytes: all - 1,
             ..limits
