@@ -106,7 +106,10 @@ pub(crate) fn session_view(
     let renderer = Renderer::new(s, &image_link);
     let text = match f {
         SessionFile::ContextMd => renderer.context(s.leaf())?,
-        SessionFile::BranchMd => renderer.branch(s.leaf())?,
+        SessionFile::BranchMd => match grown_branch(st, &renderer, key)? {
+            Some(text) => text,
+            None => renderer.branch(s.leaf())?,
+        },
         SessionFile::Stats => stats_table(st, s)?.session_json(s, s.leaf()),
         SessionFile::TreeSvg => render_tree(s, s.leaf(), &*stats_table(st, s)?),
         other => {
@@ -116,6 +119,29 @@ pub(crate) fn session_view(
     let data = Arc::new(text.into_bytes());
     st.views.insert(f, (key, data.clone()));
     Ok(data)
+}
+
+/// `branch.md` grown from the rendering kept for an earlier state of the
+/// same file, when entries were appended under its leaf since
+/// (`Renderer::grow_branch`): the cost of the new entries, not of the
+/// branch (a `watch cat branch.md` on a live 100k-entry session).
+fn grown_branch(
+    st: &SlotState,
+    renderer: &Renderer<'_>,
+    key: ContextKey,
+) -> Result<Option<String>> {
+    let Some(((generation, old_len, Some(old_leaf)), before)) =
+        st.views.get(&SessionFile::BranchMd)
+    else {
+        return Ok(None);
+    };
+    let (Some(leaf), true) = (key.2, *generation == key.0 && *old_len <= key.1) else {
+        return Ok(None);
+    };
+    let Ok(before) = std::str::from_utf8(before) else {
+        return Ok(None);
+    };
+    renderer.grow_branch(before, *old_leaf, *old_len, leaf)
 }
 
 /// An entry-level view.

@@ -294,49 +294,132 @@ impl<'a> Renderer<'a> {
             return Ok("# Branch\n\n*The leaf is null: the branch is empty.*\n".into());
         };
         let path = index.path_to(leaf);
-        let mut kept_from: Vec<(&str, &str)> = Vec::new();
+        let kept_from = self.kept_from(&path);
+        let mut out = self.branch_heading(leaf, path.len());
         for &i in &path {
+            self.push_branch_item(&mut out, i, &kept_from)?;
+        }
+        Ok(out)
+    }
+
+    /// `branch.md` at `leaf`, grown from `before`, the rendering at
+    /// `old_leaf` when the session had `old_len` entries: when the path to
+    /// `leaf` is the path to `old_leaf` and then only entries appended
+    /// since, the text is `before` with a new heading and those entries
+    /// (their cost, not the branch's). `None` when it cannot be grown so
+    /// (another path; an appended compaction, whose marker may belong
+    /// earlier; an appended entry whose id a compaction keeps from): the
+    /// caller renders the branch whole.
+    pub fn grow_branch(
+        &self,
+        before: &str,
+        old_leaf: u32,
+        old_len: usize,
+        leaf: u32,
+    ) -> Result<Option<String>> {
+        let index = self.session.index();
+        if index.get(leaf).is_none() || index.get(old_leaf).is_none() {
+            return Ok(None);
+        }
+        // The appended part of the path, from `leaf` up to `old_leaf`.
+        let mut added = Vec::new();
+        let mut cur = leaf;
+        while cur != old_leaf {
+            if (cur as usize) < old_len || added.len() > index.len() {
+                return Ok(None);
+            }
+            added.push(cur);
+            match index.tree_parent(cur) {
+                Some(p) => cur = p,
+                None => return Ok(None),
+            }
+        }
+        added.reverse();
+        if added.iter().any(|&i| {
+            index
+                .get(i)
+                .is_some_and(|m| m.kind() == EntryKind::Compaction)
+        }) {
+            return Ok(None);
+        }
+        let path = index.path_to(old_leaf);
+        let kept_from = self.kept_from(&path);
+        if added.iter().any(|&i| {
+            index
+                .get(i)
+                .is_some_and(|m| kept_from.iter().any(|(first, _)| *first == m.id()))
+        }) {
+            return Ok(None);
+        }
+        let Some(body) = before.strip_prefix(&self.branch_heading(old_leaf, path.len())) else {
+            return Ok(None);
+        };
+        let mut out = self.branch_heading(leaf, path.len() + added.len());
+        out.push_str(body);
+        for &i in &added {
+            self.push_branch_item(&mut out, i, &[])?;
+        }
+        Ok(Some(out))
+    }
+
+    /// `branch.md`'s heading for a branch of `len` entries to `leaf`.
+    fn branch_heading(&self, leaf: u32, len: usize) -> String {
+        let index = self.session.index();
+        format!(
+            "# Branch to `{}`\n\n*{len} entries from the root*\n\n",
+            index.get(leaf).map_or("", |m| m.id()),
+        )
+    }
+
+    /// The compactions of `path` with the id they keep the context from:
+    /// (first kept id, compaction id).
+    fn kept_from(&self, path: &[u32]) -> Vec<(&'a str, &'a str)> {
+        let index = self.session.index();
+        let mut kept_from = Vec::new();
+        for &i in path {
             if let Some(m) = index.get(i) {
                 if let Facts::Compaction {
                     first_kept: Some(first),
                 } = &m.entry.facts
                 {
-                    kept_from.push((first, m.id()));
+                    kept_from.push((first.as_ref(), m.id()));
                 }
             }
         }
-        let mut out = format!(
-            "# Branch to `{}`\n\n*{} entries from the root*\n\n",
-            index.get(leaf).map_or("", |m| m.id()),
-            path.len()
-        );
-        for &i in &path {
-            let Some(meta) = index.get(i) else { continue };
-            for (first, compaction) in &kept_from {
-                if *first == meta.id() {
-                    let _ = writeln!(
-                        out,
-                        "> **Compaction `{compaction}` keeps the context from here.**\n"
-                    );
-                }
-            }
-            match meta.kind() {
-                EntryKind::Message
-                | EntryKind::CustomMessage
-                | EntryKind::BranchSummary
-                | EntryKind::Compaction => self.push_entry(&mut out, i, Shown::Plain)?,
-                _ => {
-                    let _ = writeln!(
-                        out,
-                        "*{} · {} · `{}`*\n",
-                        meta.type_name(),
-                        time_of(meta.entry.timestamp_ms),
-                        meta.id()
-                    );
-                }
+        kept_from
+    }
+
+    /// One entry of `branch.md`, after the markers of the compactions that
+    /// keep the context from it.
+    fn push_branch_item(&self, out: &mut String, i: u32, kept_from: &[(&str, &str)]) -> Result<()> {
+        let index = self.session.index();
+        let Some(meta) = index.get(i) else {
+            return Ok(());
+        };
+        for (first, compaction) in kept_from {
+            if *first == meta.id() {
+                let _ = writeln!(
+                    out,
+                    "> **Compaction `{compaction}` keeps the context from here.**\n"
+                );
             }
         }
-        Ok(out)
+        match meta.kind() {
+            EntryKind::Message
+            | EntryKind::CustomMessage
+            | EntryKind::BranchSummary
+            | EntryKind::Compaction => self.push_entry(out, i, Shown::Plain)?,
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "*{} · {} · `{}`*\n",
+                    meta.type_name(),
+                    time_of(meta.entry.timestamp_ms),
+                    meta.id()
+                );
+            }
+        }
+        Ok(())
     }
 
     fn push_entry(&self, out: &mut String, idx: u32, shown: Shown) -> Result<()> {

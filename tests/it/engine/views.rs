@@ -110,6 +110,44 @@ fn renderings_match_the_goldens_of_the_fixture_sessions() {
     }
 }
 
+/// `branch.md` grown from an earlier rendering equals the branch rendered
+/// whole, for every earlier state (the first `k` entries, leaf at the
+/// last of them) and every later leaf whose path only adds entries; and
+/// it is declined otherwise (another path).
+#[test]
+fn a_grown_branch_equals_the_branch_rendered_whole() {
+    let (tmp, _agent) = fixture_agent_dir();
+    let mut grown = 0;
+    let mut declined = 0;
+    for file in session_files(&tmp.path().join("sessions")) {
+        let s = open(tmp.path(), &file);
+        let r = Renderer::new(&s, &image_link);
+        let n = s.index().len() as u32;
+        for k in 1..=n {
+            let old_leaf = k - 1;
+            let before = r.branch(Some(old_leaf)).unwrap();
+            for leaf in 0..n {
+                match r.grow_branch(&before, old_leaf, k as usize, leaf).unwrap() {
+                    Some(text) => {
+                        grown += 1;
+                        assert_eq!(
+                            text,
+                            r.branch(Some(leaf)).unwrap(),
+                            "{}: grown from {old_leaf} (of {k}) to {leaf}",
+                            file.display()
+                        );
+                    }
+                    None => declined += 1,
+                }
+            }
+        }
+    }
+    assert!(
+        grown > 100 && declined > 100,
+        "{grown} grown, {declined} declined"
+    );
+}
+
 #[test]
 fn renderings_show_what_the_issue_asks_for() {
     let (tmp, _agent) = fixture_agent_dir();

@@ -397,3 +397,55 @@ fn views_stay_fresh_after_appends_labels_and_leaf_moves() {
     }
     assert_eq!(m.stop().code(), Some(0));
 }
+
+/// `branch.md` read after each change equals the CLI's rendering: appends
+/// under the leaf (which grow the kept rendering), a label, a compaction
+/// (which renders it whole), a move of the leaf and an append there.
+#[test]
+fn branch_md_follows_appends_exactly() {
+    if !fuse_ok("branch_md_follows_appends_exactly") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("sessions/--w-grow--");
+    fs::create_dir_all(&project).unwrap();
+    let file: PathBuf = project.join("2026-01-01T00-00-00-000Z_grow.jsonl");
+    let mut text = String::from("{\"type\":\"session\",\"version\":3,\"id\":\"grow\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w/grow\"}\n");
+    text.push_str(&line("u1", None, "{\"role\":\"user\",\"content\":\"q1\"}"));
+    text.push_str(&line("a1", Some("u1"), &assistant("first answer", 0.5)));
+    fs::write(&file, &text).unwrap();
+    let m = Mount::start(tmp.path(), &[]);
+    let sdir = m.join("--w-grow--/2026-01-01T00-00-00-000Z_grow");
+    let f = file.to_str().unwrap();
+    // The mount's leaf, which moves in its memory, for the CLI.
+    let check = |what: &str| {
+        let leaf = read_str(&sdir.join("leaf"));
+        assert_eq!(
+            read_str(&sdir.join("branch.md")),
+            cli(
+                tmp.path(),
+                &["render", f, "--branch", "--leaf", leaf.trim()]
+            ),
+            "{what}"
+        );
+    };
+    check("the first look");
+    let user = "{\"type\":\"message\",\"message\":{\"role\":\"user\",\"content\":\"more\",\"timestamp\":0}}\n";
+    fs::write(sdir.join("append"), user).unwrap();
+    check("an append through the mount");
+    append_outside(&file, &line("a2", Some("u1"), &assistant("elsewhere", 0.1)));
+    check("another writer's append on another branch");
+    fs::write(sdir.join("leaf"), "a1\n").unwrap();
+    check("the leaf moved back");
+    append_outside(&file, &line("a3", Some("a1"), &assistant("third", 0.1)));
+    fs::write(sdir.join("leaf"), "a3\n").unwrap();
+    check("an outside append under the leaf, then the leaf moved to it");
+    fs::write(sdir.join("labels"), "u1 start\n").unwrap();
+    check("a label");
+    let compaction = "{\"type\":\"compaction\",\"summary\":\"s\",\"firstKeptEntryId\":\"a1\",\"tokensBefore\":10}\n";
+    fs::write(sdir.join("append"), compaction).unwrap();
+    check("a compaction that keeps from an earlier entry");
+    fs::write(sdir.join("append"), user).unwrap();
+    check("an append after the compaction");
+    assert_eq!(m.stop().code(), Some(0));
+}
