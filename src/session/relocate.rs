@@ -18,7 +18,7 @@ use crate::session::json::{json_string, RawObject};
 use crate::session::loader::{load_bytes, DEFAULT_MAX_LINE};
 use crate::session::paths::AgentDir;
 use crate::session::persistence::atomic_write;
-use crate::session::storage::Storage;
+use crate::session::storage::{RandomRead, Storage};
 
 /// What a move did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +72,87 @@ fn with_cwd(path: &Path, bytes: &[u8], cwd: &str) -> Result<(Vec<u8>, Option<Str
     Ok((out, old))
 }
 
+/// How often a move within its project directory rewrites the header
+/// while other writers keep appending first.
+const MAX_REWRITE_ATTEMPTS: u32 = 64;
+
+/// Rewrites the header's `cwd` of `path` where it is (a move within its
+/// project directory); returns the old cwd.
+///
+/// Other writers take none of our locks (the reference agent appends
+/// without them; in a database the session lock is no lock), so a line
+/// may be appended between the read and the write. It is never lost:
+///
+/// * a storage that replaces content in place (a database row) is given
+///   the length read as the guard; when another writer appended first,
+///   the row is read again and the rewrite tried again;
+/// * a file is replaced by a rename: the old file stays open, and what was
+///   appended to it after the read is appended to the new one.
+fn rewrite_in_place(storage: &dyn Storage, path: &Path, new_cwd: &str) -> Result<Option<String>> {
+    for _ in 0..MAX_REWRITE_ATTEMPTS {
+        // Opened first: on a file, this handle keeps the old file.
+        let old = storage.open_read(path).at(path)?;
+        let bytes = storage.read(path).at(path)?;
+        let (new_bytes, old_cwd) = with_cwd(path, &bytes, new_cwd)?;
+        if new_bytes == bytes {
+            return Ok(old_cwd);
+        }
+        let len = bytes.len() as u64;
+        if let Some(done) = storage.replace_in_place(path, &new_bytes, Some(len)) {
+            if done.at(path)? {
+                return Ok(old_cwd);
+            }
+            log::debug!(
+                "{}: another writer appended during the move; reading it again",
+                path.display()
+            );
+            continue;
+        }
+        atomic_write(storage, path, &new_bytes)?;
+        take_over_appended(storage, path, old.as_ref(), &bytes)?;
+        return Ok(old_cwd);
+    }
+    Err(Error::Conflict {
+        path: path.to_path_buf(),
+        reason: format!(
+            "other writers appended before each of {MAX_REWRITE_ATTEMPTS} rewrites; \
+             nothing was moved"
+        ),
+    })
+}
+
+/// Appends to `path` what other writers appended to the replaced file
+/// `old` after it was read as `bytes` (until it stops growing). Nothing
+/// is taken when `old` no longer starts with `bytes` (a storage whose
+/// readers follow the path, not the replaced file, reads the new content
+/// there).
+fn take_over_appended(
+    storage: &dyn Storage,
+    path: &Path,
+    old: &dyn RandomRead,
+    bytes: &[u8],
+) -> Result<()> {
+    const CHUNK: usize = 1 << 20;
+    if old.read_at(0, bytes.len()).at(path)? != bytes {
+        return Ok(());
+    }
+    let mut at = bytes.len() as u64;
+    let mut writer = None;
+    loop {
+        let tail = old.read_at(at, CHUNK).at(path)?;
+        if tail.is_empty() {
+            return Ok(());
+        }
+        let w = match &mut writer {
+            Some(w) => w,
+            None => writer.insert(storage.open_append(path).at(path)?),
+        };
+        w.write_line(&tail).at(path)?;
+        w.fsync().at(path)?;
+        at += tail.len() as u64;
+    }
+}
+
 /// Moves the session file `path` to the project directory of `new_cwd`
 /// (an absolute path), with its artifacts directory.
 pub fn move_session(
@@ -116,10 +197,8 @@ pub fn move_session(
     }
 
     let _lock = storage.lock(path).at(path)?;
-    let bytes = storage.read(path).at(path)?;
-    let (new_bytes, old_cwd) = with_cwd(path, &bytes, new_cwd)?;
     if same_place {
-        atomic_write(storage, path, &new_bytes)?;
+        let old_cwd = rewrite_in_place(storage, path, new_cwd)?;
         return Ok(Moved {
             from: path.to_path_buf(),
             to: path.to_path_buf(),
@@ -129,6 +208,8 @@ pub fn move_session(
         });
     }
 
+    let bytes = storage.read(path).at(path)?;
+    let (new_bytes, old_cwd) = with_cwd(path, &bytes, new_cwd)?;
     storage.ensure_dir(&target_dir).at(&target_dir)?;
     atomic_write(storage, &target, &new_bytes)?;
     let _ = storage.copy_attributes(path, &target);

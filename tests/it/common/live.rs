@@ -112,6 +112,11 @@ pub trait Intercept: Send + Sync + fmt::Debug {
     fn after_scan(&self, _inner: &dyn Storage, _path: &Path) -> io::Result<()> {
         Ok(())
     }
+    /// Runs when a whole-file `read` of `path` has answered, before the
+    /// caller goes on.
+    fn after_read(&self, _inner: &dyn Storage, _path: &Path) -> io::Result<()> {
+        Ok(())
+    }
     /// Runs when a `stat` of `path` has answered (the engine's look at the
     /// file), before the engine goes on.
     fn after_stat(&self, _inner: &dyn Storage, _path: &Path) -> io::Result<()> {
@@ -136,7 +141,9 @@ impl<H: Intercept> Storage for Intercepted<H> {
         self.inner.exists(p)
     }
     fn read(&self, p: &Path) -> io::Result<Vec<u8>> {
-        self.inner.read(p)
+        let data = self.inner.read(p)?;
+        self.hooks.after_read(&*self.inner, p)?;
+        Ok(data)
     }
     fn read_prefix(&self, p: &Path, max: usize) -> io::Result<Vec<u8>> {
         self.inner.read_prefix(p, max)

@@ -11,6 +11,7 @@ mod golden;
 mod history;
 mod live_writers;
 mod model;
+mod moves;
 mod persistence;
 mod projects;
 mod reference_ports;
