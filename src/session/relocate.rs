@@ -237,7 +237,19 @@ pub fn move_session(
     let artifacts = match artifacts {
         Some(from) => {
             let to = target_dir.join(from.file_name().unwrap_or_default());
-            storage.rename(&from, &to).at(&from)?;
+            storage
+                .rename(&from, &to)
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!(
+                            "the session moved to {}, but its artifacts directory \
+                             stayed here: {e}",
+                            target.display()
+                        ),
+                    )
+                })
+                .at(&from)?;
             Some((from, to))
         }
         None => None,

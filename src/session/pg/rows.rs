@@ -351,6 +351,57 @@ impl PgStorage {
         Ok(done)
     }
 
+    /// Renames the row `src` to `dst` (replacing a row `dst`), or, when
+    /// there is no row `src`, every row below the directory `src` to the
+    /// same place below `dst` (refused with `ENOTEMPTY` when `dst` has rows
+    /// below it, as `rename(2)` refuses a non-empty directory). One
+    /// transaction: all of them move or none. Returns how many rows moved.
+    pub(super) fn rename_rows(&self, src: &str, dst: &str) -> io::Result<u64> {
+        let t = self.inner.sql.files();
+        let now = now_ms();
+        let (from, to) = (Self::dir_prefix(src), Self::dir_prefix(dst));
+        let skip = i32::try_from(from.chars().count() + 1).unwrap_or(i32::MAX);
+        let moved = self.with_client(|c| {
+            let mut tx = c.transaction()?;
+            let is_row = tx
+                .query_opt(
+                    &format!("SELECT 1 FROM {t} WHERE path = $1 LIMIT 1"),
+                    &[&src],
+                )?
+                .is_some();
+            if is_row {
+                tx.execute(&format!("DELETE FROM {t} WHERE path = $1"), &[&dst])?;
+                let n = tx.execute(
+                    &format!("UPDATE {t} SET path = $1, mtime_ms = $2 WHERE path = $3"),
+                    &[&dst, &now, &src],
+                )?;
+                tx.commit()?;
+                return Ok(Ok(n));
+            }
+            let taken: i64 = tx
+                .query_one(
+                    &format!("SELECT count(*) FROM {t} WHERE starts_with(path, $1)"),
+                    &[&to],
+                )?
+                .get(0);
+            if taken > 0 {
+                return Ok(Err(io::Error::from_raw_os_error(libc::ENOTEMPTY)));
+            }
+            let n = tx.execute(
+                &format!(
+                    "UPDATE {t} SET path = $1 || substr(path, $2), mtime_ms = $3 \
+                     WHERE starts_with(path, $4)"
+                ),
+                &[&to, &skip, &now, &from],
+            )?;
+            tx.commit()?;
+            Ok(Ok(n))
+        })??;
+        let mut mirrors = self.inner.mirrors.lock();
+        mirrors.retain(|k, _| k != src && k != dst && !k.starts_with(&from) && !k.starts_with(&to));
+        Ok(moved)
+    }
+
     /// The length of a row (0 when there is none).
     pub(super) fn row_size(&self, key: &str) -> io::Result<u64> {
         Ok(self.row_stat(key)?.map_or(0, |(size, _, _)| size))

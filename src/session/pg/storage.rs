@@ -5,7 +5,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{not_found, now_ms, PgStorage, Place, MAX_APPEND_ATTEMPTS};
+use super::{not_found, PgStorage, Place, MAX_APPEND_ATTEMPTS};
 use crate::session::storage::{AppendWriter, DirItem, FileStat, LockGuard, RandomRead, Storage};
 
 struct PgReader {
@@ -143,20 +143,7 @@ impl Storage for PgStorage {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         match (self.place(from), self.place(to)) {
             (Place::Session(src), Place::Session(dst)) => {
-                let t = self.inner.sql.files();
-                let now = now_ms();
-                let moved = self.with_client(|c| {
-                    let mut tx = c.transaction()?;
-                    tx.execute(&format!("DELETE FROM {t} WHERE path = $1"), &[&dst])?;
-                    let n = tx.execute(
-                        &format!("UPDATE {t} SET path = $1, mtime_ms = $2 WHERE path = $3"),
-                        &[&dst, &now, &src],
-                    )?;
-                    tx.commit()?;
-                    Ok(n)
-                })?;
-                self.forget_mirror(&src);
-                self.forget_mirror(&dst);
+                let moved = self.rename_rows(&src, &dst)?;
                 if moved == 0 {
                     return Err(not_found(from));
                 }

@@ -136,3 +136,51 @@ fn a_move_within_the_project_keeps_a_row_append_that_raced_it() {
     let text = move_in_place_while_appended(Arc::new(pg), &agent, &path, append);
     check_moved(&text);
 }
+
+#[test]
+fn a_move_takes_every_row_of_the_artifacts_directory_along() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = AgentDir::new(tmp.path());
+    for layout in ["", "&layout=chunks"] {
+        let Some(pg) = pg_storage(&agent, layout) else {
+            return;
+        };
+        let sessions = agent.sessions_dir();
+        let path = sessions.join("--srv-mv--/2026-03-01T10-00-00-000Z_m1.jsonl");
+        let artifacts = sessions.join("--srv-mv--/2026-03-01T10-00-00-000Z_m1");
+        for (p, text) in [
+            (path.clone(), small_session_text("m1", "/srv/mv")),
+            (artifacts.join("subagent-1.jsonl"), "{}\n".to_string()),
+            (artifacts.join("deeper/tool-out.txt"), "out".to_string()),
+        ] {
+            assert!(pg
+                .replace_in_place(&p, text.as_bytes(), Some(0))
+                .unwrap()
+                .unwrap());
+        }
+        let moved = move_session(&pg, &agent, &path, "/srv/mv2").unwrap();
+        let new_dir = sessions.join("--srv-mv2--");
+        assert_eq!(moved.to, new_dir.join("2026-03-01T10-00-00-000Z_m1.jsonl"));
+        let new_artifacts = new_dir.join("2026-03-01T10-00-00-000Z_m1");
+        assert_eq!(
+            moved.artifacts,
+            Some((artifacts.clone(), new_artifacts.clone()))
+        );
+        assert_eq!(
+            pg.read(&new_artifacts.join("subagent-1.jsonl")).unwrap(),
+            b"{}\n"
+        );
+        assert_eq!(
+            pg.read(&new_artifacts.join("deeper/tool-out.txt")).unwrap(),
+            b"out"
+        );
+        assert!(
+            !pg.exists(&sessions.join("--srv-mv--")),
+            "{layout}: nothing left behind"
+        );
+        assert!(!pg.exists(&path));
+        assert!(String::from_utf8(pg.read(&moved.to).unwrap())
+            .unwrap()
+            .contains("\"cwd\":\"/srv/mv2\""));
+    }
+}
