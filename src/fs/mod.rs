@@ -966,6 +966,12 @@ impl Filesystem for SessionFs {
         reply.error(self.refuse());
     }
 
+    /// No extended attributes, and `ENOSYS` says so for good: the kernel
+    /// then answers every later `getxattr` on the mount itself with
+    /// `EOPNOTSUPP` (`fc->no_getxattr`), so `ls -l` does not ask the mount
+    /// three times per name (`security.selinux` and the two POSIX ACLs),
+    /// nor a write for `security.capability`. `ENODATA` would answer the
+    /// same question but have the kernel ask it again every time.
     fn getxattr(
         &self,
         _req: &Request,
@@ -974,11 +980,14 @@ impl Filesystem for SessionFs {
         _size: u32,
         reply: ReplyXattr,
     ) {
-        reply.error(Errno::NO_XATTR);
+        reply.error(Errno::ENOSYS);
     }
 
+    /// An empty list, asked every time: tools that copy attributes (`cp
+    /// -a`, `rsync -X`, `tar --xattrs`) list them once per file and take
+    /// an empty list silently, where `EOPNOTSUPP` has `tar` warn for every
+    /// file.
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        // No extended attributes.
         if size == 0 {
             reply.size(0);
         } else {

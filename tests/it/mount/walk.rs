@@ -310,3 +310,86 @@ fn long_ids_keep_walks_below_path_max() {
     std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
     assert!(text.contains("long-029"), "{text}");
 }
+
+/// The lines of a `--debug` log that record a request of `op`.
+fn requests(log: &str, op: &str) -> usize {
+    let needle = format!(": {op} ");
+    log.lines()
+        .filter(|l| l.contains("sessionfs::request") && l.contains(&needle))
+        .count()
+}
+
+/// `getxattr(2)` of `name` at `path`: its size, or the errno.
+fn getxattr(path: &Path, name: &str) -> Result<usize, i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buf = [0u8; 64];
+    // SAFETY: valid C strings and a buffer of the length given.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+}
+
+/// There are no extended attributes, and the mount says so once: `ls -l`
+/// asked `getxattr` three times per name (`security.selinux` and the POSIX
+/// ACLs), each answered `ENODATA`, which the kernel does not remember. Now
+/// the first is answered `ENOSYS` and the kernel answers the rest itself
+/// (`EOPNOTSUPP`), so two `ls -l` of 60 names reach the mount with at most
+/// one `getxattr`. The tools that copy attributes list them (an empty
+/// list) and copy without them, silently.
+#[test]
+fn ls_l_asks_the_mount_for_extended_attributes_at_most_once() {
+    if !fuse_ok("ls_l_asks_the_mount_for_extended_attributes_at_most_once") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions/--w-chain--");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("2026-01-01T00-00-00-000Z_chain.jsonl"),
+        chain_session(60),
+    )
+    .unwrap();
+    let m = Mount::start_logging(tmp.path(), &["--debug"], "warn,sessionfs::request=debug");
+    let session = m.join("--w-chain--/2026-01-01T00-00-00-000Z_chain");
+    let names = run_ok(&session, "ls -l entries | wc -l");
+    assert_eq!(
+        names.trim(),
+        "61",
+        "ls -l entries: a total line and 60 names"
+    );
+    run_ok(&session, "ls -l entries >/dev/null; ls -l . >/dev/null");
+    let log = m.log_text();
+    assert!(
+        requests(&log, "readdirplus") + requests(&log, "readdir") > 0,
+        "{log}"
+    );
+    assert!(requests(&log, "getxattr") <= 1, "{log}");
+    // Reading one gives "not supported", the same every time.
+    for _ in 0..2 {
+        assert_eq!(
+            getxattr(&session.join("leaf"), "user.x"),
+            Err(libc::ENOTSUP)
+        );
+    }
+    // Tools that copy attributes where they can copy none.
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().display().to_string();
+    run_ok(&session, &format!("cp -a entries/m00001 {out}/cp"));
+    run_ok(
+        &session,
+        &format!("tar --xattrs --acls -cf {out}/t.tar entries/m00001"),
+    );
+    if which("rsync") {
+        run_ok(&session, &format!("rsync -aXA entries/m00001/ {out}/rsync"));
+    }
+    assert!(requests(&m.log_text(), "getxattr") <= 1);
+    assert_eq!(m.stop().code(), Some(0));
+}
