@@ -131,6 +131,15 @@ pub(crate) struct RenderedFold {
     pub indent: usize,
 }
 
+/// A new load generation, unique in the process: a slot dropped from the
+/// cache and made again does not repeat the generations of the one before
+/// (what is keyed by them outside the slot, such as the entries of a
+/// listing being read, `fs::listing`, cannot be taken for current).
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Everything the mount keeps about one session.
 #[derive(Debug, Default)]
 pub(crate) struct SlotState {
@@ -140,7 +149,8 @@ pub(crate) struct SlotState {
     pub last_error: Option<String>,
     /// The leaf to restore after a reload.
     pub saved_leaf: Option<SavedLeaf>,
-    /// Bumped whenever the session is (re)loaded from scratch.
+    /// A new one (`next_generation`) whenever the session is (re)loaded
+    /// from scratch; 0 until it is first loaded.
     pub generation: u64,
     /// Sizes of rendered entry files, by entry position. They stay valid
     /// while new lines only extend the tree; see [`SlotState::note_topology`].
@@ -210,7 +220,7 @@ impl SlotState {
     /// from scratch, and for new lines that changed older entries.
     pub(crate) fn forget_derived(&mut self, topology: u64) {
         self.topology = topology;
-        self.generation += 1;
+        self.generation = next_generation();
         self.drop_derived();
     }
 

@@ -27,6 +27,7 @@ mod slots;
 mod stamps;
 
 use namespace::check_entry;
+pub(crate) use namespace::DirChildren;
 use slots::{fingerprint, new_entries};
 use stamps::{hash_of, Stamp, StampKey};
 
@@ -200,6 +201,9 @@ pub(crate) struct Tree {
     /// The sessions whose `context.json` was opened since mounting: the
     /// kernel can hold pages of no other (`Tree::open_context`).
     context_opened: Mutex<HashSet<SessionKey>>,
+    /// Entries visited to find what session and entry directories list
+    /// (`Tree::list_dir_page`; for tests).
+    children_listed: std::sync::atomic::AtomicU64,
 }
 
 type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
@@ -246,6 +250,7 @@ impl Tree {
             problems: Mutex::new(HashMap::new()),
             cwds: Mutex::new(HashMap::new()),
             context_opened: Mutex::new(HashSet::new()),
+            children_listed: Default::default(),
         }
     }
 
@@ -326,6 +331,15 @@ impl Tree {
 
     pub(crate) fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Entries visited so far to find what session and entry directories
+    /// list (each listing of one state of a session visits its entries
+    /// once).
+    #[cfg(test)]
+    pub(crate) fn children_listed(&self) -> u64 {
+        self.children_listed
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn cache(&self) -> &SessionCache {

@@ -215,67 +215,14 @@ impl Tree {
                     })
                     .collect())
             }
-            Node::Session(key) => self.with_session(key, |_, s| {
-                let Some(s) = s else {
-                    return Ok([SessionFile::LastError, SessionFile::Problems]
-                        .into_iter()
-                        .map(|f| (f.name().to_string(), Node::File(key.clone(), f)))
-                        .collect());
-                };
-                let mut out: Vec<(String, Node)> = SessionFile::ALL
-                    .iter()
-                    .map(|f| (f.name().to_string(), Node::File(key.clone(), *f)))
-                    .collect();
-                if s.leaf().is_some() {
-                    out.push(("HEAD".into(), Node::Head(key.clone())));
-                }
-                out.push(("refs".into(), Node::Refs(key.clone())));
-                out.push(("branches".into(), Node::Branches(key.clone())));
-                out.push(("diff".into(), Node::Diffs(key.clone())));
-                out.push(("entries".into(), Node::Entries(key.clone())));
-                for idx in visible_children(s.index(), None) {
-                    if let Some(item) = list_item(key, s, idx, View::Nested) {
-                        out.push(item);
-                    }
-                }
-                Ok(out)
-            }),
+            Node::Session(_) | Node::EntryDir(..) => {
+                Ok(self.list_dir_page(dir, None, 0, usize::MAX)?.1)
+            }
             Node::Entries(key) => self.with_session(key, |_, s| {
                 let s = s.ok_or_else(|| not_found("entries"))?;
                 Ok((0..s.index().len() as u32)
                     .filter_map(|idx| list_item(key, s, idx, View::Flat))
                     .collect())
-            }),
-            Node::EntryDir(key, id, view) => self.with_session(key, |_, s| {
-                let s = s.ok_or_else(|| not_found(id))?;
-                let pos = s.index().position(id).ok_or_else(|| not_found(id))?;
-                let mut out: Vec<(String, Node)> = EntryFile::ALL
-                    .iter()
-                    .filter(|f| f.listed())
-                    .map(|f| {
-                        (
-                            f.name().to_string(),
-                            Node::EntryFile(key.clone(), id.clone(), *view, *f),
-                        )
-                    })
-                    .collect();
-                if views::has_images(s, pos) {
-                    out.push((
-                        "images".into(),
-                        Node::Images(key.clone(), id.clone(), *view),
-                    ));
-                }
-                if *view == View::Nested {
-                    let depth = views::nested_depth(s, pos);
-                    for idx in visible_children(s.index(), Some(pos)) {
-                        if let Some(item) = list_item(key, s, idx, View::Nested) {
-                            if views::lists_nested_child(depth, item.0.len()) {
-                                out.push(item);
-                            }
-                        }
-                    }
-                }
-                Ok(out)
             }),
             Node::Refs(key) => self.with_session(key, |_, s| {
                 let s = s.ok_or_else(|| not_found("refs"))?;
@@ -321,6 +268,102 @@ impl Tree {
             | Node::Diff(..)
             | Node::Image(..) => Err(Error::NotADirectory(dir.describe())),
         }
+    }
+
+    /// Up to `max` items of the listing of a session directory or an
+    /// entry directory (without `.` and `..`), from position `start`:
+    /// its files first, then its entries (roots in file order, children
+    /// by timestamp). Finding the entries a directory lists costs a pass
+    /// over all of them, so they are returned as [`DirChildren`], for the
+    /// session's state, and a later page that passes them back as `known`
+    /// uses them while that state lasts: a listing read in many requests
+    /// costs one pass, and each request what it returns. A change of the
+    /// session finds them again; positions stay those of a listing that
+    /// grows at its end (`docs/filesystem.md`, "Offsets").
+    pub(crate) fn list_dir_page(
+        &self,
+        dir: &Node,
+        known: Option<DirChildren>,
+        start: usize,
+        max: usize,
+    ) -> Result<(DirChildren, Vec<(String, Node)>)> {
+        let (key, entry) = match dir {
+            Node::Session(key) => (key, None),
+            Node::EntryDir(key, id, view) => (key, Some((id, *view))),
+            other => return Err(Error::NotADirectory(other.describe())),
+        };
+        self.with_session(key, |st, s| {
+            let Some(s) = s else {
+                if let Some((id, _)) = entry {
+                    return Err(not_found(id));
+                }
+                // An unreadable file: `last-error` and `problems` alone.
+                let files = [SessionFile::LastError, SessionFile::Problems]
+                    .into_iter()
+                    .map(|f| (f.name().to_string(), Node::File(key.clone(), f)));
+                let none = DirChildren {
+                    state: 0,
+                    positions: Arc::new(Vec::new()),
+                };
+                return Ok((none, files.skip(start).take(max).collect()));
+            };
+            let index = s.index();
+            let pos = match entry {
+                Some((id, _)) => Some(index.position(id).ok_or_else(|| not_found(id))?),
+                None => None,
+            };
+            // What the listing depends on: the entries (a load from
+            // scratch starts a new generation, an append adds entries),
+            // the leaf (`HEAD`) and, for an entry directory, its entry.
+            let state = hash_of(&(st.generation, s.entries().len(), s.leaf().is_some(), pos));
+            let files = match (entry, pos) {
+                (Some((id, view)), Some(pos)) => entry_dir_files(key, s, id, view, pos),
+                _ => session_dir_files(key, s),
+            };
+            let children = match known {
+                Some(k) if k.state == state => k,
+                _ => DirChildren {
+                    state,
+                    positions: Arc::new(match entry {
+                        Some((_, View::Flat)) => Vec::new(),
+                        _ => self.listed_children(key, s, pos),
+                    }),
+                },
+            };
+            let listed_files = files.len();
+            let mut page: Vec<(String, Node)> = files.into_iter().skip(start).take(max).collect();
+            let from = start
+                .saturating_sub(listed_files)
+                .min(children.positions.len());
+            for &idx in &children.positions[from..] {
+                if page.len() >= max {
+                    break;
+                }
+                page.extend(list_item(key, s, idx, View::Nested));
+            }
+            Ok((children, page))
+        })
+    }
+
+    /// The entries a session directory (`parent` `None`) or a nested entry
+    /// directory lists, by position: its children in the nested tree
+    /// ([`visible_children`]), less those below the depth at which nested
+    /// listings stop (`views::lists_nested_child`).
+    fn listed_children(&self, key: &SessionKey, s: &Session, parent: Option<u32>) -> Vec<u32> {
+        let children = visible_children(s.index(), parent);
+        self.children_listed
+            .fetch_add(children.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let Some(pos) = parent else {
+            return children;
+        };
+        let depth = views::nested_depth(s, pos);
+        children
+            .into_iter()
+            .filter(|&idx| {
+                list_item(key, s, idx, View::Nested)
+                    .is_some_and(|(name, _)| views::lists_nested_child(depth, name.len()))
+            })
+            .collect()
     }
 
     /// Up to `max` entry directories of `entries/`, starting at index
@@ -531,4 +574,52 @@ pub(super) fn list_item(
 /// id any more. (A nested node's place in the tree is not checked here.)
 pub(super) fn check_entry(s: &Session, id: &str, _view: View) -> Result<u32> {
     s.index().position(id).ok_or_else(|| not_found(id))
+}
+
+/// The entries a session or entry directory lists, by index position, for
+/// one state of the session (see [`Tree::list_dir_page`]).
+#[derive(Debug, Clone)]
+pub(crate) struct DirChildren {
+    state: u64,
+    positions: Arc<Vec<u32>>,
+}
+
+/// What a session directory lists before its entries.
+fn session_dir_files(key: &SessionKey, s: &Session) -> Vec<(String, Node)> {
+    let mut out: Vec<(String, Node)> = SessionFile::ALL
+        .iter()
+        .map(|f| (f.name().to_string(), Node::File(key.clone(), *f)))
+        .collect();
+    if s.leaf().is_some() {
+        out.push(("HEAD".into(), Node::Head(key.clone())));
+    }
+    out.push(("refs".into(), Node::Refs(key.clone())));
+    out.push(("branches".into(), Node::Branches(key.clone())));
+    out.push(("diff".into(), Node::Diffs(key.clone())));
+    out.push(("entries".into(), Node::Entries(key.clone())));
+    out
+}
+
+/// What an entry directory lists before its children.
+fn entry_dir_files(
+    key: &SessionKey,
+    s: &Session,
+    id: &Arc<str>,
+    view: View,
+    pos: u32,
+) -> Vec<(String, Node)> {
+    let mut out: Vec<(String, Node)> = EntryFile::ALL
+        .iter()
+        .filter(|f| f.listed())
+        .map(|f| {
+            (
+                f.name().to_string(),
+                Node::EntryFile(key.clone(), id.clone(), view, *f),
+            )
+        })
+        .collect();
+    if views::has_images(s, pos) {
+        out.push(("images".into(), Node::Images(key.clone(), id.clone(), view)));
+    }
+    out
 }
