@@ -7,7 +7,8 @@
 //!
 //! What is invalidated:
 //! * a project or session file that appears or disappears: its name in the
-//!   root, its project and `by-id` (a cached negative lookup would hide it);
+//!   root, its project and `by-id` (a cached negative lookup would hide it),
+//!   and the tree's table of `by-id` links (`Tree::forget_links`);
 //! * new entries (appended through the mount or by another process): their
 //!   names in `entries/` and in their nested parent directory;
 //! * a session file replaced or rewritten, or new lines that change what
@@ -297,6 +298,8 @@ impl Worker {
                 if name.is_empty() {
                     continue;
                 }
+                // A project came or went: so may have sessions of `by-id`.
+                self.tree.forget_links();
                 self.inval_entry(ROOT_INO, &escape_name(&name));
                 if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 && mask & libc::IN_ISDIR != 0 {
                     let path = self.tree.sessions_dir().join(&name);
@@ -328,6 +331,7 @@ impl Worker {
             if mask & (libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_DELETE | libc::IN_MOVED_FROM)
                 != 0
             {
+                self.tree.forget_links();
                 let project_ino = self.inodes.ino_of(&Node::Project(project.as_str().into()));
                 self.inval_entry(project_ino, &escape_name(stem));
                 if let Some(id) = session_id_from_file_name(&name) {
@@ -343,6 +347,7 @@ impl Worker {
             changed.insert(key);
         }
         if overflow {
+            self.tree.forget_links();
             changed.extend(self.tree.cache().loaded_keys());
         }
         for key in changed {

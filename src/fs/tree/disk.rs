@@ -162,9 +162,45 @@ impl Tree {
         meta.is_file.then_some(meta)
     }
 
+    /// The session `by-id/<id>` links to, if any. A lookup must not list
+    /// every project (one `stat` of a link cost as much as listing
+    /// `by-id`, so `ls -l by-id` was quadratic): the table of the last
+    /// [`Tree::links`] answers while it is younger than [`LINKS_TTL`] and
+    /// not forgotten ([`Tree::forget_links`]), and its answer is checked
+    /// (the session file must still be one); an id it lacks, an answer
+    /// that fails the check, or an old table, list again.
+    pub(crate) fn link(&self, id: &str) -> Result<Option<SessionKey>> {
+        let kept = {
+            let links = self.links.lock();
+            links
+                .as_ref()
+                .filter(|t| t.built.elapsed() < self.links_ttl)
+                .and_then(|t| t.by_id.get(id).cloned())
+        };
+        if let Some(key) = kept {
+            if self.session_file_meta(&key).is_some() {
+                return Ok(Some(key));
+            }
+        }
+        Ok(self
+            .links()?
+            .into_iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, key)| key))
+    }
+
+    /// Forgets the table of links: a session file or project came or went
+    /// (the watcher saw it), so an id may have a new first session.
+    pub(crate) fn forget_links(&self) {
+        *self.links.lock() = None;
+    }
+
     /// `by-id` links: (session id, session), the first session in sorted
-    /// order winning when ids repeat.
+    /// order winning when ids repeat. Lists every project; the table is
+    /// kept for [`Tree::link`].
     pub(crate) fn links(&self) -> Result<Vec<(String, SessionKey)>> {
+        self.links_scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
         for project in self.projects()? {
@@ -181,6 +217,21 @@ impl Tree {
                 }
             }
         }
+        *self.links.lock() = Some(LinkTable {
+            built: std::time::Instant::now(),
+            by_id: out.iter().cloned().collect(),
+        });
         Ok(out)
     }
+}
+
+/// How long a table of `by-id` links answers lookups (see [`Tree::link`])
+/// when nobody tells the tree that it changed: as long as the kernel keeps
+/// a name of `by-id` (`fs::DIR_TTL`).
+pub(super) const LINKS_TTL: Duration = Duration::from_secs(1);
+
+/// The `by-id` links found by the last listing of every project.
+pub(super) struct LinkTable {
+    built: std::time::Instant,
+    by_id: HashMap<String, SessionKey>,
 }

@@ -204,6 +204,12 @@ pub(crate) struct Tree {
     /// Entries visited to find what session and entry directories list
     /// (`Tree::list_dir_page`; for tests).
     children_listed: std::sync::atomic::AtomicU64,
+    /// The `by-id` links last found (`Tree::link`), and how long they
+    /// answer lookups.
+    links: Mutex<Option<disk::LinkTable>>,
+    links_ttl: Duration,
+    /// Listings of every project for `by-id` (`Tree::links`; for tests).
+    links_scans: std::sync::atomic::AtomicU64,
 }
 
 type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
@@ -251,6 +257,9 @@ impl Tree {
             cwds: Mutex::new(HashMap::new()),
             context_opened: Mutex::new(HashSet::new()),
             children_listed: Default::default(),
+            links: Mutex::new(None),
+            links_ttl: disk::LINKS_TTL,
+            links_scans: Default::default(),
         }
     }
 
@@ -340,6 +349,19 @@ impl Tree {
     pub(crate) fn children_listed(&self) -> u64 {
         self.children_listed
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Listings of every project for `by-id` so far.
+    #[cfg(test)]
+    pub(crate) fn links_scans(&self) -> u64 {
+        self.links_scans.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Lets tables of `by-id` links answer for `ttl` (tests that count
+    /// listings must not depend on how fast they run).
+    #[cfg(test)]
+    pub(crate) fn set_links_ttl(&mut self, ttl: Duration) {
+        self.links_ttl = ttl;
     }
 
     pub(crate) fn cache(&self) -> &SessionCache {

@@ -47,10 +47,8 @@ impl Tree {
                 let Unescaped::Exact(id) = unescape_name(name) else {
                     return self.find_in_listing(parent, name);
                 };
-                self.links()?
-                    .into_iter()
-                    .find(|(i, _)| *i == id)
-                    .map(|(id, key)| Node::Link { id: id.into(), key })
+                self.link(&id)?
+                    .map(|key| Node::Link { id: id.into(), key })
                     .ok_or_else(missing)
             }
             Node::Namespace(ns) => {
