@@ -189,17 +189,19 @@ impl Tree {
             .map(|(_, key)| key))
     }
 
-    /// Forgets the table of links: a session file or project came or went
-    /// (the watcher saw it), so an id may have a new first session.
+    /// Forgets the tables of `by-id` and `by-cwd` links: a session file or
+    /// project came or went (the watcher saw it), so an id may have a new
+    /// first session, a project a working directory.
     pub(crate) fn forget_links(&self) {
         *self.links.lock() = None;
+        *self.cwd_table.lock() = None;
     }
 
     /// `by-id` links: (session id, session), the first session in sorted
     /// order winning when ids repeat. Lists every project; the table is
     /// kept for [`Tree::link`].
     pub(crate) fn links(&self) -> Result<Vec<(String, SessionKey)>> {
-        self.links_scans
+        self.project_scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();

@@ -204,13 +204,18 @@ pub(crate) struct Tree {
     /// Entries visited to find what session and entry directories list
     /// (`Tree::list_dir_page`; for tests).
     children_listed: std::sync::atomic::AtomicU64,
-    /// The `by-id` links last found (`Tree::link`), and how long they
-    /// answer lookups.
+    /// The `by-id` links last found (`Tree::link`), the working
+    /// directories of the projects last found (`Tree::kept_project_cwds`),
+    /// and how long they answer lookups.
     links: Mutex<Option<disk::LinkTable>>,
+    cwd_table: Mutex<Option<(std::time::Instant, ProjectCwds)>>,
     links_ttl: Duration,
-    /// Listings of every project for `by-id` (`Tree::links`; for tests).
-    links_scans: std::sync::atomic::AtomicU64,
+    /// Listings of every project for `by-id` and `by-cwd` (for tests).
+    project_scans: std::sync::atomic::AtomicU64,
 }
+
+/// (project, working directory) of every project with one (`by-cwd/`).
+type ProjectCwds = Arc<Vec<(String, String)>>;
 
 type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
 
@@ -258,13 +263,35 @@ impl Tree {
             context_opened: Mutex::new(HashSet::new()),
             children_listed: Default::default(),
             links: Mutex::new(None),
+            cwd_table: Mutex::new(None),
             links_ttl: disk::LINKS_TTL,
-            links_scans: Default::default(),
+            project_scans: Default::default(),
         }
     }
 
-    /// (project, working directory) of every project with one (`by-cwd/`).
-    pub(crate) fn project_cwds(&self) -> Result<Vec<(String, String)>> {
+    /// (project, working directory) of every project with one (`by-cwd/`),
+    /// as the last [`Tree::project_cwds`] found them while that is younger
+    /// than `LINKS_TTL` and not forgotten (`Tree::forget_links`), else
+    /// found again: for lookups in `by-cwd/`, which must not list every
+    /// project each (see [`Tree::link`]).
+    pub(crate) fn kept_project_cwds(&self) -> Result<ProjectCwds> {
+        let kept = self
+            .cwd_table
+            .lock()
+            .as_ref()
+            .filter(|(built, _)| built.elapsed() < self.links_ttl)
+            .map(|(_, table)| table.clone());
+        match kept {
+            Some(table) => Ok(table),
+            None => self.project_cwds(),
+        }
+    }
+
+    /// (project, working directory) of every project with one (`by-cwd/`),
+    /// found now (and kept for [`Tree::kept_project_cwds`]).
+    pub(crate) fn project_cwds(&self) -> Result<ProjectCwds> {
+        self.project_scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let projects = self.projects()?;
         let mut cwds = self.cwds.lock();
         let mut out: Vec<(String, String)> = projects
@@ -282,11 +309,20 @@ impl Tree {
         // Of two directories of one working directory, `by-cwd/` links the
         // one the current agent names (the first one listed wins).
         out.sort_by_key(|(p, _)| ProjectRoots::is_absolute_name(p));
+        let out = Arc::new(out);
+        *self.cwd_table.lock() = Some((std::time::Instant::now(), out.clone()));
         Ok(out)
     }
 
-    fn cwd_children(&self, prefix: &str) -> Result<Vec<(String, Node)>> {
-        Ok(views::cwd_children(&self.project_cwds()?, prefix)
+    /// The children of `by-cwd/<prefix>`, from the project directories as
+    /// they are now, or (`kept`) as last found ([`Tree::kept_project_cwds`]).
+    fn cwd_children(&self, prefix: &str, kept: bool) -> Result<Vec<(String, Node)>> {
+        let cwds = if kept {
+            self.kept_project_cwds()?
+        } else {
+            self.project_cwds()?
+        };
+        Ok(views::cwd_children(&cwds, prefix)
             .into_iter()
             .map(|(name, child)| {
                 let node = match child {
@@ -351,13 +387,14 @@ impl Tree {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Listings of every project for `by-id` so far.
+    /// Listings of every project for `by-id` and `by-cwd` so far.
     #[cfg(test)]
-    pub(crate) fn links_scans(&self) -> u64 {
-        self.links_scans.load(std::sync::atomic::Ordering::Relaxed)
+    pub(crate) fn project_scans(&self) -> u64 {
+        self.project_scans
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Lets tables of `by-id` links answer for `ttl` (tests that count
+    /// Lets tables of `by-id` and `by-cwd` links answer for `ttl` (tests that count
     /// listings must not depend on how fast they run).
     #[cfg(test)]
     pub(crate) fn set_links_ttl(&mut self, ttl: Duration) {

@@ -148,8 +148,22 @@ impl Tree {
                 let id = |i: u32| Arc::<str>::from(s.index().get(i).map_or("", |m| m.id()));
                 Ok(Node::Diff(key.clone(), id(a), id(b)))
             }),
-            // Listings computed from the index or the project directories:
-            // small, so lookup goes through them.
+            // The projects' working directories as last found (finding
+            // them lists every project), found again for a name they lack.
+            Node::ByCwd(prefix) => {
+                let find = |children: Vec<(String, Node)>| {
+                    children
+                        .into_iter()
+                        .find(|(n, _)| n.as_bytes() == name)
+                        .map(|(_, node)| node)
+                };
+                match find(self.cwd_children(prefix, true)?) {
+                    Some(node) => Ok(node),
+                    None => find(self.cwd_children(prefix, false)?).ok_or_else(missing),
+                }
+            }
+            // Listings computed from the index: small, so lookup goes
+            // through them.
             _ => self.find_in_listing(parent, name),
         }
     }
@@ -194,7 +208,7 @@ impl Tree {
                 out.push(("by-cwd".into(), Node::ByCwd("".into())));
                 Ok(out)
             }
-            Node::ByCwd(prefix) => self.cwd_children(prefix),
+            Node::ByCwd(prefix) => self.cwd_children(prefix, false),
             Node::ById => Ok(self
                 .links()?
                 .into_iter()

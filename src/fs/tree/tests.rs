@@ -610,11 +610,11 @@ fn by_id_lookups_do_not_list_every_project_each() {
     tree.set_links_ttl(Duration::from_secs(3600));
     let listed = tree.list(&Node::ById).unwrap();
     assert_eq!(listed.len(), 100);
-    let scans = tree.links_scans();
+    let scans = tree.project_scans();
     for (name, node) in &listed {
         assert_eq!(&tree.lookup(&Node::ById, name.as_bytes()).unwrap(), node);
     }
-    assert_eq!(tree.links_scans(), scans, "a lookup listed every project");
+    assert_eq!(tree.project_scans(), scans, "a lookup listed every project");
 
     let link_of = |tree: &Tree, id: &str| match tree.lookup(&Node::ById, id.as_bytes()) {
         Ok(Node::Link { key, .. }) => Some(key),
@@ -641,4 +641,52 @@ fn by_id_lookups_do_not_list_every_project_each() {
     assert_eq!(&*link_of(&tree, twice).unwrap().project, "--p05--");
     tree.forget_links();
     assert_eq!(&*link_of(&tree, twice).unwrap().project, "--a--");
+}
+
+/// Lookups in `by-cwd/` do not list every project each either (`ls -l
+/// by-cwd/work` of 2,000 projects took 5 s), and a new project is found
+/// at once.
+#[test]
+fn by_cwd_lookups_do_not_list_every_project_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sessions = tmp.path().join("sessions");
+    let project = |p: usize| {
+        let dir = sessions.join(format!("--work-p{p}--"));
+        fs::create_dir_all(&dir).unwrap();
+        let id = format!("{p:08x}-0000-7000-8000-000000000000");
+        let text =
+            session_text(&id, 1).replace("\"cwd\":\"/w\"", &format!("\"cwd\":\"/work/p{p}\""));
+        fs::write(
+            dir.join(format!("2026-01-01T00-00-00-000Z_{id}.jsonl")),
+            text,
+        )
+        .unwrap();
+    };
+    for p in 0..20 {
+        project(p);
+    }
+    let mut tree = Tree::new(TreeConfig {
+        agent: AgentDir::new(tmp.path()),
+        read_only: true,
+        index: None,
+        cache_bytes: 1 << 30,
+    });
+    tree.set_links_ttl(Duration::from_secs(3600));
+    let work = tree.lookup(&Node::ByCwd("".into()), b"work").unwrap();
+    let listed = tree.list(&work).unwrap();
+    assert_eq!(listed.len(), 20);
+    let scans = tree.project_scans();
+    for (name, node) in &listed {
+        assert_eq!(&tree.lookup(&work, name.as_bytes()).unwrap(), node);
+        assert_eq!(tree.lookup(&Node::ByCwd("".into()), b"work").unwrap(), work);
+    }
+    assert_eq!(tree.project_scans(), scans, "a lookup listed every project");
+    project(20);
+    let node = tree.lookup(&work, b"p20").unwrap();
+    assert_eq!(
+        tree.readlink(&node).unwrap(),
+        "../../--work-p20--",
+        "{node:?}"
+    );
+    assert!(tree.lookup(&work, b"p21").unwrap_err().is_not_found());
 }
