@@ -205,17 +205,43 @@ pub(crate) struct Tree {
     /// (`Tree::list_dir_page`; for tests).
     children_listed: std::sync::atomic::AtomicU64,
     /// The `by-id` links last found (`Tree::link`), the working
-    /// directories of the projects last found (`Tree::kept_project_cwds`),
+    /// directories of the projects last found (`Tree::kept_cwd_children`),
     /// and how long they answer lookups.
     links: Mutex<Option<disk::LinkTable>>,
-    cwd_table: Mutex<Option<(std::time::Instant, ProjectCwds)>>,
+    cwd_table: Mutex<Option<CwdTable>>,
     links_ttl: Duration,
     /// Listings of every project for `by-id` and `by-cwd` (for tests).
     project_scans: std::sync::atomic::AtomicU64,
 }
 
-/// (project, working directory) of every project with one (`by-cwd/`).
-type ProjectCwds = Arc<Vec<(String, String)>>;
+/// The children of a directory of `by-cwd/`, by name.
+type CwdChildren = Arc<Vec<(String, Node)>>;
+
+/// The working directories of the projects as last found, and the
+/// children of the directories of `by-cwd/` looked up in since.
+struct CwdTable {
+    built: std::time::Instant,
+    cwds: Arc<Vec<(String, String)>>,
+    children: HashMap<String, CwdChildren>,
+}
+
+/// The children of `by-cwd/<prefix>`, given each project's working
+/// directory.
+fn cwd_nodes(cwds: &[(String, String)], prefix: &str) -> Vec<(String, Node)> {
+    views::cwd_children(cwds, prefix)
+        .into_iter()
+        .map(|(name, child)| {
+            let node = match child {
+                CwdChild::Dir(path) => Node::ByCwd(path.into()),
+                CwdChild::Link(project) => Node::CwdLink {
+                    dir: prefix.into(),
+                    project: project.into(),
+                },
+            };
+            (name, node)
+        })
+        .collect()
+}
 
 type ProblemsEntry = (((u64, u64), u64, SystemTime), Arc<Vec<u8>>);
 
@@ -269,27 +295,33 @@ impl Tree {
         }
     }
 
-    /// (project, working directory) of every project with one (`by-cwd/`),
-    /// as the last [`Tree::project_cwds`] found them while that is younger
-    /// than `LINKS_TTL` and not forgotten (`Tree::forget_links`), else
-    /// found again: for lookups in `by-cwd/`, which must not list every
-    /// project each (see [`Tree::link`]).
-    pub(crate) fn kept_project_cwds(&self) -> Result<ProjectCwds> {
-        let kept = self
-            .cwd_table
-            .lock()
-            .as_ref()
-            .filter(|(built, _)| built.elapsed() < self.links_ttl)
-            .map(|(_, table)| table.clone());
-        match kept {
-            Some(table) => Ok(table),
-            None => self.project_cwds(),
+    /// The children of `by-cwd/<prefix>` from the projects' working
+    /// directories as the last [`Tree::project_cwds`] found them, while
+    /// that is younger than `LINKS_TTL` and not forgotten
+    /// (`Tree::forget_links`), else found again; kept per prefix. For
+    /// lookups in `by-cwd/`, which must not list every project, nor go
+    /// through every project's directory, each (see [`Tree::link`]).
+    pub(crate) fn kept_cwd_children(&self, prefix: &str) -> Result<CwdChildren> {
+        {
+            let mut table = self.cwd_table.lock();
+            if let Some(t) = table
+                .as_mut()
+                .filter(|t| t.built.elapsed() < self.links_ttl)
+            {
+                let cwds = &t.cwds;
+                let children = t
+                    .children
+                    .entry(prefix.to_string())
+                    .or_insert_with(|| Arc::new(cwd_nodes(cwds, prefix)));
+                return Ok(children.clone());
+            }
         }
+        Ok(Arc::new(self.cwd_children(prefix)?))
     }
 
     /// (project, working directory) of every project with one (`by-cwd/`),
-    /// found now (and kept for [`Tree::kept_project_cwds`]).
-    pub(crate) fn project_cwds(&self) -> Result<ProjectCwds> {
+    /// found now (and kept for [`Tree::kept_cwd_children`]).
+    pub(crate) fn project_cwds(&self) -> Result<Arc<Vec<(String, String)>>> {
         self.project_scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let projects = self.projects()?;
@@ -306,35 +338,23 @@ impl Tree {
                 Some((p, cwd))
             })
             .collect();
+        drop(cwds);
         // Of two directories of one working directory, `by-cwd/` links the
         // one the current agent names (the first one listed wins).
         out.sort_by_key(|(p, _)| ProjectRoots::is_absolute_name(p));
         let out = Arc::new(out);
-        *self.cwd_table.lock() = Some((std::time::Instant::now(), out.clone()));
+        *self.cwd_table.lock() = Some(CwdTable {
+            built: std::time::Instant::now(),
+            cwds: out.clone(),
+            children: HashMap::new(),
+        });
         Ok(out)
     }
 
     /// The children of `by-cwd/<prefix>`, from the project directories as
-    /// they are now, or (`kept`) as last found ([`Tree::kept_project_cwds`]).
-    fn cwd_children(&self, prefix: &str, kept: bool) -> Result<Vec<(String, Node)>> {
-        let cwds = if kept {
-            self.kept_project_cwds()?
-        } else {
-            self.project_cwds()?
-        };
-        Ok(views::cwd_children(&cwds, prefix)
-            .into_iter()
-            .map(|(name, child)| {
-                let node = match child {
-                    CwdChild::Dir(path) => Node::ByCwd(path.into()),
-                    CwdChild::Link(project) => Node::CwdLink {
-                        dir: prefix.into(),
-                        project: project.into(),
-                    },
-                };
-                (name, node)
-            })
-            .collect())
+    /// they are now.
+    fn cwd_children(&self, prefix: &str) -> Result<Vec<(String, Node)>> {
+        Ok(cwd_nodes(&self.project_cwds()?, prefix))
     }
 
     /// Where changes are reported (the watcher). Changes found before

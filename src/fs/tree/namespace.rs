@@ -151,15 +151,15 @@ impl Tree {
             // The projects' working directories as last found (finding
             // them lists every project), found again for a name they lack.
             Node::ByCwd(prefix) => {
-                let find = |children: Vec<(String, Node)>| {
+                let find = |children: &[(String, Node)]| {
                     children
-                        .into_iter()
+                        .iter()
                         .find(|(n, _)| n.as_bytes() == name)
-                        .map(|(_, node)| node)
+                        .map(|(_, node)| node.clone())
                 };
-                match find(self.cwd_children(prefix, true)?) {
+                match find(&self.kept_cwd_children(prefix)?) {
                     Some(node) => Ok(node),
-                    None => find(self.cwd_children(prefix, false)?).ok_or_else(missing),
+                    None => find(&self.cwd_children(prefix)?).ok_or_else(missing),
                 }
             }
             // Listings computed from the index: small, so lookup goes
@@ -208,7 +208,7 @@ impl Tree {
                 out.push(("by-cwd".into(), Node::ByCwd("".into())));
                 Ok(out)
             }
-            Node::ByCwd(prefix) => self.cwd_children(prefix, false),
+            Node::ByCwd(prefix) => self.cwd_children(prefix),
             Node::ById => Ok(self
                 .links()?
                 .into_iter()
