@@ -173,16 +173,23 @@ impl Tree {
             }),
             Node::ByCwd(prefix) => {
                 if !prefix.is_empty() {
+                    // Still there: in its parent as last found (as a
+                    // lookup sees it, `Tree::kept_cwd_children`), else now.
                     let parent = self.parent_of(node);
                     let name = views::components(prefix)
                         .last()
                         .map(|c| escape_name(c))
                         .unwrap_or_default();
-                    let found = self
-                        .list(&parent)?
-                        .into_iter()
-                        .any(|(n, child)| n == name && child == *node);
-                    if !found {
+                    let has = |children: &[(String, Node)]| {
+                        children
+                            .iter()
+                            .any(|(n, child)| *n == name && child == node)
+                    };
+                    let kept = match &parent {
+                        Node::ByCwd(p) => has(&self.kept_cwd_children(p)?),
+                        _ => false,
+                    };
+                    if !kept && !has(&self.list(&parent)?) {
                         return Err(not_found(prefix));
                     }
                 }

@@ -679,6 +679,8 @@ fn by_cwd_lookups_do_not_list_every_project_each() {
     for (name, node) in &listed {
         assert_eq!(&tree.lookup(&work, name.as_bytes()).unwrap(), node);
         assert_eq!(tree.lookup(&Node::ByCwd("".into()), b"work").unwrap(), work);
+        // The directory's attributes (it must still be there) too.
+        assert_eq!(tree.attr(&work).unwrap().node_type, NodeType::Dir);
     }
     assert_eq!(tree.project_scans(), scans, "a lookup listed every project");
     project(20);
