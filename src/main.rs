@@ -1,6 +1,7 @@
 use clap::Parser;
 
 fn main() {
+    sessionfs::cli::Cli::hide_storage_password();
     let cli = sessionfs::cli::Cli::parse_from(sessionfs::cli::Cli::argv());
     let mut filter =
         std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,fuser::mnt=error".to_string());

@@ -158,6 +158,15 @@ fn storage_url() -> Option<&'static str> {
     STORAGE_URL.get().and_then(|u| u.as_deref())
 }
 
+/// False while the command only reads: a missing database table is then
+/// an error instead of being created (`docs/team.md`).
+static STORAGE_WRITES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Says whether this process's command may write to the storage.
+pub(crate) fn set_storage_writes(writes: bool) {
+    STORAGE_WRITES.store(writes, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// True when `--storage` names a database.
 pub(crate) fn uses_database() -> bool {
     storage_url().is_some()
@@ -178,8 +187,12 @@ pub(crate) fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
     }
     let parsed = PgUrl::parse(url).map_err(|e| Error::Invalid(format!("--storage: {e}")))?;
     let pg: Arc<dyn Storage> = Arc::new(
-        PgStorage::connect(&parsed, agent)
-            .map_err(|e| Error::io(format!("database table {}", parsed.table), e))?,
+        PgStorage::open(
+            &parsed,
+            agent,
+            STORAGE_WRITES.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .map_err(|e| Error::io(format!("database table {}", parsed.table), e))?,
     );
     *open = Some((agent.root().to_path_buf(), pg.clone()));
     Ok(pg)

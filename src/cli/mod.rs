@@ -113,6 +113,60 @@ impl Cli {
         mountopts::helper_argv(std::env::args_os().collect(), &names)
     }
 
+    /// Keeps a database password out of the process's argv (which every
+    /// user can read in `/proc/PID/cmdline`, for a mount's whole life):
+    /// when `--storage` names a URL with a password, the program starts
+    /// itself again with the URL in `SESSIONFS_STORAGE` instead (readable
+    /// by the same user only) and `--storage` left out of the arguments
+    /// (`docs/team.md`). Returns only when there is nothing to hide or the
+    /// new start failed (then the arguments are kept, with a warning).
+    pub fn hide_storage_password() {
+        use std::os::unix::process::CommandExt;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let mut kept = Vec::with_capacity(args.len());
+        let mut url = None;
+        let mut i = 0;
+        while i < args.len() {
+            let arg = &args[i];
+            if arg == "--" {
+                kept.extend(args[i..].iter().cloned());
+                break;
+            }
+            let text = arg.to_str().unwrap_or_default();
+            if text == "--storage" && i + 1 < args.len() {
+                match args[i + 1].to_str() {
+                    Some(v) if crate::session::PgUrl::has_password(v) => {
+                        url = Some(v.to_string());
+                        i += 2;
+                        continue;
+                    }
+                    _ => {}
+                }
+            } else if let Some(v) = text.strip_prefix("--storage=") {
+                if crate::session::PgUrl::has_password(v) {
+                    url = Some(v.to_string());
+                    i += 1;
+                    continue;
+                }
+            }
+            kept.push(arg.clone());
+            i += 1;
+        }
+        let Some(url) = url else { return };
+        let Some((program, rest)) = kept.split_first() else {
+            return;
+        };
+        let exe = std::env::current_exe().unwrap_or_else(|_| program.into());
+        let err = std::process::Command::new(exe)
+            .arg0(program)
+            .args(rest)
+            .env("SESSIONFS_STORAGE", url)
+            .exec();
+        eprintln!(
+            "sessionfs: warning: cannot start again without the password in the arguments: {err}"
+        );
+    }
+
     /// Whether the command logs filesystem requests (`mount --debug`).
     pub fn logs_requests(&self) -> bool {
         matches!(&self.command, Command::Mount(a) if a.debug())
@@ -122,6 +176,21 @@ impl Cli {
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     common::set_storage_url(cli.storage.clone());
+    // Commands that only read find the database tables, never create them
+    // (a mount says for itself: --read-only).
+    common::set_storage_writes(match &cli.command {
+        Command::Append(_)
+        | Command::New(_)
+        | Command::Label(_)
+        | Command::BranchSummary(_)
+        | Command::Fork(_)
+        | Command::Mount(_)
+        | Command::Gc(_)
+        | Command::Move(_)
+        | Command::Pg(_) => true,
+        Command::Check(args) => args.repair_into.is_some(),
+        _ => false,
+    });
     let result = match cli.command {
         Command::Context(args) => inspect::context(&args),
         Command::Tree(args) => inspect::tree(&args),

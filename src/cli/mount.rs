@@ -189,6 +189,7 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
         }
     });
     if crate::cli::common::uses_database() {
+        crate::cli::common::set_storage_writes(!read_only);
         config.storage = Some(crate::cli::common::storage(&agent)?);
         // The persistent index is for local files (docs/team.md).
         config.index = None;

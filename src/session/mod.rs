@@ -79,7 +79,7 @@ pub use lean::{
 pub use manager::{LoadReport, OpenOptions, Refresh, Session};
 pub use paths::{session_id_from_file_name, AgentDir, ProjectRoots};
 pub use persistence::{atomic_write, clean_stale_temps, is_our_temp_name};
-pub use pg::{Layout as PgLayout, Listener as PgListener, PgStorage, PgUrl};
+pub use pg::{Layout as PgLayout, Listener as PgListener, PgStorage, PgUrl, Verify as PgVerify};
 pub use render::{entry_images, entry_text, entry_value, Image, Renderer};
 pub use resume::{continue_recent, current_terminal_id, read_breadcrumb, write_breadcrumb};
 pub use stats::{number as format_number, StatsTable, Totals};

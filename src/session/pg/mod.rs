@@ -40,8 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement, Transaction};
+use postgres::{Client, NoTls};
 
 use crate::session::paths::AgentDir;
 use crate::session::storage::FileStorage;
@@ -60,23 +59,26 @@ const MAX_APPEND_ATTEMPTS: u32 = 64;
 /// row whose content was replaced behind the mirror.
 const OVERLAP: u64 = 64;
 
+mod conn;
 mod listen;
 mod rows;
 mod storage;
+mod tls;
 mod url;
 
+use conn::{io_error, Conn, PgError, Settings};
 pub use listen::Listener;
+pub use tls::Verify;
 pub use url::{Layout, PgUrl};
 
+/// An error of the blocking client (LISTEN), with the server's words.
 fn db_error(e: postgres::Error) -> io::Error {
-    io::Error::other(format!("PostgreSQL: {e}"))
+    io::Error::other(format!("PostgreSQL: {}", conn::describe(&e)))
 }
 
-fn not_found(path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("{}: no such row", path.display()),
-    )
+/// A missing row (the caller names the path).
+fn not_found(_path: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, "no such row")
 }
 
 fn now_ms() -> i64 {
@@ -146,7 +148,7 @@ impl Sql {
 }
 
 struct Inner {
-    conn: postgres::Config,
+    settings: Settings,
     client: Mutex<Option<Conn>>,
     sql: Sql,
     sessions_dir: PathBuf,
@@ -155,48 +157,6 @@ struct Inner {
     local: FileStorage,
     mirrors: Mutex<HashMap<String, Arc<Mutex<Mirror>>>>,
     uses: std::sync::atomic::AtomicU64,
-}
-
-/// A connection with its prepared statements (each statement is prepared
-/// once per connection, then only executed: one round trip).
-struct Conn {
-    client: Client,
-    statements: HashMap<String, Statement>,
-}
-
-type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
-
-impl Conn {
-    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
-        if let Some(s) = self.statements.get(sql) {
-            return Ok(s.clone());
-        }
-        let s = self.client.prepare(sql)?;
-        self.statements.insert(sql.to_string(), s.clone());
-        Ok(s)
-    }
-    fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, postgres::Error> {
-        let s = self.statement(sql)?;
-        self.client.query(&s, params)
-    }
-    fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, postgres::Error> {
-        let s = self.statement(sql)?;
-        self.client.query_opt(&s, params)
-    }
-    fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, postgres::Error> {
-        let s = self.statement(sql)?;
-        self.client.query_one(&s, params)
-    }
-    fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, postgres::Error> {
-        let s = self.statement(sql)?;
-        self.client.execute(&s, params)
-    }
-    fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
-        self.client.batch_execute(sql)
-    }
-    fn transaction(&mut self) -> Result<Transaction<'_>, postgres::Error> {
-        self.client.transaction()
-    }
 }
 
 /// Sessions in a PostgreSQL table (see the module documentation).
@@ -216,13 +176,19 @@ impl fmt::Debug for PgStorage {
 }
 
 impl PgStorage {
-    /// Connects and creates the tables that are missing (the reference's
-    /// `CREATE TABLE IF NOT EXISTS`).
+    /// Connects and creates the tables when they are missing (the
+    /// reference's `CREATE TABLE IF NOT EXISTS`, only sent when needed).
     pub fn connect(url: &PgUrl, agent: &AgentDir) -> io::Result<PgStorage> {
-        let conn: postgres::Config = url
-            .conn
-            .parse()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e}")))?;
+        PgStorage::open(url, agent, true)
+    }
+
+    /// Connects; with `create` false (nothing is to be written) a missing
+    /// table is an error (`NotFound`) instead of being created, so a
+    /// misspelt `table=` creates nothing and a role without `CREATE` on the
+    /// schema can read.
+    pub fn open(url: &PgUrl, agent: &AgentDir, create: bool) -> io::Result<PgStorage> {
+        let tls = tls::Tls::new(url.verify, url.root_cert.as_deref().map(Path::new))?;
+        let settings = Settings::new(&url.conn, url.timeout, tls)?;
         let sessions_dir = agent.sessions_dir();
         let prefix = url.prefix.clone().unwrap_or_else(|| {
             let mut p = sessions_dir.to_string_lossy().into_owned();
@@ -231,7 +197,7 @@ impl PgStorage {
         });
         let storage = PgStorage {
             inner: Arc::new(Inner {
-                conn,
+                settings,
                 client: Mutex::new(None),
                 sql: Sql {
                     t: url.table.clone(),
@@ -246,7 +212,7 @@ impl PgStorage {
                 uses: std::sync::atomic::AtomicU64::new(0),
             }),
         };
-        storage.create_tables()?;
+        storage.check_tables(create)?;
         Ok(storage)
     }
 
@@ -271,9 +237,26 @@ impl PgStorage {
         (!rel.is_empty()).then(|| self.inner.sessions_dir.join(rel))
     }
 
-    /// A new connection with the same settings (for LISTEN).
+    /// A new blocking connection to the first host (for LISTEN, which
+    /// waits for notifications): the same password, connect timeout and
+    /// keepalives, no TLS.
     pub fn new_client(&self) -> io::Result<Client> {
-        self.inner.conn.connect(NoTls).map_err(db_error)
+        self.inner
+            .settings
+            .listen_config()
+            .connect(NoTls)
+            .map_err(db_error)
+    }
+
+    /// The table holding the content (`<table>` or `<table>_chunks`).
+    pub fn files_table(&self) -> String {
+        self.inner.sql.files()
+    }
+
+    /// The name of the trigger (and its function) of
+    /// [`install_trigger`](Self::install_trigger).
+    pub fn trigger_name(&self) -> String {
+        format!("{}_notify", self.inner.sql.files())
     }
 
     /// The NOTIFY channel of the table's trigger.
@@ -298,6 +281,38 @@ impl PgStorage {
         self.with_client(|c| c.batch_execute(&sql))
     }
 
+    /// Creates the tables that are missing when `create`; else a missing
+    /// content table is a `NotFound` error (and a missing blob table a
+    /// warning: blobs are then read from the local directory only).
+    fn check_tables(&self, create: bool) -> io::Result<()> {
+        let files = self.inner.sql.files();
+        let blobs = self.inner.sql.blobs.clone();
+        let row = self.with_client(|c| {
+            c.query_one(
+                "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+                &[&files, &blobs],
+            )
+        })?;
+        let (has_files, has_blobs): (bool, bool) = (row.get(0), row.get(1));
+        if has_files && has_blobs {
+            return Ok(());
+        }
+        if create {
+            return self.create_tables();
+        }
+        if !has_files {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "no such table: {files} does not exist in the database (check table= \
+                     in the storage URL; a command that writes creates it)"
+                ),
+            ));
+        }
+        log::warn!("no table {blobs}: blobs are read from the local blob directory only");
+        Ok(())
+    }
+
     fn create_tables(&self) -> io::Result<()> {
         let Sql { t, blobs, .. } = &self.inner.sql;
         let chunks = self.inner.sql.chunks();
@@ -320,24 +335,65 @@ impl PgStorage {
             .or_else(|_| self.with_client(|c| c.batch_execute(&sql)))
     }
 
-    /// Runs `f` on the connection, connecting first when needed. A failed
-    /// statement is not retried (an append might have been committed); a
-    /// broken connection is replaced at the next call.
-    fn with_client<T>(
-        &self,
-        f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
-    ) -> io::Result<T> {
-        let mut guard = self.inner.client.lock();
-        if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
-            *guard = Some(Conn {
-                client: self.inner.conn.connect(NoTls).map_err(db_error)?,
-                statements: HashMap::new(),
-            });
-        }
-        let Some(client) = guard.as_mut() else {
-            return Err(io::Error::other("PostgreSQL: no connection"));
+    /// Runs `f` on the connection, connecting first when needed
+    /// (`docs/team.md`, "Connections").
+    ///
+    /// * Every wait is bounded: for the connection (another statement in
+    ///   progress) and for each answer by the URL's `timeout=`, for
+    ///   connecting by `connect_timeout=`. A statement without an answer
+    ///   drops the connection (its state is unknown).
+    /// * A connection the server closed or is closing (it sent something
+    ///   unasked, like the notice of `pg_terminate_backend`) is replaced
+    ///   before anything is sent on it.
+    /// * When the connection is lost during `f`, `f` runs once more on a
+    ///   new connection if everything it sent only read (`SELECT`): a
+    ///   write might have been applied before the connection went, and is
+    ///   not sent again (the caller gets the error).
+    fn with_client<T>(&self, mut f: impl FnMut(&mut Conn) -> Result<T, PgError>) -> io::Result<T> {
+        let settings = &self.inner.settings;
+        let mut guard = match settings.answer_timeout {
+            Some(wait) => self.inner.client.try_lock_for(wait).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "PostgreSQL: the connection stayed busy with another statement for {} s",
+                        wait.as_secs_f64()
+                    ),
+                )
+            })?,
+            None => self.inner.client.lock(),
         };
-        f(client).map_err(db_error)
+        let mut retried = false;
+        loop {
+            let fresh = !guard.as_ref().is_some_and(Conn::usable);
+            if fresh {
+                *guard = None;
+                *guard = Some(settings.connect()?);
+            }
+            let Some(conn) = guard.as_mut() else {
+                return Err(io::Error::other("PostgreSQL: no connection"));
+            };
+            conn.wrote = false;
+            match f(conn) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let lost = e.is_lost() || conn.is_broken();
+                    let wrote = conn.wrote;
+                    if lost {
+                        *guard = None;
+                    }
+                    if lost && !fresh && !wrote && !retried && !e.is_timeout() {
+                        log::info!(
+                            "PostgreSQL: the connection was lost ({}); reading again on a new one",
+                            io_error(e)
+                        );
+                        retried = true;
+                        continue;
+                    }
+                    return Err(io_error(e));
+                }
+            }
+        }
     }
 
     fn place(&self, path: &Path) -> Place {

@@ -13,6 +13,7 @@ mod live_writers;
 mod model;
 mod moves;
 mod persistence;
+mod pg_conn;
 mod projects;
 mod reference_ports;
 mod reliability;
