@@ -321,6 +321,19 @@ fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// Whether a server holds the lock of `key`: `None` when there is no lock
+/// file (no server of ours recorded it), else whether its lock is held.
+/// Looks at the lock file only, never at the mount point (whose server
+/// may be busy).
+pub(crate) fn server_holds_lock(key: &Path) -> Option<bool> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(lock_path(key))
+        .ok()?;
+    Some(file.try_lock_shared().is_err())
+}
+
 /// Waits until the server of `key` (if any) has exited; `Ok(None)` when
 /// there was none, `Ok(Some(pid))` once it has gone, an error on timeout.
 pub(crate) fn wait_for_server(key: &Path, timeout: Duration) -> io::Result<Option<u32>> {

@@ -3,7 +3,7 @@
 //! (`docs/filesystem.md`, "Mounting").
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -264,12 +264,26 @@ pub(crate) fn run(args: MountArgs) -> crate::Result<i32> {
     Ok(0)
 }
 
+/// True when the mount at `key` has lost its server ("Transport
+/// endpoint is not connected"). Where the server's lock file says whether
+/// it runs, the mount point is not looked at: a look waits for a server
+/// that is busy or stuck, and holds the mount busy meanwhile.
+fn is_stale(key: &Path) -> bool {
+    match daemon::server_holds_lock(key) {
+        Some(held) => !held && crate::fs::sessionfs_mounted_at(key),
+        None => std::fs::metadata(key).is_err_and(|e| fsmount::is_stale_error(&e)),
+    }
+}
+
 /// Runs `sessionfs umount`: unmounts, then waits for the serving process
 /// to exit.
 pub(crate) fn umount(args: UmountArgs) -> crate::Result<i32> {
-    let key =
-        daemon::mount_key(&args.mountpoint).map_err(|e| crate::Error::io(&args.mountpoint, e))?;
-    let stale = std::fs::metadata(&key).is_err_and(|e| fsmount::is_stale_error(&e));
+    // Neither resolving the mount point nor telling a stale one waits on
+    // its server: that may be busy or stuck (a database that does not
+    // answer), and unmounting must work then.
+    let key = crate::fs::listed_mount_point(&args.mountpoint)
+        .map_err(|e| crate::Error::io(&args.mountpoint, e))?;
+    let stale = is_stale(&key);
     fsmount::unmount(&key, args.lazy || stale).map_err(|e| crate::Error::io(&key, e))?;
     if stale {
         eprintln!(

@@ -39,7 +39,10 @@ pub(crate) mod watch;
 // mounting and unmounting, and the names the mount gives.
 pub use layout::escape_name;
 pub use mount::{serve, unmount, Ended, MountConfig};
-pub use mountinfo::{canonical as canonical_mount_point, sessionfs_mounted_at};
+pub use mountinfo::{
+    canonical as canonical_mount_point, canonical_listed as listed_mount_point,
+    sessionfs_mounted_at,
+};
 pub use requestlog::TARGET as REQUEST_LOG_TARGET;
 pub use views::image_link;
 

@@ -97,6 +97,23 @@ pub fn canonical(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
+/// [`canonical`] without looking at `path` itself when it is a mount
+/// point listed in mountinfo (only its parent is resolved): a look at a
+/// mount point waits for that mount's server, which may be busy or stuck
+/// (`sessionfs umount` must work then).
+pub fn canonical_listed(path: &Path) -> io::Result<PathBuf> {
+    let abs = std::path::absolute(path)?;
+    if let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) {
+        if let Ok(dir) = parent.canonicalize() {
+            let here = dir.join(name);
+            if mounts()?.iter().any(|m| m.mount_point == here) {
+                return Ok(here);
+            }
+        }
+    }
+    canonical(path)
+}
+
 /// Every mount of this process's mount namespace, in the kernel's order.
 pub(crate) fn mounts() -> io::Result<Vec<MountEntry>> {
     let text = std::fs::read_to_string("/proc/self/mountinfo")?;

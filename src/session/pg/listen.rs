@@ -15,11 +15,24 @@ use crate::session::storage::FileStat;
 pub struct Listener {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Closed when the thread ends.
+    ended: std::sync::mpsc::Receiver<()>,
 }
+
+/// How long dropping a [`Listener`] waits for its thread, which may be
+/// connecting again to a server that does not answer; after that the
+/// thread is left to end on its own (the process may be exiting).
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 impl Drop for Listener {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        // The thread checks `stop` every 200 ms unless it is connecting.
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = self.ended.recv_timeout(STOP_WAIT)
+        {
+            log::warn!("PostgreSQL notifications: the listener is still connecting; not waiting");
+            return;
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -57,9 +70,12 @@ impl PgStorage {
         let stop = Arc::new(AtomicBool::new(false));
         let storage = self.clone();
         let stopped = stop.clone();
+        let (end_tx, ended) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("sessionfs-listen".into())
             .spawn(move || {
+                // Dropped (closing `ended`) when the thread ends.
+                let _end = end_tx;
                 let mut client = Some(client);
                 while !stopped.load(Ordering::Relaxed) {
                     let Some(c) = client.as_mut() else {
@@ -98,6 +114,7 @@ impl PgStorage {
         Ok(Listener {
             stop,
             thread: Some(thread),
+            ended,
         })
     }
 

@@ -62,6 +62,7 @@ const OVERLAP: u64 = 64;
 mod conn;
 mod listen;
 mod rows;
+mod socket;
 mod storage;
 mod tls;
 mod url;

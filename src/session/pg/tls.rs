@@ -25,7 +25,7 @@ use rustls::{
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::conn::Stream;
+use super::socket::Stream;
 
 /// A TLS stream over our socket.
 pub(super) type TlsStream = <MakeRustlsConnect as MakeTlsConnect<Stream>>::Stream;

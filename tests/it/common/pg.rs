@@ -8,10 +8,15 @@
 //! unless `SESSIONFS_REQUIRE_PG=1` (as `.ci/run` sets), where they fail.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 /// A running server.
 pub struct Server {
@@ -199,4 +204,52 @@ impl Server {
         postgres::Client::connect(&self.conn(), postgres::NoTls)
             .expect("connect to the test server")
     }
+}
+
+/// The server's Unix socket.
+fn socket_path() -> String {
+    let conn = server().unwrap().conn();
+    let dir = conn.split("host=").nth(1).unwrap().to_string();
+    format!("{dir}/.s.PGSQL.5432")
+}
+
+/// A TCP proxy to the server's Unix socket that stops forwarding (a
+/// black hole: bytes are taken, nothing comes back) while `frozen`.
+pub fn stalling_proxy(frozen: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let socket = socket_path();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = UnixStream::connect(&socket) else {
+                return;
+            };
+            let pipe = |mut from: Box<dyn Read + Send>,
+                        mut to: Box<dyn Write + Send>,
+                        frozen: Arc<AtomicBool>| {
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = from.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        while frozen.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            };
+            pipe(
+                Box::new(client.try_clone().unwrap()),
+                Box::new(server.try_clone().unwrap()),
+                frozen.clone(),
+            );
+            pipe(Box::new(server), Box::new(client), frozen.clone());
+        }
+    });
+    port
 }

@@ -5,63 +5,12 @@
 
 use crate::common;
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use common::pg;
 use sessionfs::session::{AgentDir, PgStorage, PgUrl, Session, Storage};
-
-/// The server's Unix socket.
-fn socket_path() -> String {
-    let conn = pg::server().unwrap().conn();
-    let dir = conn.split("host=").nth(1).unwrap().to_string();
-    format!("{dir}/.s.PGSQL.5432")
-}
-
-/// A TCP proxy to the server's Unix socket that stops forwarding (a
-/// black hole: bytes are taken, nothing comes back) while `frozen`.
-fn proxy(frozen: Arc<AtomicBool>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let socket = socket_path();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { return };
-            let Ok(server) = UnixStream::connect(&socket) else {
-                return;
-            };
-            let pipe = |mut from: Box<dyn Read + Send>,
-                        mut to: Box<dyn Write + Send>,
-                        frozen: Arc<AtomicBool>| {
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = from.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        while frozen.load(Ordering::Relaxed) {
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                        if to.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                });
-            };
-            pipe(
-                Box::new(client.try_clone().unwrap()),
-                Box::new(server.try_clone().unwrap()),
-                frozen.clone(),
-            );
-            pipe(Box::new(server), Box::new(client), frozen.clone());
-        }
-    });
-    port
-}
 
 /// Runs `f` on a thread; panics when it has not returned after a minute
 /// (a hang guard only: the waits under test are a second or two).
@@ -89,7 +38,7 @@ fn started(s: &mut Session) {
 fn a_database_that_stops_answering_fails_the_access_instead_of_hanging() {
     let Some(server) = pg::server() else { return };
     let frozen = Arc::new(AtomicBool::new(false));
-    let port = proxy(frozen.clone());
+    let port = pg::stalling_proxy(frozen.clone());
     let tmp = tempfile::tempdir().unwrap();
     let agent = AgentDir::new(tmp.path());
     let url = format!(

@@ -240,3 +240,74 @@ fn several_namespaces_are_top_level_directories() {
     assert!(content.contains("\"customType\":\"ns\""), "{content}");
     drop(m);
 }
+
+#[test]
+fn a_password_in_storage_is_not_in_the_mounts_arguments() {
+    if !fuse_ok("a_password_in_storage_is_not_in_the_mounts_arguments") {
+        return;
+    }
+    let Some(t) = Team::new() else { return };
+    // Trust on the socket: the password is not checked, only carried.
+    let url = t.url.replacen("postgres@", "postgres:s3cr3t-pw@", 1);
+    assert!(url.contains("s3cr3t-pw"));
+    let m = Mount::start(t.tmp.path(), &["--storage", &url]);
+    assert_eq!(read(&sdir(&m).join("leaf")), "u2\n", "the mount works");
+    let pid = m.pid().unwrap();
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(!cmdline.contains("s3cr3t-pw"), "{cmdline}");
+    assert!(cmdline.contains("mount"), "{cmdline}");
+}
+
+#[test]
+fn a_database_that_stops_answering_fails_accesses_and_umount_works() {
+    if !fuse_ok("a_database_that_stops_answering_fails_accesses_and_umount_works") {
+        return;
+    }
+    let Some(t) = Team::new() else { return };
+    let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = pg::stalling_proxy(frozen.clone());
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{port}/postgres?table={}&prefix=/srv/team/alice/\
+         &timeout=2&connect_timeout=2",
+        t.table
+    );
+    let mut m = Mount::start(t.tmp.path(), &["--storage", &url]);
+    let leaf = sdir(&m).join("leaf");
+    assert_eq!(read(&leaf), "u2\n");
+    frozen.store(true, std::sync::atomic::Ordering::Relaxed);
+    // A hang guard only (the waits are 2 s): the access fails with EIO.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let file = sdir(&m).join("entries/u1/message.json");
+    let outside = t.tmp.path().to_path_buf();
+    std::thread::spawn(move || {
+        let script = format!("cat '{}' >/dev/null; echo $?", file.display());
+        let _ = tx.send(sh(&outside, &script));
+    });
+    let (_, out, err) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the access hung");
+    assert_ne!(out.trim(), "0", "{out}{err}");
+    assert!(err.contains("Input/output error"), "{err}");
+    // umount neither hangs on the mount point nor waits for the database.
+    let mnt = m.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let out = common::sessionfs_cmd()
+            .args(["umount", "--timeout", "30"])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        let _ = tx.send(out);
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(90))
+        .expect("umount hung");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(m.wait_exit().success() || !fuse::is_mounted(m.path()));
+    frozen.store(false, std::sync::atomic::Ordering::Relaxed);
+}
