@@ -662,6 +662,18 @@ impl Tx<'_> {
             self.tx.query_one(sql, params),
         )
     }
+    pub(super) fn query_opt(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Option<Row>, PgError> {
+        block(
+            self.rt,
+            self.wait,
+            self.broken,
+            self.tx.query_opt(sql, params),
+        )
+    }
     pub(super) fn commit(self) -> Result<(), PgError> {
         let Tx {
             rt,
