@@ -19,7 +19,7 @@
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::fs::layout::{EntryFile, SessionFile, SessionKey};
 use crate::fs::pages::ContextPages;
@@ -320,6 +320,10 @@ struct Lru {
     total: usize,
 }
 
+/// Told of a session whose `context.json` got a newer rendering while
+/// handles of an older one were open (`fs::pages`, rule 10).
+type NewerContext = Box<dyn Fn(&SessionKey) + Send + Sync>;
+
 /// The slots and the LRU over the loaded sessions.
 pub(crate) struct SessionCache {
     /// Lookups of a slot by key (tests: held slots skip them).
@@ -330,6 +334,10 @@ pub(crate) struct SessionCache {
     budget: usize,
     max_loaded: usize,
     clock: AtomicU64,
+    /// Called after any access to a slot made a newer rendering of
+    /// `context.json` while older handles were open (with the slot's lock
+    /// released), whatever the access was.
+    newer_context: OnceLock<NewerContext>,
 }
 
 impl SessionCache {
@@ -343,7 +351,34 @@ impl SessionCache {
             budget,
             max_loaded: MAX_LOADED,
             clock: AtomicU64::new(1),
+            newer_context: OnceLock::new(),
         }
+    }
+
+    /// What to call when an access to a slot made a newer rendering of
+    /// `context.json` while handles of an older one were open (set once:
+    /// the tree reports it to the watch worker, `fs::pages` rule 10).
+    pub(crate) fn on_newer_context(&self, f: impl Fn(&SessionKey) + Send + Sync + 'static) {
+        if self.newer_context.set(Box::new(f)).is_err() {
+            log::warn!("the session cache's newer-context callback was already set");
+        }
+    }
+
+    /// Runs `f` on a locked slot, then, with the lock released, calls the
+    /// [`SessionCache::on_newer_context`] callback if `f` made a newer
+    /// rendering while older handles were open.
+    fn locked<R>(&self, slot: &Slot, key: &SessionKey, f: impl FnOnce(&mut SlotState) -> R) -> R {
+        let (result, newer) = {
+            let mut st = slot.lock();
+            let result = f(&mut st);
+            (result, st.context_pages.take_newer_while_open())
+        };
+        if newer {
+            if let Some(tell) = self.newer_context.get() {
+                tell(key);
+            }
+        }
+        result
     }
 
     fn slot(&self, key: &SessionKey) -> Arc<Slot> {
@@ -369,7 +404,7 @@ impl SessionCache {
         if held.0.removed.load(Ordering::Acquire) {
             return self.with_existing(key, f);
         }
-        Some(f(&mut held.0.lock()))
+        Some(self.locked(&held.0, key, f))
     }
 
     /// [`SessionCache::with_slot`] on a held slot: no lookup by key, unless
@@ -394,13 +429,12 @@ impl SessionCache {
     }
 
     fn run_on<R>(&self, slot: &Slot, key: &SessionKey, f: impl FnOnce(&mut SlotState) -> R) -> R {
-        let (result, tick, est, loaded) = {
-            let mut st = slot.lock();
-            let result = f(&mut st);
+        let (result, tick, est, loaded) = self.locked(slot, key, |st| {
+            let result = f(st);
             let tick = self.clock.fetch_add(1, Ordering::Relaxed);
             st.tick = tick;
             (result, tick, st.estimate(), st.holds_data())
-        };
+        });
         self.account(key, tick, est, loaded);
         result
     }
@@ -429,8 +463,7 @@ impl SessionCache {
             let slots = self.slots.lock();
             slots.get(key).cloned()?
         };
-        let mut st = slot.lock();
-        Some(f(&mut st))
+        Some(self.locked(&slot, key, f))
     }
 
     /// The sessions loaded now.
@@ -597,6 +630,34 @@ mod tests {
         assert_eq!(kept, Some(true), "its release makes the cache cleanable");
         cache.remove(&key);
         assert!(cache.with_existing(&key, |_| ()).is_none());
+    }
+
+    #[test]
+    fn every_access_that_makes_a_newer_context_while_one_is_open_tells_the_tree() {
+        let cache = SessionCache::new(1 << 20);
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let log = told.clone();
+        cache.on_newer_context(move |key| log.lock().push(key.clone()));
+        let key = SessionKey::new("--p--", "2026_a");
+        let at = crate::fs::pages::Opening {
+            ino: 2,
+            retired: false,
+        };
+        cache.with_slot(&key, |st| st.context_pages.changed(0));
+        assert!(told.lock().is_empty(), "nothing open");
+        let opened = cache.with_slot(&key, |st| st.context_pages.open(at, 10, None).unwrap().0);
+        cache.with_slot(&key, |st| st.context_pages.changed(0));
+        cache.with_existing(&key, |st| st.context_pages.changed(0));
+        let held = cache.hold(&key);
+        cache.with_held(&held, &key, |st| st.context_pages.changed(0));
+        cache.with_held_existing(&held, &key, |st| st.context_pages.changed(0));
+        cache.with_slot(&key, |_| ());
+        assert_eq!(
+            *told.lock(),
+            vec![key.clone(); 4],
+            "once per newer rendering"
+        );
+        cache.with_slot(&key, |st| st.context_pages.release(&opened));
     }
 
     #[test]

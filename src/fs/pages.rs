@@ -74,10 +74,15 @@
 //!     latest of those handles was opened a moment ago (`MOVE_DELAY` of
 //!     `fs::watch`; a `cat` that just ended may be released a little after
 //!     the next append, and should not cost a move;
-//!     [`ContextPages::retire_moved`]), so later opens and `stat`s by
-//!     name meet the new inode, which is new to the kernel: it holds none
-//!     of its pages, so the state starts clean and empty (rule 8 applies
-//!     again). An open that comes first, or that meets a retired inode
+//!     [`ContextPages::retire_moved`]). It renders after whatever may
+//!     change the text while a handle is open (an append, by anyone; a
+//!     leaf moved through the mount), and whoever else makes a newer
+//!     rendering while older handles are open (a `stat`, a read, a session
+//!     loaded again) tells it ([`ContextPages::take_newer_while_open`]),
+//!     so that every newer text moves the file, and later opens and
+//!     `stat`s by name meet the new inode, which is new to the kernel: it
+//!     holds none of its pages, so the state starts clean and empty (rule
+//!     8 applies again). An open that comes first, or that meets a retired inode
 //!     (a name looked up just before the move), is served as before the
 //!     move (rules 3 and 5: direct I/O, the older size) — except where a
 //!     passthrough handle is open: that open moves the file itself and
@@ -144,6 +149,9 @@ pub(crate) struct ContextPages<B = fuser::BackingId> {
     ino: Option<u64>,
     /// Inodes the file had before, with their handles still open (rule 10).
     retired: Vec<Retired<B>>,
+    /// A newer rendering came while handles of an older one were open on
+    /// the current inode: the watch worker is to be told (rule 10).
+    newer_while_open: bool,
 }
 
 /// An inode the file no longer has, and its handles still open (rule 10).
@@ -171,6 +179,7 @@ impl<B> Default for ContextPages<B> {
             empty: false,
             ino: None,
             retired: Vec::new(),
+            newer_while_open: false,
         }
     }
 }
@@ -231,6 +240,16 @@ impl<B> ContextPages<B> {
     pub(crate) fn changed(&mut self, common: u64) {
         self.epoch += 1;
         self.stale_from = Some(self.stale_from.map_or(common, |s| s.min(common)));
+        // Every handle on the current inode is of an older rendering now.
+        self.newer_while_open |= !self.open.is_empty() || self.through.is_some();
+    }
+
+    /// Whether a newer rendering came while handles of an older one were
+    /// open on the current inode, since the last call: the watch worker
+    /// must then be told, whoever made the rendering (a `stat`, a read,
+    /// the worker itself), so that it moves the file (rule 10).
+    pub(crate) fn take_newer_while_open(&mut self) -> bool {
+        std::mem::take(&mut self.newer_while_open)
     }
 
     /// The rendering was dropped (the next one cannot be compared).
@@ -737,6 +756,31 @@ mod tests {
         assert!(!t.release(&a) && !t.has_open());
         assert_eq!(r.retired_size(INO), None);
         assert!(!r.release(&d) && !r.has_open());
+    }
+
+    #[test]
+    fn a_newer_rendering_while_handles_are_open_is_to_be_told_to_the_worker() {
+        let mut p = clean();
+        p.changed(10);
+        assert!(!p.take_newer_while_open(), "no handle open");
+        let old = open(&mut p, 100);
+        p.changed(50);
+        assert!(p.take_newer_while_open(), "an older handle is open");
+        assert!(!p.take_newer_while_open(), "told once");
+        p.changed(60);
+        assert!(p.take_newer_while_open(), "and again for the next one");
+        // Once moved, the older handles are the retired inode's.
+        assert_eq!(p.retire_moved(later(), DELAY), Move::Done(INO));
+        p.changed(70);
+        assert!(!p.take_newer_while_open(), "nothing open on the new inode");
+        assert!(!p.release(&old));
+        // Passthrough handles count too.
+        let mut t = unopened();
+        let mut made = 0;
+        let (a, _) = open_file(&mut t, 7, &mut made);
+        t.changed(10);
+        assert!(t.take_newer_while_open());
+        assert!(!t.release(&a));
     }
 
     #[test]

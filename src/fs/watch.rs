@@ -367,7 +367,7 @@ impl Worker {
     fn apply(&self, change: Change) {
         match change {
             Change::ContextPages { key } => {
-                self.clean_context_pages(&key, false);
+                self.clean_context_pages(&key, true);
                 self.fill_context_pages(&key);
             }
             Change::ContextReplaced { key } => self.drop_context_name(&key),

@@ -77,7 +77,10 @@ pub(crate) enum Change {
         reloaded: bool,
     },
     /// Cached pages of a session's `context.json` are stale and can be
-    /// invalidated now (`fs::pages`).
+    /// invalidated now, or its rendering may be behind while descriptors
+    /// of it are open: the worker brings it up to date, invalidates, and
+    /// moves the file to a new inode if older handles hold the current
+    /// one (`fs::pages`, rule 10).
     ContextPages { key: SessionKey },
     /// A session's `context.json` has a new inode (`fs::pages`, rule 10):
     /// the kernel's name for the old one can go.
@@ -169,6 +172,14 @@ fn keep_pending(pending: &mut Vec<Change>, change: Change) {
     }
 }
 
+/// Reports `change` to its sink, or keeps it until the sink is set.
+fn report_to(route: &Mutex<ChangeRoute>, change: Change) {
+    match &mut *route.lock() {
+        ChangeRoute::Sink(sink) => sink(change),
+        ChangeRoute::Pending(pending) => keep_pending(pending, change),
+    }
+}
+
 /// The mounted tree.
 pub(crate) struct Tree {
     sessions_dir: PathBuf,
@@ -180,7 +191,9 @@ pub(crate) struct Tree {
     read_only: bool,
     index: Option<IndexStore>,
     cache: SessionCache,
-    changes: Mutex<ChangeRoute>,
+    /// Shared with the session cache, which reports newer renderings of
+    /// `context.json` while older handles are open (`fs::pages`, rule 10).
+    changes: Arc<Mutex<ChangeRoute>>,
     started: SystemTime,
     /// Directory mtimes reported so far (see [`Tree::stamp`]): one per
     /// project and session ever listed or looked up.
@@ -271,6 +284,12 @@ impl Tree {
     pub(crate) fn with_storage(config: TreeConfig, storage: Arc<dyn Storage>) -> Self {
         let blobs = BlobStore::new(storage.clone(), config.agent.blobs_dir());
         let namespaced = storage.has_namespaces(&config.agent.sessions_dir());
+        let changes = Arc::new(Mutex::new(ChangeRoute::Pending(Vec::new())));
+        let cache = SessionCache::new(config.cache_bytes);
+        let route = changes.clone();
+        cache.on_newer_context(move |key| {
+            report_to(&route, Change::ContextPages { key: key.clone() });
+        });
         Tree {
             sessions_dir: config.agent.sessions_dir(),
             roots: config.agent.roots().clone(),
@@ -279,8 +298,8 @@ impl Tree {
             blobs,
             read_only: config.read_only,
             index: config.index,
-            cache: SessionCache::new(config.cache_bytes),
-            changes: Mutex::new(ChangeRoute::Pending(Vec::new())),
+            cache,
+            changes,
             started: SystemTime::now(),
             stamps: Mutex::new(HashMap::new()),
             leaf_moved: Mutex::new(HashMap::new()),
@@ -379,10 +398,7 @@ impl Tree {
     }
 
     fn report(&self, change: Change) {
-        match &mut *self.changes.lock() {
-            ChangeRoute::Sink(sink) => sink(change),
-            ChangeRoute::Pending(pending) => keep_pending(pending, change),
-        }
+        report_to(&self.changes, change);
     }
 
     /// The storage the sessions are read from.

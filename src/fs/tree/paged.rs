@@ -140,7 +140,8 @@ impl Tree {
     /// handle of an older rendering is still open. With `render`, a kept
     /// rendering is first brought up to date (an extension after an
     /// append, cost of the new entries), so that the next `cat` finds the
-    /// cache clean.
+    /// cache clean; and so is any while descriptors are open, so that a
+    /// newer text moves the file (`fs::pages`, rule 10).
     pub(crate) fn context_pages_to_clean(
         &self,
         key: &SessionKey,
@@ -148,7 +149,11 @@ impl Tree {
     ) -> Option<(u64, u64)> {
         self.cache
             .with_existing(key, |st| {
-                if render && st.context.is_some() {
+                // Brought up to date when a rendering was made (an
+                // extension, cheap), or when descriptors of the file are
+                // open: a newer text moves it (`fs::pages`, rule 10), so
+                // that `stat` by name gives the new size.
+                if render && (st.context.is_some() || st.context_pages.has_open()) {
                     if let Some(s) = st.session.take_loaded() {
                         // A failure (a file changed under the index) is
                         // left to the next open, which recovers from it.

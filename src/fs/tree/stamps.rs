@@ -163,18 +163,29 @@ impl Tree {
     /// The leaf of a session moved through the mount: the files that show
     /// it get a later mtime ([`Tree::leaf_mtime`]), now or a nanosecond
     /// after the one reported before, whichever is later (two moves within
-    /// one tick of the clock still move it).
+    /// one tick of the clock still move it). While descriptors of its
+    /// `context.json` are open, the watch worker renders the new text and
+    /// moves the file to a new inode (`fs::pages`, rule 10), as after an
+    /// append: `stat` by name then gives the new size.
     pub(super) fn note_leaf_moved(&self, key: &SessionKey) {
         let file = self.file_mtime(key);
         let now = SystemTime::now();
-        let mut moved = self.leaf_moved.lock();
-        let before = moved.get(key).map_or(file, |&t| t.max(file));
-        let at = if now > before {
-            now
-        } else {
-            before + Duration::from_nanos(1)
-        };
-        moved.insert(key.clone(), at);
+        {
+            let mut moved = self.leaf_moved.lock();
+            let before = moved.get(key).map_or(file, |&t| t.max(file));
+            let at = if now > before {
+                now
+            } else {
+                before + Duration::from_nanos(1)
+            };
+            moved.insert(key.clone(), at);
+        }
+        let open = self
+            .cache
+            .with_existing(key, |st| st.context_pages.has_open());
+        if open == Some(true) {
+            self.report(Change::ContextPages { key: key.clone() });
+        }
     }
 
     pub(super) fn file_mtime(&self, key: &SessionKey) -> SystemTime {

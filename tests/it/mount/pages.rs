@@ -12,7 +12,7 @@ use crate::common::{js_json, message_texts};
 use crate::common::{sessionfs_cmd, stdout_ok};
 
 use std::fs;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -981,5 +981,98 @@ fn the_first_rendering_ever_is_served_from_the_file_it_was_stored_in() {
             );
             assert_eq!(served, 0, "read through the mount:\n{log}");
         }
+    }
+}
+
+/// `stat` of `context.json` by name once the worker caught up with a newer
+/// rendering, while a reader of the older one stays open: the new text's
+/// size, the same as what a read gives (`fs::pages`, rule 10).
+fn size_by_name_follows(ctx: &std::path::Path, old_len: u64, what: &str) {
+    let mut last = (0, 0);
+    let caught_up = eventually(|| {
+        let read = fs::read(ctx).unwrap().len() as u64;
+        let size = fs::metadata(ctx).unwrap().len();
+        last = (size, read);
+        read != old_len && size == read
+    });
+    assert!(
+        caught_up,
+        "{what}: stat gave {} bytes, a read {} (the older text: {old_len})",
+        last.0, last.1
+    );
+}
+
+/// A leaf moved through `leaf` (`echo ID > leaf`) while a descriptor of
+/// the older `context.json` stays open (a `less`, a script holding it):
+/// the name moves to a new inode as after an append, so `stat` and `tar`
+/// get the new text's size. Before, nothing told the watch worker of the
+/// newer rendering: `stat` kept the older reader's size for as long as it
+/// was open, and `tar` cut the text or padded it with zeros.
+#[test]
+fn a_leaf_moved_while_an_older_reader_is_open_moves_the_file_too() {
+    if !fuse_ok("a_leaf_moved_while_an_older_reader_is_open_moves_the_file_too") {
+        return;
+    }
+    for args in [&[][..], &["--no-passthrough"][..]] {
+        let (_tmp, _file, m, ctx) = setup(50, args);
+        let leaf = ctx.with_file_name("leaf");
+        let old_text = fs::read(&ctx).unwrap();
+        let mut old = fs::File::open(&ctx).unwrap();
+        let mut head = vec![0u8; 100];
+        old.read_exact(&mut head).unwrap();
+        // Earlier and earlier leaves: each a shorter context.
+        let mut len = old_text.len() as u64;
+        for (i, id) in ["a30", "a10"].iter().enumerate() {
+            fs::write(&leaf, format!("{id}\n")).unwrap();
+            size_by_name_follows(&ctx, len, &format!("{args:?}, leaf {i}"));
+            len = fs::metadata(&ctx).unwrap().len();
+        }
+        // The older reader still reads its own text to the end.
+        let mut rest = Vec::new();
+        old.read_to_end(&mut rest).unwrap();
+        head.extend_from_slice(&rest);
+        assert_same_bytes(&head, &old_text, "the older reader");
+        drop((old, m));
+    }
+}
+
+/// An object appended through the session's `append` file while a
+/// descriptor of the older `context.json` stays open, on a fresh mount
+/// (the first text served from the stored rendering or the lean path):
+/// the name moves to a new inode, as after an append by another process.
+/// Before, the loaded session's first rendering was made by the next
+/// `stat`, which nothing reported to the worker: the size stayed the
+/// older one for good.
+#[test]
+fn an_append_through_the_mount_while_an_older_reader_is_open_moves_the_file() {
+    if !fuse_ok("an_append_through_the_mount_while_an_older_reader_is_open_moves_the_file") {
+        return;
+    }
+    for args in [&[][..], &["--no-passthrough"][..], &["--no-index"][..]] {
+        let (_tmp, _file, m, ctx) = setup(50, args);
+        let append = ctx.with_file_name("append");
+        let old_text = fs::read(&ctx).unwrap();
+        let mut old = fs::File::open(&ctx).unwrap();
+        let mut head = vec![0u8; 100];
+        old.read_exact(&mut head).unwrap();
+        let line = r#"{"type":"message","message":{"role":"user","content":"appended through the mount","timestamp":0}}"#;
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&append)
+            .unwrap()
+            .write_all(format!("{line}\n").as_bytes())
+            .unwrap();
+        size_by_name_follows(&ctx, old_text.len() as u64, &format!("{args:?}"));
+        assert!(
+            fs::read_to_string(&ctx)
+                .unwrap()
+                .contains("appended through the mount"),
+            "{args:?}: the new text"
+        );
+        let mut rest = Vec::new();
+        old.read_to_end(&mut rest).unwrap();
+        head.extend_from_slice(&rest);
+        assert_same_bytes(&head, &old_text, "the older reader");
+        drop((old, m));
     }
 }
