@@ -648,8 +648,9 @@ pub fn list_all_with_progress(
 
 /// Finds a session file by a prefix of its id, or by its name as the mount
 /// shows it (the file name without `.jsonl`), from file names: no file is
-/// read. Exactly one match is required; an ambiguous prefix names (up to
-/// ten of) the sessions it matches.
+/// read. Exactly one match is required; an ambiguous prefix, or a name
+/// found in more than one project, names (up to ten of) the sessions it
+/// matches.
 pub fn resolve_session(
     storage: &dyn Storage,
     agent: &AgentDir,
@@ -675,18 +676,23 @@ pub fn resolve_session(
             }
         }
     }
-    if named.len() == 1 {
-        return Ok(named.remove(0));
-    }
-    match matches.len() {
+    // A name is the whole file name: it wins over id prefixes. The same
+    // name in two projects (a copied session) is as ambiguous as a short
+    // prefix, and says so.
+    let (what, mut found) = if named.is_empty() {
+        ("session id prefix", matches)
+    } else {
+        ("session name", named)
+    };
+    match found.len() {
         0 => Err(Error::NotFound(format!(
-            "session id prefix {id_prefix} (in {})",
+            "{what} {id_prefix} (in {})",
             agent.sessions_dir().display()
         ))),
-        1 => Ok(matches.remove(0)),
+        1 => Ok(found.remove(0)),
         n => {
             const SHOWN: usize = 10;
-            let mut list: Vec<String> = matches
+            let mut list: Vec<String> = found
                 .iter()
                 .take(SHOWN)
                 .map(|f| {
@@ -697,8 +703,13 @@ pub fn resolve_session(
             if n > SHOWN {
                 list.push(format!("\n  … and {} more", n - SHOWN));
             }
+            let hint = if what == "session name" {
+                "give the file's path"
+            } else {
+                "give more of it"
+            };
             Err(Error::Invalid(format!(
-                "session id prefix {id_prefix} matches {n} sessions; give more of it:{}",
+                "{what} {id_prefix} matches {n} sessions; {hint}:{}",
                 list.concat()
             )))
         }

@@ -155,6 +155,38 @@ fn resolve_by_id_prefix() {
     }
 }
 
+/// A session's name (`<timestamp>_<id>`) found in two projects (a session
+/// file copied to another project): ambiguous, as a short id prefix is,
+/// naming both files. Before, it was "not found".
+#[test]
+fn a_session_name_in_two_projects_is_ambiguous() {
+    let env = fixture_env(common::Backend::File);
+    let p = resolve_session(&*env.storage, &env.agent, "01a23785-3f04").unwrap();
+    let name = p.file_name().unwrap();
+    let copy = env.agent.sessions_dir().join("--home-dev-copy--");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(&p, copy.join(name)).unwrap();
+    let stem = p.file_stem().unwrap().to_str().unwrap();
+    let err = resolve_session(&*env.storage, &env.agent, stem).unwrap_err();
+    let Error::Invalid(text) = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        text.contains(&format!("session name {stem} matches 2 sessions")),
+        "{text}"
+    );
+    for project in ["--home-dev-copy--", "--home-dev-other-project--"] {
+        assert!(
+            text.contains(&format!("{project}/{}", name.to_str().unwrap())),
+            "{text}"
+        );
+    }
+    // The id still matches both by prefix, and says so.
+    let id = &stem[stem.find('_').unwrap() + 1..];
+    let err = resolve_session(&*env.storage, &env.agent, id).unwrap_err();
+    assert!(err.to_string().contains("session id prefix"), "{err}");
+}
+
 #[test]
 fn continue_recent_prefers_a_matching_breadcrumb() {
     for b in BACKENDS {
