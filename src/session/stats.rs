@@ -75,9 +75,9 @@ impl Totals {
             }
         }
         for (t, v) in self.tokens.iter_mut().zip(o.tokens) {
-            *t += v;
+            *t = saturating_add(*t, v);
         }
-        self.cost += o.cost;
+        self.cost = saturating_add(self.cost, o.cost);
         if let Some(m) = o.model {
             let m = m as usize;
             if self.models.len() <= m {
@@ -102,9 +102,9 @@ impl Totals {
         self.assistant_messages += o.assistant_messages;
         self.tool_results += o.tool_results;
         for (t, v) in self.tokens.iter_mut().zip(o.tokens) {
-            *t += v;
+            *t = saturating_add(*t, v);
         }
-        self.cost += o.cost;
+        self.cost = saturating_add(self.cost, o.cost);
         if self.models.len() < o.models.len() {
             self.models.resize(o.models.len(), 0);
         }
@@ -121,17 +121,38 @@ impl Totals {
     }
 }
 
-/// A number as JSON: integers without a fraction, others rounded to 10
-/// decimals (sums of floating-point costs differ in the last bits with the
-/// order of addition).
-pub fn number(x: f64) -> String {
-    if !x.is_finite() {
-        return "0".into();
+/// `a + b`, held at the largest finite double (either sign) instead of
+/// overflowing to an infinity, which JSON cannot write: a sum of token
+/// counts or costs saturates (docs/filesystem.md, `stats.json`).
+fn saturating_add(a: f64, b: f64) -> f64 {
+    finite(a + b)
+}
+
+/// `x` held within the finite doubles (a NaN, which no sum of finite
+/// numbers gives, as 0).
+fn finite(x: f64) -> f64 {
+    if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(-f64::MAX, f64::MAX)
     }
+}
+
+/// A number as JSON: integers below 9e15 without a fraction, others
+/// rounded to 10 decimals (sums of floating-point costs differ in the last
+/// bits with the order of addition); from 9e15 on, where a double has no
+/// fraction left to round, the shortest text of the double (`1e+308`). An
+/// infinity is written as the largest finite double of its sign.
+pub fn number(x: f64) -> String {
+    let x = finite(x);
     if x.fract() == 0.0 && x.abs() < 9.0e15 {
         return format!("{}", x as i64);
     }
-    let rounded = (x * 1e10).round() / 1e10;
+    let rounded = if x.abs() < 9.0e15 {
+        (x * 1e10).round() / 1e10
+    } else {
+        x
+    };
     if rounded.fract() == 0.0 && rounded.abs() < 9.0e15 {
         return format!("{}", rounded as i64);
     }
@@ -191,13 +212,16 @@ impl StatsTable {
                     if let Ok(v) = lenient_value(&text) {
                         if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
                             for (k, key) in TOKEN_KEYS.iter().enumerate() {
-                                o.tokens[k] = usage.get(key).and_then(Json::as_f64).unwrap_or(0.0);
+                                o.tokens[k] =
+                                    finite(usage.get(key).and_then(Json::as_f64).unwrap_or(0.0));
                             }
-                            o.cost = usage
-                                .get("cost")
-                                .and_then(|c| c.get("total"))
-                                .and_then(Json::as_f64)
-                                .unwrap_or(0.0);
+                            o.cost = finite(
+                                usage
+                                    .get("cost")
+                                    .and_then(|c| c.get("total"))
+                                    .and_then(Json::as_f64)
+                                    .unwrap_or(0.0),
+                            );
                         }
                     }
                 }
@@ -401,5 +425,30 @@ mod tests {
         assert_eq!(number(0.1 + 0.2), "0.3");
         assert_eq!(number(0.0015), "0.0015");
         assert_eq!(number(f64::NAN), "0");
+    }
+
+    /// Huge usages: printed as JSON floats, and sums saturate at the
+    /// largest finite double. Before, `1e308` printed as 0 (its scaling for
+    /// the rounding overflowed), and so did any sum that overflowed.
+    #[test]
+    fn huge_numbers_print_as_floats_and_sums_saturate() {
+        assert_eq!(number(1e308), "1e+308");
+        assert_eq!(number(-1e300), "-1e+300");
+        assert_eq!(number(1.5e20), "1.5e+20");
+        assert_eq!(number(f64::INFINITY), "1.7976931348623157e+308");
+        assert_eq!(number(f64::NEG_INFINITY), "-1.7976931348623157e+308");
+        let own = Own {
+            tokens: [1e308; 5],
+            cost: 1e308,
+            ..Own::default()
+        };
+        let mut t = Totals::default();
+        t.add(&own);
+        t.add(&own);
+        assert_eq!(t.cost, f64::MAX);
+        let mut u = t.clone();
+        u.merge(&t);
+        assert_eq!(u.tokens, [f64::MAX; 5]);
+        assert_eq!(number(u.total_tokens()), "1.7976931348623157e+308");
     }
 }
