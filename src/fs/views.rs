@@ -302,12 +302,22 @@ pub(crate) fn cwd_children(projects: &[(String, String)], prefix: &str) -> Vec<(
     v
 }
 
-/// The path components of a working directory (empty and `.` parts
-/// dropped).
+/// The path components of a working directory, normalized as a path
+/// string (lexically, as `realpath -s` would): empty and `.` parts
+/// dropped, and a `..` part takes the part before it away (at the root it
+/// stays there), so `/home/dev/../pi` is `by-cwd/home/pi`.
 pub(crate) fn components(path: &str) -> Vec<&str> {
-    path.split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect()
+    let mut out: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The target of a `by-cwd/` link to `project` that lies in the `by-cwd/`
@@ -332,6 +342,24 @@ mod tests {
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect()
+    }
+
+    /// `.` and `..` parts are resolved alike (lexically). Before, `..`
+    /// was kept, and listed as a directory named `%2E.`.
+    #[test]
+    fn dot_and_dot_dot_parts_of_a_working_directory_are_resolved() {
+        assert_eq!(components("/home/./dev//pi/"), ["home", "dev", "pi"]);
+        assert_eq!(components("/home/dev/../pi"), ["home", "pi"]);
+        assert_eq!(components("/../.."), Vec::<&str>::new());
+        assert_eq!(components("/a/b/../../c/.."), Vec::<&str>::new());
+        let p: Vec<(String, String)> = [("--x--", "/home/dev/../pi/./x")]
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(
+            cwd_children(&p, "home"),
+            vec![("pi".to_string(), CwdChild::Dir("home/pi".into()))]
+        );
     }
 
     #[test]
