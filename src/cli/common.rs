@@ -116,7 +116,20 @@ pub(crate) fn usage_error(sub: &str, message: &str) -> ! {
         .exit()
 }
 
-/// A leaf given on the command line: an entry id, or `null`.
+/// An entry id given on the command line, trimmed of surrounding white
+/// space as every id the mount's control files take is (`leaf`,
+/// `labels`): `--leaf ' ab12'`, `entry FILE ' ab12'`, `diff`, `fork --at`,
+/// `branch-summary --from` and `label` name the same entry. An empty one
+/// is a usage error.
+pub(crate) fn entry_id(s: &str) -> std::result::Result<String, String> {
+    match s.trim() {
+        "" => Err("empty entry id".into()),
+        id => Ok(id.to_string()),
+    }
+}
+
+/// A leaf given on the command line: an entry id (trimmed, [`entry_id`]),
+/// or `null`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LeafArg {
     Null,
@@ -199,23 +212,26 @@ pub(crate) fn storage(agent: &AgentDir) -> Result<Arc<dyn Storage>> {
 }
 
 /// Opens an existing session file for a command. A missing or empty file
-/// is an error here (only `append` and `new` start sessions). Reading
-/// never writes: an old version is migrated in memory.
+/// is an error here (only `append` and `new` start sessions): an empty
+/// file is named as `check` and the mount name it, a session not started
+/// yet ([`NOT_STARTED`]). Reading never writes: an old version is
+/// migrated in memory.
 pub(crate) fn open_existing(args: &AgentArgs, file: &Path, read_only: bool) -> Result<Session> {
     let storage = storage(&args.agent())?;
     match storage.stat(file) {
         Ok(st) if !st.is_file => return Err(not_a_file(file)),
         Ok(st) if st.size > 0 => {}
-        Ok(_) => {
-            return Err(Error::Unreadable {
-                path: file.to_path_buf(),
-                reason: "empty file".into(),
-            })
-        }
+        Ok(_) => return Err(Error::Invalid(format!("{}: {NOT_STARTED}", file.display()))),
         Err(e) => return Err(Error::io(file, e)),
     }
     open_file(args, file, read_only)
 }
+
+/// Why a command that reads a session refuses an empty file: a session
+/// not started yet, as the mount and `check` see it (docs/filesystem.md,
+/// "Starting a new session").
+pub(crate) const NOT_STARTED: &str = "an empty file, a session not started yet: nothing to read \
+     (`sessionfs append` or the mount's `append` starts it)";
 
 /// A FIFO, socket, device or directory named as a session file: never
 /// opened (reading a FIFO blocks).

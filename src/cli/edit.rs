@@ -7,7 +7,9 @@ use std::io::Read;
 use clap::Args;
 use serde_json::Value;
 
-use crate::cli::common::{open_arg, open_or_start, print_out, resolve_file, AgentArgs, LeafArg};
+use crate::cli::common::{
+    entry_id, open_arg, open_or_start, print_out, resolve_file, AgentArgs, LeafArg,
+};
 use crate::fs::AppendStream;
 use crate::session::NewEntry;
 use crate::session::{batch, labels, Error, Result, Session};
@@ -90,6 +92,7 @@ pub(crate) struct LabelArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// The entry to label.
+    #[arg(value_parser = entry_id)]
     pub id: String,
     /// The label; omit it to clear the entry's label.
     pub label: Option<String>,
@@ -120,7 +123,7 @@ pub(crate) struct BranchSummaryArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// The entry to branch from, or `root` to start a new root.
-    #[arg(long = "from", value_name = "ID|root")]
+    #[arg(long = "from", value_name = "ID|root", value_parser = entry_id)]
     pub from: String,
     /// The summary of the abandoned branch.
     pub summary: String,

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::cli::common::{
-    json_time, open_arg, open_existing, print_json, print_out, resolve_file, storage, AgentArgs,
+    entry_id, json_time, open_arg, open_existing, print_json, print_out, resolve_file, storage,
+    AgentArgs,
 };
 use crate::cli::inspect::one_line;
 use crate::cli::progress::Progress;
@@ -162,7 +163,7 @@ pub(crate) struct ForkArgs {
     pub file: String,
     /// Fork only the path from the root to this entry (labels on it are
     /// re-created); default: the whole session.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = entry_id)]
     pub at: Option<String>,
     #[command(flatten)]
     pub agent: AgentArgs,
@@ -239,6 +240,7 @@ pub(crate) struct EntryArgs {
     /// The session file (or a unique prefix of its session id).
     pub file: String,
     /// The entry id.
+    #[arg(value_parser = entry_id)]
     pub id: String,
     /// Print the entry on one line (blob refs resolved).
     #[arg(long)]

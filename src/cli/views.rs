@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use crate::cli::common::{open_arg, print_out, AgentArgs, LeafArg};
+use crate::cli::common::{entry_id, open_arg, print_out, AgentArgs, LeafArg};
 use crate::fs::image_link;
 use crate::session::branch_diff;
 use crate::session::Error;
@@ -49,8 +49,10 @@ pub(crate) struct DiffArgs {
     /// The session file (.jsonl), or a unique prefix of a session id.
     pub file: String,
     /// The first entry id.
+    #[arg(value_parser = entry_id)]
     pub a: String,
     /// The second entry id.
+    #[arg(value_parser = entry_id)]
     pub b: String,
     #[command(flatten)]
     pub agent: AgentArgs,

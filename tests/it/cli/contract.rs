@@ -324,6 +324,78 @@ fn sessions_are_named_by_id_prefix_or_by_name_and_ambiguity_is_explained() {
         "{}",
         stderr(&out)
     );
+    // The same name in two projects (a copied session file): ambiguous as
+    // well, both named (it was "not found", exit 3).
+    let copy = agent.root().join("sessions/--home-dev-copy--");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(&path, copy.join(format!("{name}.jsonl"))).unwrap();
+    let out = run(&["leaf", name, "--agent-dir", root]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("session name {name} matches 2 sessions")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("--home-dev-copy--/{name}.jsonl")),
+        "{err}"
+    );
+    assert!(err.contains(BRANCHES), "{err}");
+}
+
+/// An entry id given on the command line is trimmed of surrounding white
+/// space everywhere, as `--leaf` and the mount's `leaf` and `labels`
+/// trim theirs: `entry`, `diff`, `fork --at`, `branch-summary --from` and
+/// `label` took `' ID'` as another id before ("Entry  ID not found"). An
+/// id of white space only is a usage error.
+#[test]
+fn entry_ids_are_trimmed_by_every_command() {
+    let (_tmp, agent) = fixture_agent_dir();
+    let path = agent.root().join("sessions").join(BRANCHES);
+    let path = path.to_str().unwrap();
+    let leaf = String::from_utf8(run(&["leaf", path]).stdout).unwrap();
+    let leaf = leaf.trim().to_string();
+    let spaced = format!(" {leaf}\t");
+    let ok = |args: &[&str]| {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out.stdout
+    };
+    for (plain, padded) in [
+        (
+            vec!["entry", path, &leaf],
+            vec!["entry", path, spaced.as_str()],
+        ),
+        (
+            vec!["diff", path, &leaf, &leaf],
+            vec!["diff", path, spaced.as_str(), spaced.as_str()],
+        ),
+        (
+            vec!["context", path, "--leaf", &leaf],
+            vec!["context", path, "--leaf", spaced.as_str()],
+        ),
+    ] {
+        assert_eq!(ok(&padded), ok(&plain), "{padded:?}");
+    }
+    // Writing commands: they name the entry given.
+    let root = agent.root().to_str().unwrap();
+    let forked =
+        String::from_utf8(ok(&["fork", path, "--at", &spaced, "--agent-dir", root])).unwrap();
+    let forked_leaf = String::from_utf8(ok(&["leaf", forked.trim()])).unwrap();
+    assert_eq!(forked_leaf.trim(), leaf, "fork --at");
+    ok(&["branch-summary", path, "--from", &spaced, "a summary"]);
+    ok(&["label", path, &spaced, "trimmed"]);
+    let labels = String::from_utf8(ok(&["labels", path])).unwrap();
+    assert!(labels.contains(&format!("{leaf}\ttrimmed")), "{labels}");
+    for args in [
+        vec!["entry", path, " "],
+        vec!["fork", path, "--at", " ", "--agent-dir", root],
+        vec!["label", path, "\t"],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("empty entry id"), "{}", stderr(&out));
+    }
 }
 
 #[test]
@@ -383,4 +455,14 @@ fn an_empty_session_file_is_a_session_not_started_yet_for_check() {
     let out = run(&["check", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
+    // The commands that read a session name it the same way (and the
+    // mount shows it as a session without entries): before, they called
+    // it an unreadable session file.
+    for cmd in ["header", "leaf", "context", "tree"] {
+        let out = run(&[cmd, file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(4), "{cmd}: {out:?}");
+        let err = stderr(&out);
+        assert!(err.contains("a session not started yet"), "{cmd}: {err}");
+        assert!(!err.contains("unreadable"), "{cmd}: {err}");
+    }
 }
