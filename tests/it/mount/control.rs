@@ -911,3 +911,69 @@ fn last_error_names_the_entry_whose_append_failed() {
     let last = read(&d.join("last-error"));
     assert!(last.contains(" entries/a1/append pid "), "{last}");
 }
+
+/// Setting times (docs/filesystem.md, "Control files"): accepted and
+/// ignored on control files (the kernel sends a time change with a
+/// truncation), `EPERM` on every other file and on directories, whoever
+/// asks; `touch` of a file that takes no writes reports `EACCES` because
+/// it opens the file for writing first, which root cannot either.
+#[test]
+fn setting_times_is_ignored_on_control_files_and_refused_elsewhere() {
+    if !fuse_ok("setting_times_is_ignored_on_control_files_and_refused_elsewhere") {
+        return;
+    }
+    let f = Fixture::new();
+    let m = f.mount();
+    let d = sdir(&m);
+    let leaf = read(&d.join("leaf")).trim().to_string();
+    let set_times = |rel: &str| -> Result<(), i32> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(d.join(rel).as_os_str().as_bytes()).unwrap();
+        let times = [libc::timespec {
+            tv_sec: 978_307_200,
+            tv_nsec: 0,
+        }; 2];
+        // SAFETY: a valid C string and two timespecs.
+        let r = unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        }
+    };
+    let entry = format!("entries/{leaf}");
+    for rel in [
+        "leaf".to_string(),
+        "labels".into(),
+        "append".into(),
+        format!("{entry}/append"),
+    ] {
+        let before = fs::metadata(d.join(&rel)).unwrap().modified().unwrap();
+        assert_eq!(set_times(&rel), Ok(()), "{rel}");
+        let after = fs::metadata(d.join(&rel)).unwrap().modified().unwrap();
+        assert_eq!(after, before, "{rel}: ignored");
+    }
+    for rel in [
+        "context.json".to_string(),
+        "header.json".into(),
+        "last-error".into(),
+        "HEAD".into(),
+        "entries".into(),
+        format!("{entry}/entry.json"),
+        entry.clone(),
+    ] {
+        assert_eq!(set_times(&rel), Err(libc::EPERM), "{rel}");
+    }
+    let (ok, _, err) = sh(&d, "touch -d 2001-01-01 context.json");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, _, err) = sh(&d, "touch -d 2001-01-01 leaf");
+    assert!(ok, "{err}");
+    assert_eq!(read(&d.join("leaf")).trim(), leaf, "nothing written");
+}
