@@ -41,6 +41,7 @@ pub(crate) mod svg;
 #[cfg(test)]
 pub(crate) mod testlines;
 pub(crate) mod time;
+pub mod transfer;
 
 // The engine's public API (`docs/engine.md`, "Public surface"): the
 // modules are private; what the adapters, the tests and other programs

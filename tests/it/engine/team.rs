@@ -519,3 +519,109 @@ fn namespaces_are_told_apart_from_projects() {
     reference_append(&mut c, &other, "/srv/one/--p--/s/sub.jsonl", "{}\n");
     assert!(!pg.namespaced().unwrap());
 }
+
+/// Every regular file below `dir` (relative path → bytes).
+fn files_below(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// `sessionfs pg import` / `pg export` with `url`: (exit code, stdout).
+fn pg_copy(url: &str, what: &str, agent: &Path) -> (i32, String) {
+    let out = common::sessionfs_cmd()
+        .args(["--storage", url, "pg", what, "--agent-dir"])
+        .arg(agent)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn pg_import_and_export_copy_sessions_and_blobs_byte_for_byte() {
+    let Some(server) = pg::server() else { return };
+    for layout in ["rows", "chunks"] {
+        let (tmp_a, _) = common::fixture_agent_dir();
+        let a = tmp_a.path();
+        // An artifact directory beside a session, as the reference keeps.
+        let session = common::session_files(&a.join("sessions"))[0].clone();
+        let artifacts = session.with_extension("");
+        std::fs::create_dir_all(&artifacts).unwrap();
+        std::fs::write(artifacts.join("1.bash.log"), "output\n").unwrap();
+        let url = server.url(&format!("&prefix=/team/&layout={layout}"));
+        let local = files_below(&a.join("sessions"));
+
+        let (code, out) = pg_copy(&url, "import", a);
+        assert_eq!(code, 0, "{layout}: {out}");
+        assert_eq!(out.matches("copied\t").count(), local.len(), "{out}");
+        // Again: everything is there already.
+        let (code, out) = pg_copy(&url, "import", a);
+        assert_eq!(code, 0);
+        assert_eq!(out.matches("same\t").count(), local.len(), "{out}");
+
+        // A changed local file is not written over its row.
+        let mut changed = std::fs::read(&session).unwrap();
+        changed.extend_from_slice(b"{\"type\":\"custom\",\"customType\":\"x\",\"id\":\"zz\",\"parentId\":null,\"timestamp\":\"2026-01-01T00:00:00.000Z\"}\n");
+        std::fs::write(&session, &changed).unwrap();
+        let (code, out) = pg_copy(&url, "import", a);
+        assert_eq!(code, 1, "a file differs: {out}");
+        assert!(out.contains("differs, left as it is\t"), "{out}");
+
+        // Exported into another agent directory: the files as they were
+        // imported, byte for byte, and the blobs they refer to.
+        let tmp_b = tempfile::tempdir().unwrap();
+        let b = tmp_b.path();
+        std::fs::create_dir_all(b.join("sessions")).unwrap();
+        let (code, out) = pg_copy(&url, "export", b);
+        assert_eq!(code, 0, "{layout}: {out}");
+        assert_eq!(files_below(&b.join("sessions")), local, "{layout}");
+        let blobs_a = files_below(&a.join("blobs"));
+        let blobs_b = files_below(&b.join("blobs"));
+        assert!(!blobs_b.is_empty(), "the fixtures refer to blobs");
+        for (name, bytes) in &blobs_b {
+            assert_eq!(blobs_a.get(name), Some(bytes), "{}", name.display());
+        }
+        // The blobs came from the table, not from a's directory.
+        let mut c = server.client();
+        let table = url
+            .split("table=")
+            .nth(1)
+            .unwrap()
+            .split('&')
+            .next()
+            .unwrap();
+        let n: i64 = c
+            .query_one(&format!("SELECT count(*) FROM {table}_blobs"), &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(n as usize, blobs_b.len());
+        // An existing file that differs is left as it is.
+        let rel = session.strip_prefix(a.join("sessions")).unwrap();
+        std::fs::write(b.join("sessions").join(rel), b"mine\n").unwrap();
+        let (code, _) = pg_copy(&url, "export", b);
+        assert_eq!(code, 1);
+        assert_eq!(
+            std::fs::read(b.join("sessions").join(rel)).unwrap(),
+            b"mine\n"
+        );
+    }
+}
