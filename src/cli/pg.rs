@@ -56,16 +56,16 @@ const USAGE: i32 = 2;
 
 /// Runs a `sessionfs pg` subcommand.
 pub(crate) fn run(cmd: PgCommand, url: Option<&str>) -> Result<i32> {
+    let Some(url) = url else {
+        // A missing argument: a usage error, as clap's own.
+        eprintln!(
+            "sessionfs: error: sessionfs pg needs --storage postgres://… \
+             (or SESSIONFS_STORAGE)"
+        );
+        return Ok(USAGE);
+    };
     match cmd {
         PgCommand::InstallTrigger(args) => {
-            let Some(url) = url else {
-                // A missing argument: a usage error, as clap's own.
-                eprintln!(
-                    "sessionfs: error: sessionfs pg needs --storage postgres://… \
-                     (or SESSIONFS_STORAGE)"
-                );
-                return Ok(USAGE);
-            };
             let pg = connect(url, &args.agent.agent())?;
             pg.install_trigger()
                 .map_err(|e| Error::io(format!("database table {}", pg.table()), e))?;
@@ -90,7 +90,7 @@ enum Direction {
 
 /// `pg import` / `pg export`: the files of the agent directory against the
 /// rows of the table (`session::transfer`).
-fn copy(args: &CopyArgs, url: Option<&str>, direction: Direction) -> Result<i32> {
+fn copy(args: &CopyArgs, url: &str, direction: Direction) -> Result<i32> {
     let agent = args.agent.for_discovery()?;
     let pg = connect(url, &agent)?;
     let files = FileStorage::new();
