@@ -227,13 +227,13 @@ impl Settings {
     }
 
     /// A blocking (`postgres`) config for LISTEN: the first host's, with
-    /// its password.
-    pub(super) fn listen_config(&self) -> postgres::Config {
-        let config = match self.targets().first() {
-            Some((h, p)) => self.config_for(h, *p),
-            None => self.config.clone(),
+    /// its password; and whether that host is TCP (not a Unix socket).
+    pub(super) fn listen_config(&self) -> (postgres::Config, bool) {
+        let (config, tcp) = match self.targets().first() {
+            Some((h, p)) => (self.config_for(h, *p), matches!(h, Host::Tcp(_))),
+            None => (self.config.clone(), false),
         };
-        postgres::Config::from(config)
+        (postgres::Config::from(config), tcp)
     }
 
     /// Connects to the first host that answers.

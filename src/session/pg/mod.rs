@@ -239,14 +239,19 @@ impl PgStorage {
     }
 
     /// A new blocking connection to the first host (for LISTEN, which
-    /// waits for notifications): the same password, connect timeout and
-    /// keepalives, no TLS.
+    /// waits for notifications): the same password, connect timeout,
+    /// keepalives and TLS.
     pub fn new_client(&self) -> io::Result<Client> {
-        self.inner
-            .settings
-            .listen_config()
-            .connect(NoTls)
-            .map_err(db_error)
+        let settings = &self.inner.settings;
+        let (config, tcp) = settings.listen_config();
+        if tcp {
+            config.connect(settings.tls.maker()).map_err(db_error)
+        } else {
+            // As libpq: no TLS over a Unix socket.
+            let mut config = config;
+            config.ssl_mode(postgres::config::SslMode::Disable);
+            config.connect(NoTls).map_err(db_error)
+        }
     }
 
     /// The table holding the content (`<table>` or `<table>_chunks`).

@@ -8,7 +8,8 @@
 //! * `verify-ca`: the certificate must chain to a root of `sslrootcert`
 //!   (default `~/.postgresql/root.crt`); `verify-full`: and name the host.
 //!
-//! Unix-socket connections never use TLS (as libpq).
+//! Unix-socket connections never use TLS (as libpq). The LISTEN
+//! connection uses the same settings.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -109,6 +110,11 @@ impl Tls {
         Ok(Tls {
             make: MakeRustlsConnect::new(config),
         })
+    }
+
+    /// The maker of connectors (for the blocking client of LISTEN).
+    pub(super) fn maker(&self) -> MakeRustlsConnect {
+        self.make.clone()
     }
 
     /// The connector for one connection to `host` (a name or address).

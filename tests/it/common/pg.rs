@@ -253,3 +253,259 @@ pub fn stalling_proxy(frozen: Arc<AtomicBool>) -> u16 {
     });
     port
 }
+
+/// A second server for TLS: TCP on 127.0.0.1 only, `ssl = on` with a
+/// certificate for `IP:127.0.0.1` signed by a test CA (made with the
+/// `openssl` command), and a `pg_hba.conf` that rejects connections
+/// without TLS.
+pub struct TlsServer {
+    dir: PathBuf,
+    bin: PathBuf,
+    /// The TCP port.
+    pub port: u16,
+}
+
+/// The password of the TLS server's role `pwuser` (scram-sha-256).
+pub const PASSWORD: &str = "pw-of-pwuser";
+
+static TLS_SERVER: OnceLock<Result<TlsServer, String>> = OnceLock::new();
+
+extern "C" fn stop_tls_at_exit() {
+    if let Some(Ok(server)) = TLS_SERVER.get() {
+        let data = server.dir.join("data");
+        let _ = run_as_owner(
+            &server.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                &data.to_string_lossy(),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
+        );
+        let _ = std::fs::remove_dir_all(&server.dir);
+    }
+}
+
+fn openssl(args: &[&str], dir: &Path) -> Result<(), String> {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("cannot run openssl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// A CA `<ca>.crt` (with its key) in `dir`.
+fn openssl_ca(dir: &Path, ca: &str) -> Result<(), String> {
+    let (key, crt) = (format!("{ca}.key"), format!("{ca}.crt"));
+    openssl(
+        &[
+            "req",
+            "-new",
+            "-x509",
+            "-days",
+            "2",
+            "-nodes",
+            "-subj",
+            "/CN=sessionfs test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            &key,
+            "-out",
+            &crt,
+        ],
+        dir,
+    )
+}
+
+/// `server.crt` and `server.key` in `dir` for `IP:127.0.0.1`, signed by
+/// the CA `ca` of `dir`.
+fn openssl_server_cert(dir: &Path, ca: &str) -> Result<(), String> {
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .map_err(|e| e.to_string())?;
+    openssl(
+        &[
+            "req",
+            "-new",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+        dir,
+    )?;
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.crt",
+            "-extfile",
+            "server.ext",
+        ],
+        dir,
+    )
+}
+
+fn start_tls() -> Result<TlsServer, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
+    let dir = tempfile::Builder::new()
+        .prefix("sessionfs-pgtls-")
+        .tempdir()
+        .map_err(|e| format!("temp dir: {e}"))?
+        .keep();
+    let owner = |p: &Path| -> Result<(), String> {
+        if is_root() {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534))
+                .map_err(|e| format!("chown {}: {e}", p.display()))?;
+        }
+        Ok(())
+    };
+    owner(&dir)?;
+    let data = dir.join("data");
+    let data_s = data.to_string_lossy().into_owned();
+    run_as_owner(
+        &bin,
+        "initdb",
+        &[
+            "-D",
+            &data_s,
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ],
+    )?;
+    openssl_ca(&dir, "root")?;
+    openssl_ca(&dir, "other")?;
+    openssl_server_cert(&dir, "root")?;
+    for f in ["server.key", "server.crt"] {
+        std::fs::copy(dir.join(f), data.join(f)).map_err(|e| e.to_string())?;
+        owner(&data.join(f))?;
+    }
+    std::fs::set_permissions(
+        data.join("server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        "local all all trust\nhostssl all pwuser 127.0.0.1/32 scram-sha-256\n\
+         hostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let mut conf = std::fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("postgresql.conf"))
+        .map_err(|e| e.to_string())?;
+    writeln!(conf, "ssl = on").map_err(|e| e.to_string())?;
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let options = format!(
+        "-k {} -c listen_addresses=127.0.0.1 -p {port} -F",
+        dir.display()
+    );
+    let log = dir.join("log").to_string_lossy().into_owned();
+    if let Err(e) = run_as_owner(
+        &bin,
+        "pg_ctl",
+        &["-D", &data_s, "-o", &options, "-l", &log, "-w", "start"],
+    ) {
+        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+        return Err(format!("{e}\n{log_text}"));
+    }
+    // SAFETY: registers a plain extern "C" function.
+    unsafe {
+        libc::atexit(stop_tls_at_exit);
+    }
+    // A role that must give its password (`PASSWORD` below).
+    let mut c = postgres::Client::connect(
+        &format!(
+            "postgres://postgres@/postgres?host={}&port={port}",
+            dir.display()
+        ),
+        postgres::NoTls,
+    )
+    .map_err(|e| e.to_string())?;
+    c.batch_execute(&format!("CREATE ROLE pwuser LOGIN PASSWORD '{PASSWORD}'"))
+        .map_err(|e| e.to_string())?;
+    Ok(TlsServer { dir, bin, port })
+}
+
+/// The shared TLS server, or why there is none (panics instead when a
+/// server is required).
+pub fn tls_server() -> Option<&'static TlsServer> {
+    match TLS_SERVER.get_or_init(start_tls) {
+        Ok(s) => Some(s),
+        Err(reason) => {
+            if required() {
+                panic!("SESSIONFS_REQUIRE_PG=1 but no TLS PostgreSQL server: {reason}");
+            }
+            eprintln!("skipping the PostgreSQL TLS tests: {reason}");
+            None
+        }
+    }
+}
+
+impl TlsServer {
+    /// A URL to 127.0.0.1 with `extra` parameters (`sslmode=…`).
+    pub fn url(&self, extra: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?table=t{}{extra}",
+            self.port,
+            std::process::id()
+        )
+    }
+
+    /// A URL for the role `pwuser`, without its password.
+    pub fn pw_url(&self, table: &str) -> String {
+        format!(
+            "postgres://pwuser@127.0.0.1:{}/postgres?sslmode=require&table={table}",
+            self.port
+        )
+    }
+
+    /// The CA that signed the server's certificate.
+    pub fn root_cert(&self) -> PathBuf {
+        self.dir.join("root.crt")
+    }
+
+    /// A CA that did not sign the server's certificate.
+    pub fn other_cert(&self) -> PathBuf {
+        self.dir.join("other.crt")
+    }
+}

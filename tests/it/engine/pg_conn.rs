@@ -281,3 +281,126 @@ fn cli_reading_commands_report_a_missing_table_and_pg_needs_storage() {
     assert!(err.contains("no such table"), "{err}");
     assert!(!table_exists(&table), "a reading command creates nothing");
 }
+
+#[test]
+fn tls_as_libpq_require_encrypts_verify_full_checks_the_certificate() {
+    if pg::server().is_none() {
+        return;
+    }
+    let Some(server) = pg::tls_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = AgentDir::new(tmp.path());
+    let open = |extra: &str| PgStorage::connect(&PgUrl::parse(&server.url(extra)).unwrap(), &agent);
+    // The server takes TLS connections only.
+    let err = open("&sslmode=disable").unwrap_err().to_string();
+    assert!(
+        err.contains("no encryption") || err.contains("pg_hba.conf"),
+        "{err}"
+    );
+    // require: encrypted, the self-signed certificate not checked (libpq).
+    let pg = open("&sslmode=require").expect("sslmode=require connects");
+    let storage: Arc<dyn Storage> = Arc::new(pg.clone());
+    let mut s = Session::create(storage.clone(), &agent, "/work/tls").unwrap();
+    started(&mut s);
+    assert!(storage.read(s.path().unwrap()).unwrap().len() > 100);
+    // LISTEN goes over TLS too.
+    pg.new_client().expect("the LISTEN connection uses TLS");
+    // prefer (the default) takes TLS when offered.
+    open("").expect("sslmode=prefer uses the offered TLS");
+    // verify-full: the certificate must chain to sslrootcert and name the host.
+    let root = server.root_cert();
+    open(&format!(
+        "&sslmode=verify-full&sslrootcert={}",
+        root.display()
+    ))
+    .expect("verify-full with the server's root");
+    let other = server.other_cert();
+    let err = open(&format!(
+        "&sslmode=verify-full&sslrootcert={}",
+        other.display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    let err = open(&format!(
+        "&sslmode=verify-ca&sslrootcert={}",
+        other.display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    // By another name than the certificate's: verify-ca passes, verify-full not.
+    let by_name = |extra: &str| {
+        let url = server.url(extra).replace("@127.0.0.1:", "@localhost:");
+        PgStorage::connect(&PgUrl::parse(&url).unwrap(), &agent)
+    };
+    by_name(&format!(
+        "&sslmode=verify-ca&sslrootcert={}",
+        root.display()
+    ))
+    .expect("verify-ca does not check the name");
+    let err = by_name(&format!(
+        "&sslmode=verify-full&sslrootcert={}",
+        root.display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("not valid for name"), "{err}");
+}
+
+#[test]
+fn the_password_comes_from_pgpassword_or_the_password_file() {
+    use std::os::unix::fs::PermissionsExt;
+    if pg::server().is_none() {
+        return;
+    }
+    let Some(server) = pg::tls_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    // A table name that does not exist: once authenticated, a reading
+    // command says "no such table" (exit 3); a failed login is exit 5.
+    let url = server.pw_url("nosuch");
+    let list = |env: &[(&str, &str)]| {
+        let mut cmd = common::sessionfs_cmd();
+        cmd.args(["list", "--all"])
+            .env("PI_CODING_AGENT_DIR", tmp.path())
+            .env("SESSIONFS_STORAGE", &url)
+            .env("HOME", tmp.path())
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = list(&[]);
+    assert_eq!(code, Some(5), "no password: {err}");
+    assert!(err.contains("password"), "{err}");
+    let (code, err) = list(&[("PGPASSWORD", pg::PASSWORD)]);
+    assert_eq!(code, Some(3), "PGPASSWORD: {err}");
+    assert!(err.contains("no such table"), "{err}");
+    let file = tmp.path().join(".pgpass");
+    std::fs::write(
+        &file,
+        format!(
+            "127.0.0.1:{}:postgres:pwuser:{}\n",
+            server.port,
+            pg::PASSWORD
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, err) = list(&[]);
+    assert_eq!(code, Some(3), "~/.pgpass: {err}");
+    // Readable by others: not used (libpq's rule).
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, err) = list(&[]);
+    assert_eq!(code, Some(5), "a 0644 ~/.pgpass is ignored: {err}");
+}
