@@ -703,7 +703,16 @@ pub fn resolve_session(
             if n > SHOWN {
                 list.push(format!("\n  … and {} more", n - SHOWN));
             }
-            let hint = if what == "session name" {
+            // A whole name, or a whole id found in more than one file: no
+            // longer prefix tells them apart, the path does.
+            let whole = what == "session name"
+                || found.iter().all(|f| {
+                    f.file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(session_id_from_file_name)
+                        == Some(id_prefix)
+                });
+            let hint = if whole {
                 "give the file's path"
             } else {
                 "give more of it"

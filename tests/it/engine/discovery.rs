@@ -181,10 +181,16 @@ fn a_session_name_in_two_projects_is_ambiguous() {
             "{text}"
         );
     }
-    // The id still matches both by prefix, and says so.
+    // The whole id matches both too: more of it cannot tell them apart,
+    // the path can (it said "give more of it").
     let id = &stem[stem.find('_').unwrap() + 1..];
     let err = resolve_session(&*env.storage, &env.agent, id).unwrap_err();
-    assert!(err.to_string().contains("session id prefix"), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("session id prefix"), "{text}");
+    assert!(text.contains("give the file's path"), "{text}");
+    // A short prefix still asks for more of it.
+    let err = resolve_session(&*env.storage, &env.agent, &id[..8]).unwrap_err();
+    assert!(err.to_string().contains("give more of it"), "{err}");
 }
 
 #[test]
