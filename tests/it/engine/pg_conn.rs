@@ -116,14 +116,18 @@ fn the_first_access_after_the_server_dropped_the_connection_works() {
             "a stat after the drop"
         );
     }
-    // A write on a connection the server has closed goes to a new one.
-    terminate(&app);
+    // A write on a connection the server has closed goes to a new one
+    // (the second line is a guarded append with nothing read before it).
+    let line = b"{\"type\":\"custom\",\"id\":\"x\"}\n";
     let mut w = storage.open_append(&path).unwrap();
-    let at = w
-        .write_line(b"{\"type\":\"custom\",\"id\":\"x\"}\n")
-        .unwrap();
-    assert_eq!(at, before.len() as u64);
-    assert_eq!(storage.read(&path).unwrap().len(), before.len() + 27);
+    assert_eq!(w.write_line(line).unwrap(), before.len() as u64);
+    terminate(&app);
+    let at = w.write_line(line).unwrap();
+    assert_eq!(at, (before.len() + line.len()) as u64);
+    assert_eq!(
+        storage.read(&path).unwrap().len(),
+        before.len() + 2 * line.len()
+    );
 }
 
 fn table_exists(name: &str) -> bool {
@@ -280,6 +284,24 @@ fn cli_reading_commands_report_a_missing_table_and_pg_needs_storage() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("no such table"), "{err}");
     assert!(!table_exists(&table), "a reading command creates nothing");
+    // A missing row names its path once.
+    let url = format!("{}&table={table}", server.conn());
+    let agent = AgentDir::new(tmp.path());
+    let pg = PgStorage::connect(&PgUrl::parse(&url).unwrap(), &agent).unwrap();
+    let mut s = Session::create(Arc::new(pg), &agent, "/work/rows").unwrap();
+    started(&mut s);
+    let missing = s.path().unwrap().with_file_name("nope.jsonl");
+    let out = common::sessionfs_cmd()
+        .arg("header")
+        .arg(&missing)
+        .env("PI_CODING_AGENT_DIR", tmp.path())
+        .env("SESSIONFS_STORAGE", &url)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(err.matches(missing.to_str().unwrap()).count(), 1, "{err}");
+    assert!(err.contains("no such row"), "{err}");
 }
 
 #[test]
