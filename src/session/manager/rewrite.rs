@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use serde_json::Map;
 
-use super::{header_line_for, Session};
+use super::Session;
 use crate::session::append::{assemble, NewEntry};
 use crate::session::error::{Error, IoContext, Result};
 use crate::session::format::EntryKind;
+use crate::session::format::CURRENT_VERSION;
 use crate::session::ids::{new_entry_id, new_session_id};
-use crate::session::json::{json_string, to_js_line, RawObject};
+use crate::session::json::{json_string, raw_as_str, to_js_line, RawObject};
 use crate::session::paths::{session_file_name, AgentDir};
 use crate::session::persistence::{atomic_write, atomic_write_expecting};
 use crate::session::storage::Storage;
@@ -106,7 +107,9 @@ impl Session {
     /// `docs/engine.md`). Returns its path.
     pub fn fork(&self, agent: &AgentDir) -> Result<PathBuf> {
         let body = self.entry_lines(0..self.index.len() as u32)?;
-        let path = self.write_new_session(agent, Some(&self.parent_session_marker()), body)?;
+        let carried = self.carried(Carry::Fork)?;
+        let path =
+            self.write_new_session(agent, Some(&self.parent_session_marker()), &carried, body)?;
         if let Some(source) = self.path() {
             fork_artifacts(&**self.storage(), source, &path);
         }
@@ -188,7 +191,8 @@ impl Session {
                 last_id = Some(id);
             }
         }
-        self.write_new_session(agent, Some(&self.parent_session_marker()), body)
+        let carried = self.carried(Carry::Branch)?;
+        self.write_new_session(agent, Some(&self.parent_session_marker()), &carried, body)
     }
 
     /// `fork_from(path)`: a new session in `target_cwd`'s project holding
@@ -203,7 +207,8 @@ impl Session {
         let src = Session::open_in(storage.clone(), agent, source)?;
         let body = src.entry_lines(0..src.index.len() as u32)?;
         let parent = absolute_text(source);
-        let path = src.write_session_file(agent, target_cwd, Some(&parent), body)?;
+        let carried = src.carried(Carry::ForkFrom)?;
+        let path = src.write_session_file(agent, target_cwd, Some(&parent), &carried, body)?;
         fork_artifacts(&*storage, source, &path);
         Session::open_in(storage, agent, &path)
     }
@@ -212,18 +217,32 @@ impl Session {
         &self,
         agent: &AgentDir,
         parent: Option<&str>,
+        carried: &Carried,
         body: Vec<u8>,
     ) -> Result<PathBuf> {
         let cwd = self.header.cwd.clone().unwrap_or_default();
-        self.write_session_file(agent, &cwd, parent, body)
+        self.write_session_file(agent, &cwd, parent, carried, body)
     }
 
-    /// Writes a new session file (fresh id and timestamp) in `cwd`'s project.
+    /// What a new session file made from this one by `kind` carries over
+    /// from this session's header and title line (`docs/engine.md`, "Forks
+    /// keep the title").
+    fn carried(&self, kind: Carry) -> Result<Carried> {
+        let line = self.journal.header_line();
+        let header = RawObject::parse(line).map_err(|e| Error::Internal(format!("header: {e}")))?;
+        let slot = parse_title_slot(&self.journal.before_header()?);
+        Ok(Carried::new(kind, &self.header.id, &header, slot))
+    }
+
+    /// Writes a new session file (fresh id and timestamp) in `cwd`'s
+    /// project: a title line, the header (with what `carried` holds) and
+    /// `body`.
     fn write_session_file(
         &self,
         agent: &AgentDir,
         cwd: &str,
         parent: Option<&str>,
+        carried: &Carried,
         body: Vec<u8>,
     ) -> Result<PathBuf> {
         let id = new_session_id();
@@ -231,12 +250,252 @@ impl Session {
         let dir = crate::session::discovery::cwd_project_dir(&**self.storage(), agent, cwd);
         self.storage().ensure_dir(&dir).at(&dir)?;
         let path = dir.join(session_file_name(&ts, &id));
-        let mut data = header_line_for(&id, &ts, cwd, parent).into_bytes();
+        let mut data = title_slot_line(
+            carried.title.as_deref(),
+            carried.title_source.as_deref(),
+            &ts,
+        )?
+        .into_bytes();
+        data.extend_from_slice(carried.header_line(&id, &ts, cwd, parent).as_bytes());
         data.push(b'\n');
         data.extend_from_slice(&body);
         atomic_write(&**self.storage(), &path, &data)?;
         Ok(path)
     }
+}
+
+/// The reference operation a new session file is made by; each carries
+/// other header fields over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carry {
+    /// `fork()`: every entry.
+    Fork,
+    /// `createBranchedSession(leaf)`: the path to a leaf.
+    Branch,
+    /// `forkFrom(path, cwd)`: every entry, into another project.
+    ForkFrom,
+}
+
+/// The header fields a new session file carries over from its source (raw
+/// JSON text where the value is copied as it is).
+#[derive(Debug, Clone)]
+struct Carried {
+    kind: Carry,
+    /// The source's title: its title line's when it has one, else its
+    /// header's (the reference's loader folds the line into the header).
+    title: Option<String>,
+    /// `"auto"` or `"user"`, from the same place as the title.
+    title_source: Option<String>,
+    /// A non-empty `additionalDirectories` array.
+    additional_directories: Option<String>,
+    /// `providerPromptCacheKey`: the source's, else its id (forks only).
+    prompt_cache_key: String,
+}
+
+impl Carried {
+    fn new(kind: Carry, source_id: &str, header: &RawObject<'_>, slot: Option<TitleSlot>) -> Self {
+        let (title, title_source) = match slot {
+            Some(slot) => (Some(slot.title).filter(|t| !t.is_empty()), slot.source),
+            None => (
+                header.get_str("title").map(|t| t.into_owned()),
+                header
+                    .get_str("titleSource")
+                    .filter(|s| is_title_source(s))
+                    .map(|s| s.into_owned()),
+            ),
+        };
+        let prompt_cache_key = header
+            .get("providerPromptCacheKey")
+            .map(|v| v.get())
+            .filter(|v| *v != "null")
+            .map_or_else(|| json_string(source_id), str::to_string);
+        let additional_directories = header
+            .get("additionalDirectories")
+            .and_then(|v| serde_json::from_str::<Vec<&serde_json::value::RawValue>>(v.get()).ok())
+            .map(|dirs| {
+                dirs.into_iter()
+                    .map(|d| d.get().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|dirs| !dirs.is_empty());
+        Carried {
+            kind,
+            title,
+            title_source,
+            additional_directories: additional_directories.map(|d| format!("[{}]", d.join(","))),
+            prompt_cache_key,
+        }
+    }
+
+    /// The new file's header line, its members in the order the reference
+    /// writes them for this kind of operation.
+    fn header_line(&self, id: &str, timestamp: &str, cwd: &str, parent: Option<&str>) -> String {
+        let mut m: Vec<(&str, String)> = vec![
+            ("type", json_string("session")),
+            ("version", CURRENT_VERSION.to_string()),
+            ("id", json_string(id)),
+        ];
+        let title = self.title.as_deref().map(json_string);
+        let source = self.title_source.as_deref().map(json_string);
+        let parent = parent.map(json_string);
+        let push = |m: &mut Vec<(&'static str, String)>, k: &'static str, v: Option<String>| {
+            if let Some(v) = v {
+                m.push((k, v));
+            }
+        };
+        match self.kind {
+            Carry::Fork => {
+                push(&mut m, "title", title);
+                push(&mut m, "titleSource", source);
+                push(&mut m, "timestamp", Some(json_string(timestamp)));
+                push(&mut m, "cwd", Some(json_string(cwd)));
+                push(
+                    &mut m,
+                    "additionalDirectories",
+                    self.additional_directories.clone(),
+                );
+                push(&mut m, "parentSession", parent);
+                push(
+                    &mut m,
+                    "providerPromptCacheKey",
+                    Some(self.prompt_cache_key.clone()),
+                );
+            }
+            Carry::Branch => {
+                push(&mut m, "timestamp", Some(json_string(timestamp)));
+                push(&mut m, "cwd", Some(json_string(cwd)));
+                push(&mut m, "title", title);
+                push(&mut m, "titleSource", source);
+                push(&mut m, "parentSession", parent);
+                push(
+                    &mut m,
+                    "additionalDirectories",
+                    self.additional_directories.clone(),
+                );
+            }
+            Carry::ForkFrom => {
+                push(&mut m, "timestamp", Some(json_string(timestamp)));
+                push(&mut m, "cwd", Some(json_string(cwd)));
+                push(&mut m, "parentSession", parent);
+                push(
+                    &mut m,
+                    "providerPromptCacheKey",
+                    Some(self.prompt_cache_key.clone()),
+                );
+                push(&mut m, "title", title);
+                push(&mut m, "titleSource", source);
+                // The target's own directory is not an additional one.
+                let dirs = self.additional_directories.as_deref().and_then(|raw| {
+                    let dirs: Vec<&serde_json::value::RawValue> = serde_json::from_str(raw).ok()?;
+                    let kept: Vec<&str> = dirs
+                        .into_iter()
+                        .filter(|d| raw_as_str(d).as_deref() != Some(cwd))
+                        .map(|d| d.get())
+                        .collect();
+                    (!kept.is_empty()).then(|| format!("[{}]", kept.join(",")))
+                });
+                push(&mut m, "additionalDirectories", dirs);
+            }
+        }
+        let body: Vec<String> = m
+            .iter()
+            .map(|(k, v)| format!("{}:{v}", json_string(k)))
+            .collect();
+        format!("{{{}}}", body.join(","))
+    }
+}
+
+/// A valid title line (the reference's `parseTitleSlotLine`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TitleSlot {
+    title: String,
+    source: Option<String>,
+}
+
+fn is_title_source(s: &str) -> bool {
+    s == "auto" || s == "user"
+}
+
+/// The title line of a file whose bytes before the header are `prefix`: its
+/// first line, when that is `{"type":"title","v":1,…}` with string
+/// `title`, `updatedAt` and `pad` and a `source` that is absent, `"auto"`
+/// or `"user"` (else the reference reads no title line).
+fn parse_title_slot(prefix: &[u8]) -> Option<TitleSlot> {
+    let line = prefix.split(|&b| b == b'\n').next()?;
+    let line = line
+        .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+        .unwrap_or(line);
+    let text = std::str::from_utf8(line).ok()?.trim();
+    let serde_json::Value::Object(obj) = serde_json::from_str(text).ok()? else {
+        return None;
+    };
+    if obj.get("type")?.as_str()? != "title" || obj.get("v")?.as_f64()? != 1.0 {
+        return None;
+    }
+    let title = obj.get("title")?.as_str()?.to_string();
+    obj.get("updatedAt")?.as_str()?;
+    obj.get("pad")?.as_str()?;
+    let source = match obj.get("source") {
+        None => None,
+        Some(v) => Some(v.as_str().filter(|s| is_title_source(s))?.to_string()),
+    };
+    Some(TitleSlot { title, source })
+}
+
+/// The size of a title line, `\n` included.
+const TITLE_SLOT_BYTES: usize = 256;
+
+/// The reference's fixed-width title line (`serializeTitleSlot`): the
+/// title cut to the longest prefix (in code points) that fits, padded with
+/// spaces to exactly [`TITLE_SLOT_BYTES`] bytes, `\n` included.
+fn title_slot_line(title: Option<&str>, source: Option<&str>, updated_at: &str) -> Result<String> {
+    let text = |title: &str, pad: usize| {
+        let mut s = String::from(r#"{"type":"title","v":1,"title":"#);
+        s.push_str(&json_string(title));
+        if let Some(source) = source.filter(|s| !s.is_empty()) {
+            s.push_str(r#","source":"#);
+            s.push_str(&json_string(source));
+        }
+        s.push_str(r#","updatedAt":"#);
+        s.push_str(&json_string(updated_at));
+        s.push_str(r#","pad":""#);
+        s.extend(std::iter::repeat_n(' ', pad));
+        s.push_str("\"}\n");
+        s
+    };
+    let title = title.unwrap_or("");
+    // Byte offsets of every prefix of whole code points, shortest first.
+    let ends: Vec<usize> = title
+        .char_indices()
+        .map(|(i, _)| i)
+        .skip(1)
+        .chain(std::iter::once(title.len()))
+        .collect();
+    let (mut low, mut high) = (0usize, ends.len());
+    let mut best = "";
+    while low <= high {
+        let mid = (low + high) / 2;
+        let candidate = if mid == 0 {
+            ""
+        } else {
+            &title[..ends[mid - 1]]
+        };
+        if text(candidate, 0).len() <= TITLE_SLOT_BYTES {
+            best = candidate;
+            low = mid + 1;
+        } else if mid == 0 {
+            break;
+        } else {
+            high = mid - 1;
+        }
+    }
+    let unpadded = text(best, 0).len();
+    if unpadded > TITLE_SLOT_BYTES {
+        return Err(Error::Internal(
+            "the title line does not fit its slot".into(),
+        ));
+    }
+    Ok(text(best, TITLE_SLOT_BYTES - unpadded))
 }
 
 /// Copies the artifacts directory of a forked session to the fork's; a

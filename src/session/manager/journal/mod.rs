@@ -285,6 +285,18 @@ impl Journal {
         self.reader = None;
         self.writer = None;
     }
+    /// The bytes before the header line (a title line, skipped lines): of
+    /// the file, or of its migration held in memory; none for a session
+    /// not written yet.
+    pub(crate) fn before_header(&self) -> Result<Vec<u8>> {
+        let end = self.header_offset as usize;
+        match self.backing {
+            _ if end == 0 => Ok(Vec::new()),
+            Backing::MigratedInMemory(_) => Ok(self.mem.get(..end).unwrap_or_default().to_vec()),
+            Backing::OnDisk(_) => self.read_disk(0, end),
+            Backing::Memory | Backing::Deferred => Ok(Vec::new()),
+        }
+    }
     pub(crate) fn set_header(&mut self, line: String, offset: u64) {
         self.header_line = line;
         self.header_offset = offset;
