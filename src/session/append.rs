@@ -18,6 +18,10 @@ enum Expect {
     Object,
     StringArray,
     StringOrArray,
+    /// An object or `null`.
+    ObjectOrNull,
+    /// `"auto"` or `"user"` (who set a title).
+    TitleSource,
     Any,
 }
 
@@ -30,6 +34,8 @@ impl Expect {
             Expect::Object => v.is_object(),
             Expect::StringArray => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
             Expect::StringOrArray => v.is_string() || v.is_array(),
+            Expect::ObjectOrNull => v.is_object() || v.is_null(),
+            Expect::TitleSource => matches!(v.as_str(), Some("auto" | "user")),
             Expect::Any => true,
         }
     }
@@ -41,13 +47,19 @@ impl Expect {
             Expect::Object => "an object",
             Expect::StringArray => "an array of strings",
             Expect::StringOrArray => "a string or an array",
+            Expect::ObjectOrNull => "an object or null",
+            Expect::TitleSource => "\"auto\" or \"user\"",
             Expect::Any => "any value",
         }
     }
 }
 
-/// (field, expected type, required) per entry type.
-fn schema(kind: EntryKind) -> &'static [(&'static str, Expect, bool)] {
+/// A field of an entry type: its name, expected type, and whether it is
+/// required.
+type Field = (&'static str, Expect, bool);
+
+/// The fields of each entry type.
+fn schema(kind: EntryKind) -> &'static [Field] {
     use Expect::*;
     match kind {
         EntryKind::Message => &[("message", Object, true)],
@@ -88,6 +100,48 @@ fn schema(kind: EntryKind) -> &'static [(&'static str, Expect, bool)] {
     }
 }
 
+/// Fields of the agent's entry types that the engine keeps without
+/// modelling them (their kind is [`EntryKind::Unknown`]; the reference's
+/// `session-entries.ts`): they can be appended, with the fields the agent
+/// requires checked.
+const OTHER_TYPES: [(&str, &[Field]); 5] = {
+    use Expect::*;
+    [
+        // `/clear`: the context starts after it.
+        ("reset_boundary", &[]),
+        (
+            "service_tier_change",
+            &[("serviceTier", ObjectOrNull, true)],
+        ),
+        (
+            "model_usage",
+            &[
+                ("purpose", String, true),
+                ("role", String, false),
+                ("api", String, true),
+                ("provider", String, true),
+                ("model", String, true),
+                ("usage", Object, true),
+                ("stopReason", String, true),
+                ("errorMessage", String, false),
+            ],
+        ),
+        (
+            "title_change",
+            &[
+                ("title", String, true),
+                ("previousTitle", String, false),
+                ("source", TitleSource, true),
+                ("trigger", String, false),
+            ],
+        ),
+        (
+            "credential_pin",
+            &[("provider", String, true), ("hash", String, true)],
+        ),
+    ]
+};
+
 /// A checked entry supplied from outside: its kind and fields (without
 /// `type`, `id`, `parentId` and `timestamp`).
 #[derive(Debug, Clone, PartialEq)]
@@ -97,17 +151,24 @@ pub struct NewEntry {
     /// The remaining members, in the order given; written after `type`, `id`,
     /// `parentId` and `timestamp`.
     pub fields: Map<String, Value>,
+    /// The type of an entry of kind [`EntryKind::Unknown`]: one of
+    /// `OTHER_TYPES`.
+    other_type: Option<&'static str>,
 }
 
 impl NewEntry {
     /// A new entry of a known kind from its fields.
     pub fn new(kind: EntryKind, fields: Map<String, Value>) -> Self {
-        NewEntry { kind, fields }
+        NewEntry {
+            kind,
+            fields,
+            other_type: None,
+        }
     }
 
     /// The `type` string.
     pub fn type_name(&self) -> &'static str {
-        self.kind.type_name().unwrap_or("")
+        self.kind.type_name().or(self.other_type).unwrap_or("")
     }
 
     /// A new entry of `kind` whose fields are `payload`'s, in its order
@@ -386,7 +447,8 @@ pub fn parse_new_entry(value: Value) -> Result<NewEntry> {
         ));
     }
     let kind = EntryKind::from_type(&type_name);
-    if kind == EntryKind::Unknown {
+    let other = OTHER_TYPES.iter().find(|(t, _)| *t == type_name);
+    if kind == EntryKind::Unknown && other.is_none() {
         return Err(Error::Invalid(format!(
             "unknown entry type \"{type_name}\""
         )));
@@ -398,7 +460,11 @@ pub fn parse_new_entry(value: Value) -> Result<NewEntry> {
             )));
         }
     }
-    for (field, expect, required) in schema(kind) {
+    let fields = match other {
+        Some((_, fields)) => *fields,
+        None => schema(kind),
+    };
+    for (field, expect, required) in fields {
         match obj.get(*field) {
             Some(v) if expect.accepts(v) => {}
             Some(_) => {
@@ -430,7 +496,14 @@ pub fn parse_new_entry(value: Value) -> Result<NewEntry> {
             check_usage(message)?;
         }
     }
-    Ok(NewEntry { kind, fields: obj })
+    if let (Some(("model_usage", _)), Some(usage)) = (other, obj.get("usage")) {
+        check_usage_object(usage, "model_usage.usage")?;
+    }
+    Ok(NewEntry {
+        kind,
+        fields: obj,
+        other_type: other.map(|(t, _)| *t),
+    })
 }
 
 /// Token counts a `usage` object must have as numbers.
@@ -455,18 +528,23 @@ fn check_usage(message: &Value) -> Result<()> {
     let Some(usage) = usage.filter(|u| !u.is_null()) else {
         return Ok(());
     };
+    check_usage_object(usage, "message.usage")
+}
+
+/// A usage object has the numbers the agent adds up (`what` names it in
+/// the error).
+fn check_usage_object(usage: &Value, what: &str) -> Result<()> {
     let number = |v: &Value, key: &str| v.get(key).is_some_and(Value::is_number);
     if let Some(missing) = USAGE_NUMBERS.iter().find(|k| !number(usage, k)) {
         return Err(Error::Invalid(format!(
-            "message.usage needs a number \"{missing}\" (the agent cannot open a session without it)"
+            "{what} needs a number \"{missing}\" (the agent cannot open a session without it)"
         )));
     }
     match usage.get("cost") {
         Some(cost) if cost.is_object() && number(cost, "total") => Ok(()),
-        _ => Err(Error::Invalid(
-            "message.usage needs \"cost\" with a number \"total\" (the agent cannot open a session without it)"
-                .into(),
-        )),
+        _ => Err(Error::Invalid(format!(
+            "{what} needs \"cost\" with a number \"total\" (the agent cannot open a session without it)"
+        ))),
     }
 }
 
