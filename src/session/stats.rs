@@ -2,8 +2,10 @@
 //! `stats.json`): the whole session, the branch from the root to a leaf,
 //! the path to an entry and the subtree below it.
 //!
-//! [`StatsTable::build`] reads each assistant message once (its `usage`);
-//! roles, models and times come from the index. Sums along paths and over
+//! [`StatsTable::build`] reads each entry that may carry usage once
+//! (assistant messages, tool results for a `task` result's usage,
+//! `model_usage` entries: what the agent's session usage counts); roles,
+//! models and times come from the index. Sums along paths and over
 //! subtrees of every entry are computed together on first use (linear in
 //! the session), so a walk that reads every entry's `stats.json` costs a
 //! constant per entry.
@@ -48,9 +50,11 @@ pub struct Totals {
     pub assistant_messages: u64,
     /// Messages with role `toolResult`.
     pub tool_results: u64,
-    /// `input`, `output`, `cacheRead`, `cacheWrite`, `totalTokens`.
+    /// `input`, `output`, `cacheRead`, `cacheWrite`, `totalTokens`: the
+    /// sums of the usage of assistant messages, `task` tool results and
+    /// `model_usage` entries.
     pub tokens: [f64; 5],
-    /// The sum of the messages' `usage.cost.total`.
+    /// The sum of their `usage.cost.total`.
     pub cost: f64,
     /// Assistant messages per model index.
     models: Vec<u64>,
@@ -159,6 +163,38 @@ pub fn number(x: f64) -> String {
     serde_json::Number::from_f64(rounded).map_or_else(|| "0".into(), |n| n.to_string())
 }
 
+/// An entry whose `usage` counts, as the agent's session usage
+/// (`getUsageStatistics`) counts it.
+#[derive(Debug, Clone, Copy)]
+enum Counted {
+    /// An assistant message: `message.usage`.
+    Assistant,
+    /// A tool result: `message.details.usage` when `message.toolName` is
+    /// `"task"` (what the subagents of the task tool spent).
+    TaskResult,
+    /// A `model_usage` entry (a call made for the session outside the
+    /// conversation, such as a title): its `usage`.
+    ModelUsage,
+}
+
+impl Counted {
+    /// The usage object of the entry `v`, if it has one.
+    fn usage(self, v: &Json) -> Option<&Json> {
+        let usage = match self {
+            Counted::Assistant => v.get("message")?.get("usage")?,
+            Counted::TaskResult => {
+                let m = v.get("message")?;
+                if m.get("toolName")?.as_str()? != "task" {
+                    return None;
+                }
+                m.get("details")?.get("usage")?
+            }
+            Counted::ModelUsage => v.get("usage")?,
+        };
+        usage.as_object().map(|_| usage)
+    }
+}
+
 /// Per-entry sums along paths and over subtrees.
 #[derive(Debug)]
 struct Accumulated {
@@ -175,8 +211,8 @@ pub struct StatsTable {
 }
 
 impl StatsTable {
-    /// Reads what each entry contributes (each assistant message's line
-    /// once).
+    /// Reads what each entry contributes (the line of each entry that may
+    /// carry usage, once).
     pub fn build(s: &Session) -> Result<StatsTable> {
         let index = s.index();
         let mut models: Vec<Arc<str>> = Vec::new();
@@ -207,22 +243,30 @@ impl StatsTable {
                         };
                         o.model = Some(pos as u32);
                     }
-                    let line = s.raw_line(i as u32)?;
-                    let text = String::from_utf8_lossy(&line);
-                    if let Ok(v) = lenient_value(&text) {
-                        if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
-                            for (k, key) in TOKEN_KEYS.iter().enumerate() {
-                                o.tokens[k] =
-                                    finite(usage.get(key).and_then(Json::as_f64).unwrap_or(0.0));
-                            }
-                            o.cost = finite(
-                                usage
-                                    .get("cost")
-                                    .and_then(|c| c.get("total"))
-                                    .and_then(Json::as_f64)
-                                    .unwrap_or(0.0),
-                            );
+                }
+            }
+            let counted = match (&meta.entry.facts, o.role) {
+                (Facts::Message { .. }, ASSISTANT) => Some(Counted::Assistant),
+                (Facts::Message { .. }, TOOL_RESULT) => Some(Counted::TaskResult),
+                (Facts::Unknown(t), _) if &**t == "model_usage" => Some(Counted::ModelUsage),
+                _ => None,
+            };
+            if let Some(counted) = counted {
+                let line = s.raw_line(i as u32)?;
+                let text = String::from_utf8_lossy(&line);
+                if let Ok(v) = lenient_value(&text) {
+                    if let Some(usage) = counted.usage(&v) {
+                        for (k, key) in TOKEN_KEYS.iter().enumerate() {
+                            o.tokens[k] =
+                                finite(usage.get(key).and_then(Json::as_f64).unwrap_or(0.0));
                         }
+                        o.cost = finite(
+                            usage
+                                .get("cost")
+                                .and_then(|c| c.get("total"))
+                                .and_then(Json::as_f64)
+                                .unwrap_or(0.0),
+                        );
                     }
                 }
             }
