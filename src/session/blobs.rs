@@ -66,6 +66,47 @@ fn externalizable_base64(s: &str) -> bool {
     !s.starts_with(BLOB_REF_PREFIX) && utf16_len(s) >= MIN_EXTERNALIZE_BASE64
 }
 
+/// The member of `map` (the value of, or an element of, the member `key`)
+/// that holds an image payload the agent externalises, if it is one: the
+/// `result` of an `image_generation_call`, or the `data` of an image
+/// payload (see `for_each_blob_slot`). The agent replaces that member and
+/// keeps the rest of the object as it is, without entering it
+/// (`sizecontrol::apply_size_controls` follows).
+pub(crate) fn payload_slot(
+    map: &serde_json::Map<String, Value>,
+    key: Option<&str>,
+) -> Option<&'static str> {
+    let str_of = |k: &str| map.get(k).and_then(Value::as_str);
+    let type_name = str_of("type");
+    if type_name == Some("image_generation_call")
+        && str_of("result").is_some_and(externalizable_base64)
+    {
+        return Some("result");
+    }
+    (str_of("data").is_some_and(externalizable_base64)
+        && is_image_position(key, type_name, str_of("mimeType")))
+    .then_some("data")
+}
+
+/// True for a string under `key` that the agent externalises whole: an
+/// image data URL under `image_url` that is not a ref yet.
+pub(crate) fn is_data_url_slot(key: Option<&str>, s: &str) -> bool {
+    key == Some("image_url") && is_image_data_url(s) && !s.starts_with(BLOB_REF_PREFIX)
+}
+
+/// True for a value (the member `key` of its object, or an element of it)
+/// that [`BlobStore::externalize_images`] replaces: an object holding an
+/// image payload ([`payload_slot`]) or an image data URL
+/// ([`is_data_url_slot`]). The size controls leave these alone
+/// (`sizecontrol::apply_size_controls`).
+pub(crate) fn becomes_blob(value: &Value, key: Option<&str>) -> bool {
+    match value {
+        Value::String(s) => is_data_url_slot(key, s),
+        Value::Object(map) => payload_slot(map, key).is_some(),
+        _ => false,
+    }
+}
+
 /// Calls `f` on every string the agent externalises (docs/engine.md, "Blob
 /// refs in entries"), in document order, with how it is stored:
 /// - the `data` of an image payload under `content`, `images` or `frames`
@@ -83,20 +124,8 @@ fn for_each_blob_slot(
 ) -> Result<()> {
     match value {
         Value::Object(map) => {
-            let str_of = |k: &str| map.get(k).and_then(Value::as_str);
-            let type_name = str_of("type");
-            if type_name == Some("image_generation_call")
-                && str_of("result").is_some_and(externalizable_base64)
-            {
-                if let Some(Value::String(result)) = map.get_mut("result") {
-                    f(result, SlotKind::Base64)?;
-                }
-                return Ok(());
-            }
-            if str_of("data").is_some_and(externalizable_base64)
-                && is_image_position(key, type_name, str_of("mimeType"))
-            {
-                if let Some(Value::String(data)) = map.get_mut("data") {
+            if let Some(slot) = payload_slot(map, key) {
+                if let Some(Value::String(data)) = map.get_mut(slot) {
                     f(data, SlotKind::Base64)?;
                 }
                 return Ok(());
@@ -106,11 +135,7 @@ fn for_each_blob_slot(
             }
             for (child_key, child) in map.iter_mut() {
                 match child {
-                    Value::String(url)
-                        if child_key == "image_url"
-                            && is_image_data_url(url)
-                            && !url.starts_with(BLOB_REF_PREFIX) =>
-                    {
+                    Value::String(url) if is_data_url_slot(Some(child_key), url) => {
                         f(url, SlotKind::DataUrl)?;
                     }
                     _ => for_each_blob_slot(child, Some(child_key), f)?,

@@ -6,8 +6,15 @@
 //!   code units, as the reference (JavaScript) counts them: a character outside
 //!   the Basic Multilingual Plane counts 2. A cut never splits a character: if
 //!   the limit falls inside a surrogate pair, that character is dropped.
-//! - Object keys `partialJson` and `jsonlEvents` are removed at any depth (the
-//!   order of the remaining keys is kept).
+//! - Object keys `jsonlEvents` are removed at any depth (the order of the
+//!   remaining keys is kept); `partialJson` stays, as the reference 18.2.3
+//!   keeps it.
+//! - Image payloads that become blobs (an image block's `data`, an
+//!   `image_generation_call`'s `result`, an `image_url` data URL; see
+//!   [`crate::session::blobs`]) are not entered: the agent replaces the
+//!   payload and keeps every other key of its object as it is
+//!   (`jsonlEvents` and long strings included), and counts the
+//!   replacement as a change of the objects around it.
 //! - An object that *changed* and has a string `content` and a numeric
 //!   `lineCount` gets `lineCount` = number of lines of its (new) content, as
 //!   JavaScript's `content.split("\n").length` (count of `\n` plus one).
@@ -51,7 +58,7 @@ pub(crate) const TRUNCATION_NOTICE_UNITS: usize = TRUNCATION_NOTICE.len();
 const _: () = assert!(TRUNCATION_NOTICE_UNITS == 47);
 
 /// Keys dropped from every object before persisting.
-pub(crate) const TRANSIENT_KEYS: [&str; 2] = ["partialJson", "jsonlEvents"];
+pub(crate) const TRANSIENT_KEYS: [&str; 1] = ["jsonlEvents"];
 
 /// UTF-16 contribution of one UTF-8 byte: lead bytes count 1, the lead byte
 /// of a 4-byte sequence (a non-BMP character, a surrogate pair in UTF-16)
@@ -151,15 +158,30 @@ pub(crate) fn is_verbatim_block(map: &Map<String, Value>, key: Option<&str>) -> 
 }
 
 /// Applies the size controls to `value` in place (see the module docs):
-/// truncates long strings, drops `partialJson` / `jsonlEvents`, and recomputes
+/// truncates long strings, drops `jsonlEvents`, and recomputes
 /// `lineCount` of changed objects. Returns true when anything changed.
-pub(crate) fn apply_size_controls(value: &mut Value) -> bool {
-    apply_under(value, None)
+///
+/// With `payloads` (the entry's images go to a blob store next:
+/// [`crate::session::blobs::becomes_blob`] tells which values are image
+/// payloads), image payloads are left alone as the agent leaves them: it
+/// replaces them by blob refs without entering them, and counts that as a
+/// change of the objects around them. Without a blob store they are treated
+/// like any other value.
+pub(crate) fn apply_size_controls(value: &mut Value, payloads: Option<&PayloadTest>) -> bool {
+    apply_under(value, None, payloads)
 }
+
+/// Tells whether a value (the member `key` of its object, or an element of
+/// it) is an image payload that becomes a blob.
+pub(crate) type PayloadTest = dyn Fn(&Value, Option<&str>) -> bool;
 
 /// [`apply_size_controls`] on a value that is the member `key` of its
 /// parent (or an element of it).
-fn apply_under(value: &mut Value, key: Option<&str>) -> bool {
+fn apply_under(value: &mut Value, key: Option<&str>, payloads: Option<&PayloadTest>) -> bool {
+    // Image payloads that become blobs (`BlobStore::externalize_images`).
+    if payloads.is_some_and(|becomes_blob| becomes_blob(value, key)) {
+        return true;
+    }
     match value {
         Value::String(_) if key.is_some_and(|k| SIGNATURE_KEYS.contains(&k)) => false,
         Value::String(s) => match truncate_for_persistence(s) {
@@ -176,23 +198,23 @@ fn apply_under(value: &mut Value, key: Option<&str>) -> bool {
         Value::Array(items) => {
             let mut changed = false;
             for item in items.iter_mut() {
-                changed |= apply_under(item, key);
+                changed |= apply_under(item, key, payloads);
             }
             changed
         }
         Value::Object(map) if is_verbatim_block(map, key) => false,
-        Value::Object(map) => apply_to_object(map),
+        Value::Object(map) => apply_to_object(map, payloads),
         Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 
-fn apply_to_object(map: &mut Map<String, Value>) -> bool {
+fn apply_to_object(map: &mut Map<String, Value>, payloads: Option<&PayloadTest>) -> bool {
     let before = map.len();
     // `retain` keeps the order of the remaining keys (preserve_order).
     map.retain(|key, _| !TRANSIENT_KEYS.contains(&key.as_str()));
     let mut changed = map.len() != before;
     for (key, child) in map.iter_mut() {
-        changed |= apply_under(child, Some(key));
+        changed |= apply_under(child, Some(key), payloads);
     }
     if changed {
         recompute_line_count(map);
@@ -232,14 +254,14 @@ mod tests {
         ];
         for block in signed {
             let mut v = json!({"message": {"role": "assistant", "content": [block.clone()]}});
-            assert!(!apply_size_controls(&mut v), "{}", &block["type"]);
+            assert!(!apply_size_controls(&mut v, None), "{}", &block["type"]);
             assert_eq!(v["message"]["content"][0], block);
         }
         // Compaction state under its key, and signatures anywhere.
         let mut v = json!({"preserveData": {"anthropicCompaction": {"content": long}}});
-        assert!(!apply_size_controls(&mut v));
+        assert!(!apply_size_controls(&mut v, None));
         let mut v = json!({"x": {"thinkingSignature": long, "other": long}});
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
         assert_eq!(v["x"]["thinkingSignature"].as_str().unwrap().len(), 600_000);
         assert!(v["x"]["other"].as_str().unwrap().len() <= MAX_PERSIST_CHARS);
         // Unsigned (or empty-signature) blocks are still cut.
@@ -250,7 +272,7 @@ mod tests {
             json!({"type": "text", "text": long}),
         ] {
             let mut v = json!({"content": [block]});
-            assert!(apply_size_controls(&mut v));
+            assert!(apply_size_controls(&mut v, None));
             assert!(v.to_string().len() < 600_000);
         }
     }
@@ -275,7 +297,7 @@ mod tests {
     #[test]
     fn ascii_is_cut_to_exactly_the_limit() {
         let mut v = Value::String("x".repeat(600_000));
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
         let s = v.as_str().unwrap();
         assert_eq!(s.len(), MAX_PERSIST_CHARS);
         assert!(s.ends_with(TRUNCATION_NOTICE));
@@ -286,7 +308,7 @@ mod tests {
     fn lines_are_cut_like_the_reference_corpus() {
         // The corpus holds "line\n"* cut to "...line\nlin" + notice.
         let mut v = json!({"content": "line\n".repeat(200_000), "lineCount": 200_001});
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
         let s = v["content"].as_str().unwrap();
         assert_eq!(s.len(), 500_000);
         assert!(s.ends_with(&format!("line\nlin{TRUNCATION_NOTICE}")));
@@ -300,7 +322,7 @@ mod tests {
         // 300,000 emoji = 600,000 units; the prefix limit 499,953 is odd, so
         // it falls inside a pair and that emoji is dropped.
         let mut v = Value::String(EMOJI.repeat(300_000));
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
         let s = v.as_str().unwrap();
         assert!(s.ends_with(TRUNCATION_NOTICE));
         assert!(utf16_len(s) <= MAX_PERSIST_CHARS);
@@ -330,7 +352,7 @@ mod tests {
             format!("{}ab", "x".repeat(MAX_PERSIST_CHARS - 2)),
         ] {
             let mut v = Value::String(s.clone());
-            assert!(!apply_size_controls(&mut v), "{}", s.len());
+            assert!(!apply_size_controls(&mut v, None), "{}", s.len());
             assert_eq!(v.as_str().unwrap(), s);
             assert_eq!(truncate_utf16(&s, MAX_PERSIST_CHARS), None);
         }
@@ -365,7 +387,7 @@ mod tests {
             big.clone(): "key stays",
             "n": null,
         });
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
         let cut = v["a"][1]["b"][0].as_str().unwrap();
         assert_eq!(cut.len(), MAX_PERSIST_CHARS);
         assert!(cut.ends_with(TRUNCATION_NOTICE));
@@ -385,42 +407,94 @@ mod tests {
             },
             "last": true,
         });
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
+        // Only `jsonlEvents` goes; `partialJson` stays, as the agent keeps it.
         assert_eq!(
             serde_json::to_string(&v).unwrap(),
-            r#"{"type":"message","message":{"content":[{"type":"toolCall","id":"x","arguments":{"k":1}}],"z":1},"last":true}"#
+            r#"{"type":"message","partialJson":"{\"a\":","message":{"content":[{"type":"toolCall","id":"x","arguments":{"partialJson":"q","k":1}}],"z":1},"last":true}"#
         );
+    }
+
+    #[test]
+    fn partial_json_is_kept_and_changes_nothing() {
+        let mut v = json!({"content": "a\nb", "lineCount": 99, "partialJson": "{"});
+        assert!(!apply_size_controls(&mut v, None));
+        assert_eq!(
+            v,
+            json!({"content": "a\nb", "lineCount": 99, "partialJson": "{"})
+        );
+    }
+
+    #[test]
+    fn image_payloads_that_become_blobs_are_not_entered() {
+        let data = "QUFB".repeat(400);
+        let long = "x".repeat(MAX_PERSIST_CHARS + 1);
+        let image = json!({"type": "image", "data": data, "mimeType": "image/png",
+                           "jsonlEvents": [1], "note": long});
+        let mut v = json!({"content": [image.clone()], "lineCount": 9, "text": "a\nb"});
+        // With a blob store: the payload stays whole (it becomes a blob), and
+        // its replacement is a change of the objects around it.
+        assert!(apply_size_controls(
+            &mut v,
+            Some(&crate::session::blobs::becomes_blob)
+        ));
+        assert_eq!(v["content"][0], image);
+        // `lineCount` is recomputed only from a string `content`.
+        assert_eq!(v["lineCount"], 9);
+        let mut v = json!({"content": "a\nb", "lineCount": 9, "images": [image.clone()]});
+        assert!(apply_size_controls(
+            &mut v,
+            Some(&crate::session::blobs::becomes_blob)
+        ));
+        assert_eq!(v["lineCount"], 2);
+        assert_eq!(v["images"][0], image);
+        // Without one, the payload is treated like any other object.
+        let mut v = json!({"content": [image]});
+        assert!(apply_size_controls(&mut v, None));
+        assert!(v["content"][0].get("jsonlEvents").is_none());
+        assert!(v["content"][0]["note"]
+            .as_str()
+            .unwrap()
+            .ends_with(TRUNCATION_NOTICE));
+        // An image data URL under `image_url` is not cut either.
+        let url = format!("data:image/png;base64,{long}");
+        let mut v = json!({"image_url": url});
+        assert!(apply_size_controls(
+            &mut v,
+            Some(&crate::session::blobs::becomes_blob)
+        ));
+        assert_eq!(v["image_url"].as_str().map(str::len), Some(url.len()));
     }
 
     #[test]
     fn line_count_recomputed_only_when_changed() {
         // Nothing changed: a stale lineCount stays as written.
         let mut v = json!({"content": "a\nb", "lineCount": 7});
-        assert!(!apply_size_controls(&mut v));
+        assert!(!apply_size_controls(&mut v, None));
         assert_eq!(v["lineCount"], 7);
 
         // A dropped sibling key makes the object changed.
         let mut v = json!({"content": "a\nb", "lineCount": 7, "jsonlEvents": []});
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
         assert_eq!(v, json!({"content": "a\nb", "lineCount": 2}));
 
         // A change deeper down counts too.
-        let mut v = json!({"content": "x", "lineCount": 9, "details": {"partialJson": 1}});
-        assert!(apply_size_controls(&mut v));
+        let mut v = json!({"content": "x", "lineCount": 9, "details": {"jsonlEvents": 1}});
+        assert!(apply_size_controls(&mut v, None));
         assert_eq!(v, json!({"content": "x", "lineCount": 1, "details": {}}));
 
         // A changed parent does not touch an unchanged child.
         let mut v = json!({"jsonlEvents": 1, "inner": {"content": "a", "lineCount": 5}});
-        assert!(apply_size_controls(&mut v));
+        assert!(apply_size_controls(&mut v, None));
         assert_eq!(v["inner"]["lineCount"], 5);
 
         // lineCount that is not a number, or content that is not a string,
         // is left alone.
         let mut v = json!({"content": "a\nb", "lineCount": "7", "jsonlEvents": 1});
-        apply_size_controls(&mut v);
+        apply_size_controls(&mut v, None);
         assert_eq!(v["lineCount"], "7");
-        let mut v = json!({"content": [{"partialJson": 1}], "lineCount": 7});
-        assert!(apply_size_controls(&mut v));
+        let mut v = json!({"content": [{"jsonlEvents": 1}], "lineCount": 7});
+        assert!(apply_size_controls(&mut v, None));
         assert_eq!(v["lineCount"], 7);
     }
 
@@ -433,9 +507,9 @@ mod tests {
             "lineCount": 3,
         });
         let before = v.clone();
-        assert!(!apply_size_controls(&mut v));
+        assert!(!apply_size_controls(&mut v, None));
         assert_eq!(v, before);
         let mut s = json!("plain");
-        assert!(!apply_size_controls(&mut s));
+        assert!(!apply_size_controls(&mut s, None));
     }
 }

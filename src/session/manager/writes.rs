@@ -270,13 +270,17 @@ impl Session {
             return Ok(());
         }
         let mut fields = Value::Object(std::mem::take(&mut entry.fields));
+        // The size controls leave the image payloads alone, so the images
+        // found next are those of the entry as given.
+        let payloads: Option<&crate::session::sizecontrol::PayloadTest> = match self.blobs {
+            Some(_) => Some(&crate::session::blobs::becomes_blob),
+            None => None,
+        };
+        apply_size_controls(&mut fields, payloads);
         let stored = match &self.blobs {
             Some(blobs) => blobs.externalize_images(&mut fields).map(drop),
             None => Ok(()),
         };
-        if stored.is_ok() {
-            apply_size_controls(&mut fields);
-        }
         if let Value::Object(map) = fields {
             entry.fields = map;
         }
