@@ -570,17 +570,21 @@ fn scan_line_serde(line: &[u8], models: &mut ModelNames) -> LineKind {
 }
 
 fn classify_fields(obj: &Fields<'_, '_>, models: &mut ModelNames) -> LineKind {
-    let Some(type_name) = obj.get_str("type") else {
-        return LineKind::Object { has_type: false };
-    };
-    match type_name.as_ref() {
-        "session" => return header_of(obj).map_or(LineKind::BadHeader, LineKind::Header),
-        "title" => return LineKind::Title,
+    let type_name = obj.get_str("type");
+    match type_name.as_deref() {
+        Some("session") => return header_of(obj).map_or(LineKind::BadHeader, LineKind::Header),
+        Some("title") => return LineKind::Title,
         _ => {}
     }
     let Some(id) = obj.get_str("id") else {
-        return LineKind::Object { has_type: true };
+        return LineKind::Object {
+            has_type: type_name.is_some(),
+        };
     };
+    // An object with an id is an entry whatever its `type` (the agent's
+    // loader keeps it, and its children's paths go through it): without a
+    // string `type` it is one of unknown type `""`.
+    let type_name = type_name.unwrap_or(Cow::Borrowed(""));
     let kind = EntryKind::from_type(&type_name);
     let parent_id = obj.get_str("parentId").map(|s| s.into());
     let timestamp_ms = obj.raw("timestamp").and_then(js_date_ms);

@@ -390,17 +390,19 @@ impl LineRules for LeanRules<'_> {
         // (the last of each name, as `Members::get_str` finds them).
         let e = &self.entry;
         let str_of = |m: &Option<Member>| m.as_ref().and_then(|m| m.str_value(line));
-        let Some(type_name) = str_of(&e.type_) else {
-            return Class::Object { has_type: false };
-        };
-        match &*type_name {
-            "session" => return self.full(offset, line),
-            "title" => return Class::Title,
+        let type_name = str_of(&e.type_);
+        match type_name.as_deref() {
+            Some("session") => return self.full(offset, line),
+            Some("title") => return Class::Title,
             _ => {}
         }
         let Some(id) = str_of(&e.id) else {
-            return Class::Object { has_type: true };
+            return Class::Object {
+                has_type: type_name.is_some(),
+            };
         };
+        // Without a string `type`: an entry of unknown type `""`.
+        let type_name = type_name.unwrap_or(std::borrow::Cow::Borrowed(""));
         let kind = EntryKind::from_type(&type_name);
         let mut flags = 0;
         let parent = match str_of(&e.parent) {
