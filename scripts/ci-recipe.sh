@@ -5,13 +5,13 @@
 #
 # Environment:
 #   AGENT_DIR   the agent directory to check (default: $PI_CODING_AGENT_DIR,
-#               else ~/.xcsh/agent)
+#               else ~/.omp/agent)
 #   SESSIONFS   the sessionfs binary (default: sessionfs on PATH; when there
 #               is none, `cargo install --path .` from the repository)
 #   MOUNTPOINT  where to mount (default: a new temporary directory)
 set -euo pipefail
 
-AGENT_DIR=${AGENT_DIR:-${PI_CODING_AGENT_DIR:-$HOME/.xcsh/agent}}
+AGENT_DIR=${AGENT_DIR:-${PI_CODING_AGENT_DIR:-$HOME/.omp/agent}}
 say() { printf 'ci-recipe: %s\n' "$*"; }
 
 # 1. FUSE: fusermount3 for non-root mounts (root mounts directly).

@@ -14,10 +14,10 @@ use crate::session::{BlobStore, Error, Result, Session};
 use crate::session::{FileStorage, Storage};
 use crate::session::{PgStorage, PgUrl};
 
-/// `--agent-dir DIR` (default: `$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`).
+/// `--agent-dir DIR` (default: where the agent keeps it, [`AgentDir::resolve`]).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct AgentArgs {
-    /// The agent directory (default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent).
+    /// The agent directory [default: where the agent keeps it: $PI_CODING_AGENT_DIR, else ~/.omp/agent; README].
     #[arg(long, value_name = "DIR")]
     pub agent_dir: Option<PathBuf>,
     /// Neither use nor write the persistent index (scan the whole file).
@@ -94,7 +94,7 @@ pub(crate) fn require_agent_dir(root: &Path) -> Result<()> {
                 std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     "the agent directory does not exist \
-                     (--agent-dir, else $PI_CODING_AGENT_DIR, else ~/.xcsh/agent)",
+                     (--agent-dir, else where the agent keeps it: $PI_CODING_AGENT_DIR, else ~/.omp/agent; README)",
                 ),
             ))
         }

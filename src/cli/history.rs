@@ -85,7 +85,7 @@ pub(crate) enum HistoryCommand {
 /// Options of every history command.
 #[derive(Debug, Args)]
 pub(crate) struct CommonArgs {
-    /// The agent directory [default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent].
+    /// The agent directory [default: where the agent keeps it: $PI_CODING_AGENT_DIR, else ~/.omp/agent; README].
     #[arg(long, value_name = "DIR")]
     agent_dir: Option<PathBuf>,
 }

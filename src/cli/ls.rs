@@ -12,7 +12,7 @@ use crate::Error;
 /// Arguments of `sessionfs ls`.
 #[derive(Debug, Args)]
 pub(crate) struct LsArgs {
-    /// The agent directory [default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent].
+    /// The agent directory [default: where the agent keeps it: $PI_CODING_AGENT_DIR, else ~/.omp/agent; README].
     #[arg(long, value_name = "DIR")]
     pub agent_dir: Option<PathBuf>,
     /// A path relative to the mount's root (e.g. `--work-pi--/SESSION/entries`)

@@ -18,7 +18,7 @@ use crate::session::IndexStore;
 /// Arguments of `sessionfs mount`.
 #[derive(Debug, Args)]
 pub(crate) struct MountArgs {
-    /// The agent directory [default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent].
+    /// The agent directory [default: where the agent keeps it: $PI_CODING_AGENT_DIR, else ~/.omp/agent; README].
     #[arg(long, value_name = "DIR")]
     pub agent_dir: Option<PathBuf>,
     /// Refuse every write (EROFS); sessions are never migrated on disk.

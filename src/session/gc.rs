@@ -219,7 +219,7 @@ fn named_session_files(agent: &AgentDir) -> Vec<PathBuf> {
             }
         }
     }
-    for marker in read_dir(&agent.root().join("custom-session-files")) {
+    for marker in read_dir(&agent.custom_session_files_dir()) {
         if let Ok(text) = std::fs::read_to_string(&marker) {
             let p = text.trim();
             if !p.is_empty() {

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use std::ffi::OsString;
+
 /// Environment variable that overrides the agent directory (the reference's
 /// name).
 pub(crate) const AGENT_DIR_ENV: &str = "PI_CODING_AGENT_DIR";
@@ -12,6 +14,9 @@ pub(crate) const AGENT_DIR_ENV: &str = "PI_CODING_AGENT_DIR";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentDir {
     root: PathBuf,
+    /// Where the agent keeps its state (terminal breadcrumbs, marked
+    /// session files) when that is not `root` (the XDG layout).
+    state: Option<PathBuf>,
     roots: ProjectRoots,
 }
 
@@ -22,6 +27,7 @@ impl AgentDir {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         AgentDir {
             root: root.into(),
+            state: None,
             roots: ProjectRoots::from_env(),
         }
     }
@@ -39,19 +45,97 @@ impl AgentDir {
         &self.roots
     }
 
-    /// The agent directory: `flag` if given, else `$PI_CODING_AGENT_DIR`,
-    /// else `~/.xcsh/agent`.
+    /// The agent directory: `flag` if given, else where the reference agent
+    /// 18.2.3 keeps its sessions (see [`AgentDir::resolve_in`]).
     pub fn resolve(flag: Option<&Path>) -> Self {
+        Self::resolve_in(flag, &|k| std::env::var_os(k), &|p| p.exists())
+    }
+
+    /// [`AgentDir::resolve`] with the environment read through `env` and
+    /// the existence of directories through `exists`, as the reference's
+    /// `getAgentDir` and `getSessionsDir` resolve it (`@oh-my-pi/pi-utils`,
+    /// `dirs.ts`; README, "The agent directory"):
+    ///
+    /// 1. `flag`;
+    /// 2. a profile, `$OMP_PROFILE` (else `$PI_PROFILE`; blank or `default`
+    ///    is none, an invalid name is ignored):
+    ///    `~/<config>/profiles/<profile>/agent`, `$PI_CODING_AGENT_DIR`
+    ///    ignored;
+    /// 3. `$PI_CODING_AGENT_DIR` (made absolute);
+    /// 4. `~/<config>/agent`, `<config>` being `$PI_CONFIG_DIR`, else `.omp`.
+    ///
+    /// In cases 2 and 4 (and 3 when it names that same directory), sessions,
+    /// blobs and the history live in `$XDG_DATA_HOME/omp` (for a profile
+    /// `$XDG_DATA_HOME/omp/profiles/<profile>`) when that directory exists,
+    /// and the agent's state (terminal breadcrumbs) in the same place under
+    /// `$XDG_STATE_HOME` when that exists: the agent's layout after
+    /// `omp config init-xdg`.
+    pub fn resolve_in(
+        flag: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<OsString>,
+        exists: &dyn Fn(&Path) -> bool,
+    ) -> Self {
         if let Some(dir) = flag {
             return AgentDir::new(dir);
         }
-        if let Some(dir) = std::env::var_os(AGENT_DIR_ENV).filter(|d| !d.is_empty()) {
-            return AgentDir::new(PathBuf::from(dir));
-        }
-        let home = std::env::var_os("HOME")
+        let var = |k: &str| env(k).filter(|v| !v.is_empty());
+        let home = var("HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/"));
-        AgentDir::new(home.join(".xcsh").join("agent"))
+        let config_name = var("PI_CONFIG_DIR").unwrap_or_else(|| ".omp".into());
+        let config_root = js_join(&home, Path::new(&config_name));
+        let profile_of = |v: Option<OsString>| {
+            v.and_then(|v| v.into_string().ok())
+                .and_then(|v| profile_name(&v))
+        };
+        // `OMP_PROFILE` wins when set at all: set but blank selects no
+        // profile.
+        let profile = match env("OMP_PROFILE") {
+            Some(v) => profile_of(Some(v)),
+            None => profile_of(env("PI_PROFILE")),
+        };
+        let profile_agent = |p: &str| config_root.join("profiles").join(p).join("agent");
+        let (agent, default_agent, xdg_sub) = match &profile {
+            Some(p) => (
+                profile_agent(p),
+                profile_agent(p),
+                PathBuf::from("omp/profiles").join(p),
+            ),
+            None => {
+                let default_agent = config_root.join("agent");
+                // A `PI_CODING_AGENT_DIR` that is `PI_PROFILE`'s agent
+                // directory was set by a parent process for that profile,
+                // which `OMP_PROFILE` turned off here.
+                let pi_profile = profile_of(env("PI_PROFILE"));
+                let agent = var(AGENT_DIR_ENV)
+                    .map(PathBuf::from)
+                    .filter(|d| pi_profile.as_deref().is_none_or(|p| *d != profile_agent(p)))
+                    .map(|d| std::path::absolute(&d).unwrap_or(d))
+                    .unwrap_or_else(|| default_agent.clone());
+                (agent, default_agent, PathBuf::from("omp"))
+            }
+        };
+        let xdg = |k: &str| {
+            if agent != default_agent || !cfg!(any(target_os = "linux", target_os = "macos")) {
+                return None;
+            }
+            let dir = PathBuf::from(var(k)?).join(&xdg_sub);
+            exists(&dir).then_some(dir)
+        };
+        let data = xdg("XDG_DATA_HOME");
+        let state = xdg("XDG_STATE_HOME");
+        match data {
+            Some(data) => AgentDir {
+                root: data,
+                state: Some(state.unwrap_or(agent)),
+                roots: ProjectRoots::from_env(),
+            },
+            None => AgentDir {
+                root: agent,
+                state,
+                roots: ProjectRoots::from_env(),
+            },
+        }
     }
 
     /// The agent directory itself.
@@ -66,9 +150,19 @@ impl AgentDir {
     pub fn blobs_dir(&self) -> PathBuf {
         self.root.join("blobs")
     }
+    /// Where the agent keeps its state: the agent directory, or the XDG
+    /// state directory (see [`AgentDir::resolve_in`]).
+    pub fn state_dir(&self) -> &Path {
+        self.state.as_deref().unwrap_or(&self.root)
+    }
     /// `terminal-sessions/`: the breadcrumbs of terminals.
     pub fn terminal_sessions_dir(&self) -> PathBuf {
-        self.root.join("terminal-sessions")
+        self.state_dir().join("terminal-sessions")
+    }
+    /// `custom-session-files/`: the agent's marks of session files kept
+    /// outside `sessions/`.
+    pub fn custom_session_files_dir(&self) -> PathBuf {
+        self.state_dir().join("custom-session-files")
     }
     /// `history.db`: the prompt history database.
     pub fn history_db(&self) -> PathBuf {
@@ -92,6 +186,41 @@ impl AgentDir {
             .map(|n| sessions.join(n))
             .collect()
     }
+}
+
+/// `path.join(a, b)` of JavaScript: `b` is appended even when absolute.
+fn js_join(a: &Path, b: &Path) -> PathBuf {
+    let rel: PathBuf = b
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::RootDir))
+        .collect();
+    a.join(rel)
+}
+
+/// A profile name as the reference accepts it (`normalizeProfileName`):
+/// `None` for blank or `default`, and for a name it refuses (it then uses
+/// no profile when it loads).
+fn profile_name(raw: &str) -> Option<String> {
+    let name = raw.trim();
+    if name.is_empty() || name == "default" || name.len() > 64 || name.ends_with('.') {
+        return None;
+    }
+    let mut bytes = name.bytes();
+    let first_ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let rest_ok =
+        bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if !first_ok || !rest_ok {
+        return None;
+    }
+    // Windows device names, also with an extension.
+    let base = name.split('.').next().unwrap_or(name).to_ascii_uppercase();
+    let reserved = matches!(base.as_str(), "CON" | "PRN" | "AUX" | "NUL")
+        || ((base.starts_with("COM") || base.starts_with("LPT"))
+            && base.len() == 4
+            && base.as_bytes()[3].is_ascii_digit());
+    (!reserved).then(|| name.to_string())
 }
 
 /// The home and temp directories the reference names project directories
@@ -350,6 +479,150 @@ pub(crate) fn artifacts_dir(session_file: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`AgentDir::resolve_in`] with these variables set and these
+    /// directories existing: (root, state dir).
+    fn resolved(vars: &[(&str, &str)], dirs: &[&str]) -> (PathBuf, PathBuf) {
+        let env = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| OsString::from(v))
+        };
+        let exists = |p: &Path| dirs.iter().any(|d| Path::new(d) == p);
+        let a = AgentDir::resolve_in(None, &env, &exists);
+        (a.root().to_path_buf(), a.state_dir().to_path_buf())
+    }
+
+    #[test]
+    fn the_agent_directory_resolves_as_the_reference_does() {
+        let p = |s: &str| PathBuf::from(s);
+        let both = |s: &str| (p(s), p(s));
+        let home = ("HOME", "/h");
+        // The default, also under another config directory name (joined as
+        // JavaScript's path.join does, even when absolute).
+        assert_eq!(resolved(&[home], &[]), both("/h/.omp/agent"));
+        assert_eq!(
+            resolved(&[home, ("PI_CONFIG_DIR", ".cfg")], &[]),
+            both("/h/.cfg/agent")
+        );
+        assert_eq!(
+            resolved(&[home, ("PI_CONFIG_DIR", "/abs")], &[]),
+            both("/h/abs/agent")
+        );
+        assert_eq!(
+            resolved(&[home, ("PI_CONFIG_DIR", "")], &[]),
+            both("/h/.omp/agent")
+        );
+        // The override.
+        assert_eq!(resolved(&[home, (AGENT_DIR_ENV, "/a")], &[]), both("/a"));
+        assert_eq!(
+            resolved(&[home, (AGENT_DIR_ENV, "")], &[]),
+            both("/h/.omp/agent")
+        );
+        // XDG directories count once they exist, sessions under data, the
+        // state under state; not for an override elsewhere.
+        let xdg = [home, ("XDG_DATA_HOME", "/d"), ("XDG_STATE_HOME", "/s")];
+        assert_eq!(resolved(&xdg, &[]), both("/h/.omp/agent"));
+        assert_eq!(
+            resolved(&xdg, &["/d/omp"]),
+            (p("/d/omp"), p("/h/.omp/agent"))
+        );
+        assert_eq!(
+            resolved(&xdg, &["/d/omp", "/s/omp"]),
+            (p("/d/omp"), p("/s/omp"))
+        );
+        assert_eq!(
+            resolved(&xdg, &["/s/omp"]),
+            (p("/h/.omp/agent"), p("/s/omp"))
+        );
+        let mut over = xdg.to_vec();
+        over.push((AGENT_DIR_ENV, "/a"));
+        assert_eq!(resolved(&over, &["/d/omp", "/s/omp"]), both("/a"));
+        over.pop();
+        over.push((AGENT_DIR_ENV, "/h/.omp/agent"));
+        assert_eq!(
+            resolved(&over, &["/d/omp"]),
+            (p("/d/omp"), p("/h/.omp/agent"))
+        );
+        // Profiles: OMP_PROFILE, else PI_PROFILE; the override is ignored.
+        let prof = |v: &[(&str, &str)], d: &[&str]| {
+            let mut all = vec![home, (AGENT_DIR_ENV, "/a"), ("XDG_DATA_HOME", "/d")];
+            all.extend_from_slice(v);
+            resolved(&all, d)
+        };
+        assert_eq!(
+            prof(&[("OMP_PROFILE", "work")], &[]),
+            both("/h/.omp/profiles/work/agent")
+        );
+        assert_eq!(
+            prof(&[("PI_PROFILE", "work")], &[]),
+            both("/h/.omp/profiles/work/agent")
+        );
+        assert_eq!(
+            prof(
+                &[("OMP_PROFILE", "work")],
+                &["/d/omp/profiles/work", "/d/omp"]
+            ),
+            (p("/d/omp/profiles/work"), p("/h/.omp/profiles/work/agent"))
+        );
+        // Set but blank, `default` or invalid: no profile.
+        assert_eq!(
+            prof(&[("OMP_PROFILE", ""), ("PI_PROFILE", "work")], &[]),
+            both("/a")
+        );
+        for bad in ["default", " ", "Work", "a..", "con", "lpt1.x", ".x", "x/y"] {
+            assert_eq!(prof(&[("OMP_PROFILE", bad)], &[]), both("/a"), "{bad}");
+        }
+        assert_eq!(
+            prof(&[("OMP_PROFILE", "com10")], &[]),
+            both("/h/.omp/profiles/com10/agent")
+        );
+        // An override that is PI_PROFILE's own agent directory, with that
+        // profile turned off by a blank OMP_PROFILE, is not an override.
+        let vars = [
+            home,
+            ("OMP_PROFILE", ""),
+            ("PI_PROFILE", "work"),
+            (AGENT_DIR_ENV, "/h/.omp/profiles/work/agent"),
+        ];
+        assert_eq!(resolved(&vars, &[]), both("/h/.omp/agent"));
+        // An explicit directory wins over everything.
+        let a = AgentDir::resolve_in(Some(Path::new("/f")), &|_| None, &|_| true);
+        assert_eq!(a.root(), Path::new("/f"));
+        assert_eq!(a.terminal_sessions_dir(), Path::new("/f/terminal-sessions"));
+    }
+
+    /// The reference's own answers (`fixtures/fidelity/agent-dir.jsonl`,
+    /// made by `scripts/reference/fidelity.ts`).
+    #[test]
+    fn the_agent_directory_is_where_the_reference_puts_its_files() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fidelity/agent-dir.jsonl");
+        let text = std::fs::read_to_string(path).expect("fixture");
+        let mut cases = 0;
+        for line in text.lines() {
+            let case: serde_json::Value = serde_json::from_str(line).expect("json");
+            let vars = case["env"].as_object().expect("env");
+            let env = |k: &str| match k {
+                "HOME" => Some(OsString::from("/fixture/home")),
+                _ => vars.get(k).and_then(|v| v.as_str()).map(OsString::from),
+            };
+            let dirs: Vec<PathBuf> = case["dirs"]
+                .as_array()
+                .expect("dirs")
+                .iter()
+                .map(|d| Path::new("/fixture").join(d.as_str().expect("dir")))
+                .collect();
+            let exists = |p: &Path| dirs.iter().any(|d| d == p);
+            let a = AgentDir::resolve_in(None, &env, &exists);
+            let want = |k: &str| PathBuf::from(case[k].as_str().expect("path"));
+            assert_eq!(a.sessions_dir(), want("sessions"), "{line}");
+            assert_eq!(a.blobs_dir(), want("blobs"), "{line}");
+            assert_eq!(a.history_db(), want("history"), "{line}");
+            assert_eq!(a.terminal_sessions_dir(), want("terminal"), "{line}");
+            cases += 1;
+        }
+        assert!(cases >= 16);
+    }
 
     #[test]
     fn encodes_cwd_like_the_reference() {

@@ -162,3 +162,57 @@ fn new_and_move_write_where_the_reference_looks() {
     ));
     assert!(p.project("-tmp-t").join(file.file_name().unwrap()).exists());
 }
+
+/// Without `--agent-dir`, the commands find the sessions where the agent
+/// 18.2.3 keeps them: `~/.omp/agent` (else `$PI_CONFIG_DIR`'s), a profile's,
+/// or `$XDG_DATA_HOME/omp` once it exists (README).
+#[test]
+fn the_default_agent_directory_is_the_agents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap();
+    let list = |vars: &[(&str, &Path)]| {
+        let mut cmd = common::sessionfs_cmd();
+        cmd.args(["list", "--all", "--json"]).env("HOME", &home);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let put = |agent: &Path, id: &str| {
+        let dir = agent.join("sessions").join("--w--");
+        fs::create_dir_all(&dir).unwrap();
+        let header = format!(
+            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}}"#
+        );
+        fs::write(
+            dir.join(format!("2026-01-01T00-00-00-000Z_{id}.jsonl")),
+            header + "\n",
+        )
+        .unwrap();
+    };
+    put(&home.join(".omp/agent"), "omp");
+    put(&home.join(".cfg/agent"), "cfg");
+    put(&home.join(".omp/profiles/work/agent"), "work");
+    put(&home.join("data/omp"), "xdg");
+    assert_eq!(list(&[]), ["omp"]);
+    assert_eq!(list(&[("PI_CONFIG_DIR", Path::new(".cfg"))]), ["cfg"]);
+    assert_eq!(list(&[("OMP_PROFILE", Path::new("work"))]), ["work"]);
+    assert_eq!(list(&[("XDG_DATA_HOME", &home.join("data"))]), ["xdg"]);
+    // `$PI_CODING_AGENT_DIR` still names it, over the XDG directory.
+    let own = home.join(".omp/agent");
+    assert_eq!(
+        list(&[
+            ("XDG_DATA_HOME", &home.join("data")),
+            ("PI_CODING_AGENT_DIR", &home.join(".cfg/agent"))
+        ]),
+        ["cfg"]
+    );
+    assert_eq!(list(&[("PI_CODING_AGENT_DIR", &own)]), ["omp"]);
+}

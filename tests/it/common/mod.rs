@@ -26,18 +26,49 @@ pub fn fixtures() -> PathBuf {
 /// under that program: `scripts/check_portability.sh` runs the suite of a
 /// cross-built binary under an emulator this way. Tests that run the binary
 /// through a shell script do not go through here.
+///
+/// The command runs with a home directory of this test process's own
+/// ([`private_home`]) and without the variables that choose the default
+/// agent directory (README): a command that falls back to the default finds
+/// an empty home, never the machine's own agent directory. A test sets any
+/// of them again with `.env`.
 pub fn sessionfs_cmd() -> std::process::Command {
     let bin = env!("CARGO_BIN_EXE_sessionfs");
     let runner = std::env::var("SESSIONFS_TEST_RUNNER").unwrap_or_default();
     let mut runner = runner.split_whitespace();
-    match runner.next() {
+    let mut cmd = match runner.next() {
         Some(program) => {
             let mut cmd = std::process::Command::new(program);
             cmd.args(runner).arg(bin);
             cmd
         }
         None => std::process::Command::new(bin),
+    };
+    cmd.env("HOME", private_home());
+    for var in [
+        "PI_CODING_AGENT_DIR",
+        "PI_CONFIG_DIR",
+        "OMP_PROFILE",
+        "PI_PROFILE",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+    ] {
+        cmd.env_remove(var);
     }
+    cmd
+}
+
+/// An empty home directory of this test process (under Cargo's temporary
+/// directory for integration tests), made on first use.
+pub fn private_home() -> &'static Path {
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("home-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a private home directory");
+        dir
+    })
 }
 
 /// Copies a directory tree.
