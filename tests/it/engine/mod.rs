@@ -15,6 +15,7 @@ mod moves;
 mod persistence;
 mod pg_conn;
 mod projects;
+mod ref_fidelity;
 mod reference_ports;
 mod reliability;
 mod spec_rules;
