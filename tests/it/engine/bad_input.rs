@@ -60,7 +60,9 @@ fn file_cases() -> Vec<(&'static str, Vec<u8>, Outcome)> {
         ("id ..", lines(&[h.clone(), e("\"..\"", "null")]), Loads { entries: 1, skipped: 0 }),
         ("id of 10 KB", lines(&[h.clone(), e(&format!("\"{}\"", "i".repeat(10_240)), "null")]), Loads { entries: 1, skipped: 0 }),
         ("id is a number", lines(&[h.clone(), e("5", "null")]), Loads { entries: 0, skipped: 1 }),
-        ("entry without type", lines(&[h.clone(), r#"{"id":"a","parentId":null}"#.into()]), Loads { entries: 0, skipped: 1 }),
+        // An id makes an entry, as for the agent's loader (docs/engine.md).
+        ("entry without type", lines(&[h.clone(), r#"{"id":"a","parentId":null}"#.into()]), Loads { entries: 1, skipped: 0 }),
+        ("entry without id nor type", lines(&[h.clone(), r#"{"parentId":null}"#.into()]), Loads { entries: 0, skipped: 1 }),
         ("duplicate ids", lines(&[h.clone(), e("\"a\"", "null"), e("\"a\"", "null")]), Loads { entries: 2, skipped: 0 }),
         ("two-entry parent loop", lines(&[h.clone(), e("\"a\"", "\"b\""), e("\"b\"", "\"a\"")]), Loads { entries: 2, skipped: 0 }),
         ("self parent", lines(&[h.clone(), e("\"a\"", "\"a\"")]), Loads { entries: 1, skipped: 0 }),
