@@ -77,15 +77,20 @@ fn view_key(st: &SlotState, s: &Session) -> ContextKey {
     (st.generation, s.entries().len(), s.leaf())
 }
 
-/// The session's stats table, built once per state of the file.
+/// The session's stats table, built once per state of the file: after
+/// appends (the same load, more entries) the table of the state before
+/// grows by the new entries' contributions (`StatsTable::grown`).
 pub(crate) fn stats_table(st: &mut SlotState, s: &Session) -> Result<Arc<StatsTable>> {
     let key = (st.generation, s.entries().len());
-    if let Some((k, t)) = &st.stats {
-        if *k == key {
-            return Ok(t.clone());
-        }
-    }
-    let table = Arc::new(StatsTable::build(s)?);
+    let grown = match &st.stats {
+        Some((k, t)) if *k == key => return Ok(t.clone()),
+        Some(((generation, len), t)) if *generation == key.0 && *len <= key.1 => t.grown(s)?,
+        _ => None,
+    };
+    let table = Arc::new(match grown {
+        Some(t) => t,
+        None => StatsTable::build(s)?,
+    });
     st.stats = Some((key, table.clone()));
     Ok(table)
 }

@@ -210,73 +210,100 @@ pub struct StatsTable {
     acc: OnceLock<Accumulated>,
 }
 
+/// What entry `i` contributes (its line read when it may carry usage);
+/// a model name seen first is added to `models`.
+fn own_at(s: &Session, i: u32, models: &mut Vec<Arc<str>>) -> Result<Own> {
+    let Some(meta) = s.index().get(i) else {
+        return Ok(Own::default());
+    };
+    let mut o = Own {
+        time: meta.entry.timestamp_ms,
+        ..Own::default()
+    };
+    if let (EntryKind::Message, Facts::Message { role, model }) = (meta.kind(), &meta.entry.facts) {
+        o.message = true;
+        o.role = match role {
+            Role::User => USER,
+            Role::Assistant => ASSISTANT,
+            Role::ToolResult => TOOL_RESULT,
+            _ => 0,
+        };
+        if o.role == ASSISTANT {
+            if let Some(m) = model {
+                let pos = match models.iter().position(|x| x == m) {
+                    Some(p) => p,
+                    None => {
+                        models.push(m.clone());
+                        models.len() - 1
+                    }
+                };
+                o.model = Some(pos as u32);
+            }
+        }
+    }
+    let counted = match (&meta.entry.facts, o.role) {
+        (Facts::Message { .. }, ASSISTANT) => Some(Counted::Assistant),
+        (Facts::Message { .. }, TOOL_RESULT) => Some(Counted::TaskResult),
+        (Facts::Unknown(t), _) if &**t == "model_usage" => Some(Counted::ModelUsage),
+        _ => None,
+    };
+    if let Some(counted) = counted {
+        let line = s.raw_line(i)?;
+        let text = String::from_utf8_lossy(&line);
+        if let Ok(v) = lenient_value(&text) {
+            if let Some(usage) = counted.usage(&v) {
+                for (k, key) in TOKEN_KEYS.iter().enumerate() {
+                    o.tokens[k] = finite(usage.get(key).and_then(Json::as_f64).unwrap_or(0.0));
+                }
+                o.cost = finite(
+                    usage
+                        .get("cost")
+                        .and_then(|c| c.get("total"))
+                        .and_then(Json::as_f64)
+                        .unwrap_or(0.0),
+                );
+            }
+        }
+    }
+    Ok(o)
+}
+
 impl StatsTable {
     /// Reads what each entry contributes (the line of each entry that may
     /// carry usage, once).
     pub fn build(s: &Session) -> Result<StatsTable> {
-        let index = s.index();
         let mut models: Vec<Arc<str>> = Vec::new();
-        let mut own = Vec::with_capacity(index.len());
-        for (i, meta) in index.entries().iter().enumerate() {
-            let mut o = Own {
-                time: meta.entry.timestamp_ms,
-                ..Own::default()
-            };
-            if let (EntryKind::Message, Facts::Message { role, model }) =
-                (meta.kind(), &meta.entry.facts)
-            {
-                o.message = true;
-                o.role = match role {
-                    Role::User => USER,
-                    Role::Assistant => ASSISTANT,
-                    Role::ToolResult => TOOL_RESULT,
-                    _ => 0,
-                };
-                if o.role == ASSISTANT {
-                    if let Some(m) = model {
-                        let pos = match models.iter().position(|x| x == m) {
-                            Some(p) => p,
-                            None => {
-                                models.push(m.clone());
-                                models.len() - 1
-                            }
-                        };
-                        o.model = Some(pos as u32);
-                    }
-                }
-            }
-            let counted = match (&meta.entry.facts, o.role) {
-                (Facts::Message { .. }, ASSISTANT) => Some(Counted::Assistant),
-                (Facts::Message { .. }, TOOL_RESULT) => Some(Counted::TaskResult),
-                (Facts::Unknown(t), _) if &**t == "model_usage" => Some(Counted::ModelUsage),
-                _ => None,
-            };
-            if let Some(counted) = counted {
-                let line = s.raw_line(i as u32)?;
-                let text = String::from_utf8_lossy(&line);
-                if let Ok(v) = lenient_value(&text) {
-                    if let Some(usage) = counted.usage(&v) {
-                        for (k, key) in TOKEN_KEYS.iter().enumerate() {
-                            o.tokens[k] =
-                                finite(usage.get(key).and_then(Json::as_f64).unwrap_or(0.0));
-                        }
-                        o.cost = finite(
-                            usage
-                                .get("cost")
-                                .and_then(|c| c.get("total"))
-                                .and_then(Json::as_f64)
-                                .unwrap_or(0.0),
-                        );
-                    }
-                }
-            }
-            own.push(o);
+        let mut own = Vec::with_capacity(s.index().len());
+        for i in 0..s.index().len() as u32 {
+            own.push(own_at(s, i, &mut models)?);
         }
         Ok(StatsTable {
             own,
             models,
             acc: OnceLock::new(),
         })
+    }
+
+    /// The table of `s` after entries were appended to the file this
+    /// table was built from (the same load: older entries unchanged):
+    /// this table's contributions and those of the new entries only.
+    /// `None` when `s` has fewer entries than the table covers.
+    pub fn grown(&self, s: &Session) -> Result<Option<StatsTable>> {
+        let n = s.index().len();
+        if n < self.own.len() {
+            return Ok(None);
+        }
+        let mut models = self.models.clone();
+        let mut own = Vec::with_capacity(n);
+        own.extend_from_slice(&self.own);
+        for i in self.own.len()..n {
+            own.push(own_at(s, i as u32, &mut models)?);
+        }
+        Ok(Some(StatsTable {
+            own,
+            models,
+            acc: OnceLock::new(),
+        }))
     }
 
     /// Number of entries covered.
@@ -315,9 +342,12 @@ impl StatsTable {
         self.sum(0..self.own.len() as u32)
     }
 
-    /// The path from the root to `idx`.
+    /// The path from the root to `idx`: from the sums of every entry
+    /// when they were computed (for entries' `stats.json`), else summed
+    /// along the path alone (the session's `stats.json`, which then costs
+    /// the path, not the sums of every entry).
     pub fn path(&self, s: &Session, idx: u32) -> Totals {
-        match self.accumulated(s).path.get(idx as usize) {
+        match self.acc.get().and_then(|a| a.path.get(idx as usize)) {
             Some(t) => t.clone(),
             None => self.sum(s.index().path_to(idx)),
         }

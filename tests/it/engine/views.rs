@@ -148,6 +148,51 @@ fn a_grown_branch_equals_the_branch_rendered_whole() {
     );
 }
 
+/// A stats table grown by appended entries (`StatsTable::grown`) gives
+/// the same `stats.json` files as one built from scratch: the session's
+/// and every entry's, for every prefix of every fixture session.
+#[test]
+fn a_grown_stats_table_equals_one_built_whole() {
+    let (tmp, _agent) = fixture_agent_dir();
+    let mut grown = 0;
+    for file in session_files(&tmp.path().join("sessions")) {
+        let full = open(tmp.path(), &file);
+        let whole = StatsTable::build(&full).unwrap();
+        let text = fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let prefix_file = tmp.path().join("prefix.jsonl");
+        for k in 1..lines.len() {
+            fs::write(&prefix_file, lines[..k].concat()).unwrap();
+            let storage: Arc<dyn Storage> = Arc::new(FileStorage::new());
+            let options = OpenOptions {
+                read_only: true,
+                ..OpenOptions::default()
+            };
+            let Ok(mut prefix) = Session::open(storage, None, &prefix_file, &options) else {
+                continue;
+            };
+            prefix.prepare_reads();
+            let before = StatsTable::build(&prefix).unwrap();
+            let table = before.grown(&full).unwrap().expect("more entries");
+            grown += 1;
+            let what = format!("{} grown from {k} lines", file.display());
+            assert_eq!(
+                table.session_json(&full, full.leaf()),
+                whole.session_json(&full, full.leaf()),
+                "{what}"
+            );
+            for pos in 0..full.index().len() as u32 {
+                assert_eq!(
+                    table.entry_json(&full, pos),
+                    whole.entry_json(&full, pos),
+                    "{what}: entry {pos}"
+                );
+            }
+        }
+    }
+    assert!(grown > 20, "{grown}");
+}
+
 #[test]
 fn renderings_show_what_the_issue_asks_for() {
     let (tmp, _agent) = fixture_agent_dir();
