@@ -22,7 +22,8 @@ impl Tree {
                 if name == b"by-id" {
                     return Ok(Node::ById);
                 }
-                if name == b"by-cwd" {
+                // Not over namespaces: the root lists no `by-cwd` there.
+                if name == b"by-cwd" && !self.namespaced {
                     return Ok(Node::ByCwd("".into()));
                 }
                 let project = match unescape_name(name) {

@@ -209,6 +209,10 @@ fn several_namespaces_are_top_level_directories() {
         out.split_whitespace().collect::<Vec<_>>(),
         ["alice", "bob", "by-id"]
     );
+    // No `by-cwd/` over namespaces: looking it up agrees with the listing
+    // (its links would need a namespace).
+    assert!(!m.join("by-cwd").exists());
+    assert!(!m.join("by-cwd/home/proj").exists());
     let (_, out, _) = sh(m.path(), "ls alice bob");
     assert_eq!(out.matches(PROJECT).count(), 2, "{out}");
     let a = m.join(format!(
