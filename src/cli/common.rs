@@ -167,7 +167,7 @@ pub(crate) fn set_storage_url(url: Option<String>) {
     let _ = STORAGE_URL.set(url.filter(|u| !u.is_empty()));
 }
 
-fn storage_url() -> Option<&'static str> {
+pub(crate) fn storage_url() -> Option<&'static str> {
     STORAGE_URL.get().and_then(|u| u.as_deref())
 }
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::common::{print_out, resolve_file, storage, usage_error, AgentArgs};
+use crate::cli::common::{print_out, resolve_file, storage, storage_url, usage_error, AgentArgs};
 use crate::cli::progress::Progress;
-use crate::session::{gc, relocate, Error, Result};
+use crate::session::{gc, relocate, Error, PgStorage, PgUrl, Result};
 use crate::session::{project_dirs, session_files_in};
 use crate::session::{Checker, Problem};
 
@@ -150,10 +150,22 @@ fn size(bytes: u64) -> String {
 /// Runs `gc`: exit 0, or 1 when files could not be read or deleted.
 pub(crate) fn gc(args: &GcArgs) -> Result<i32> {
     let agent = args.agent.for_discovery()?;
+    // With `--storage`, the sessions (and blobs) of the table count too.
+    let rows = match storage_url() {
+        Some(url) => {
+            let parsed =
+                PgUrl::parse(url).map_err(|e| Error::Invalid(format!("--storage: {e}")))?;
+            Some(
+                PgStorage::connect(&parsed, &agent)
+                    .map_err(|e| Error::io(format!("database table {}", parsed.table), e))?,
+            )
+        }
+        None => None,
+    };
     let plan = {
         let progress = Progress::new("scanning for blob refs");
         let tick = progress.callback();
-        gc::plan(&agent, gc::GRACE, &tick)
+        gc::plan_with(&agent, rows.as_ref(), gc::GRACE, &tick)
     };
     let mut out = String::new();
     for c in &plan.unreferenced {
@@ -182,6 +194,22 @@ pub(crate) fn gc(args: &GcArgs) -> Result<i32> {
             String::new()
         }
     );
+    if let Some(pg) = &rows {
+        eprintln!(
+            "sessionfs: the rows of {} were scanned too; {} blobs in {}, {} unreferenced",
+            pg.table(),
+            plan.table_blobs,
+            pg.blobs_table(),
+            plan.table_unreferenced.len()
+        );
+        for (hash, bytes) in &plan.table_unreferenced {
+            eprintln!(
+                "sessionfs: unreferenced in {}: {hash} ({}); not deleted",
+                pg.blobs_table(),
+                size(*bytes)
+            );
+        }
+    }
     if !args.apply {
         if !plan.unreferenced.is_empty() {
             eprintln!("sessionfs: dry run; --apply deletes them");
@@ -191,7 +219,7 @@ pub(crate) fn gc(args: &GcArgs) -> Result<i32> {
     let applied = {
         let progress = Progress::new("rescanning before deleting");
         let tick = progress.callback();
-        gc::apply(&agent, &plan, &tick)
+        gc::apply_with(&agent, rows.as_ref(), &plan, &tick)
     };
     for e in &applied.errors {
         eprintln!("sessionfs: {e}");

@@ -12,7 +12,8 @@
 //! parse still keeps its blobs. Any file that cannot be read makes the run
 //! refuse to delete anything. Blobs younger than [`GRACE`] are kept (a
 //! writer stores the blob before the entry that refers to it), and
-//! `apply` scans a second time right before deleting.
+//! `apply` scans a second time right before deleting. With sessions in a
+//! database table ([`plan_with`]), every row counts as a file.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
@@ -23,6 +24,7 @@ use std::time::{Duration, SystemTime};
 use memchr::memmem;
 
 use crate::session::paths::AgentDir;
+use crate::session::PgStorage;
 
 /// Blobs modified this recently are never deleted.
 pub const GRACE: Duration = Duration::from_secs(5 * 60);
@@ -57,6 +59,11 @@ pub struct Plan {
     pub recent: usize,
     /// Files that could not be read; deleting is refused when there are any.
     pub errors: Vec<String>,
+    /// Blobs in the database's blob table (with `--storage`).
+    pub table_blobs: usize,
+    /// The blob table's blobs nothing refers to: digest and size. Listed,
+    /// never deleted (a row has no time for the grace period).
+    pub table_unreferenced: Vec<(String, u64)>,
 }
 
 impl Plan {
@@ -265,6 +272,25 @@ pub fn referenced(
     (refs, files.len(), errors)
 }
 
+/// [`referenced`], plus the refs of every row of the database table when
+/// the sessions are kept there (`--storage`, `docs/team.md`): a ref
+/// resolves from the blob table first, then from the local blob directory,
+/// so a local blob a row refers to is in use.
+pub fn referenced_with(
+    agent: &AgentDir,
+    rows: Option<&PgStorage>,
+    progress: &dyn Fn(u64, u64),
+) -> (HashSet<String>, usize, Vec<String>) {
+    let (mut refs, scanned, mut errors) = referenced(agent, progress);
+    if let Some(pg) = rows {
+        match pg.referenced_blobs() {
+            Ok(r) => refs.extend(r),
+            Err(e) => errors.push(format!("database table {}: {e}", pg.table())),
+        }
+    }
+    (refs, scanned, errors)
+}
+
 /// The blobs of the store, grouped by digest.
 pub fn blobs(dir: &Path) -> std::io::Result<Vec<Candidate>> {
     let entries = match std::fs::read_dir(dir) {
@@ -308,7 +334,26 @@ pub fn blobs(dir: &Path) -> std::io::Result<Vec<Candidate>> {
 
 /// The dry run: which blobs nothing refers to.
 pub fn plan(agent: &AgentDir, grace: Duration, progress: &dyn Fn(u64, u64)) -> Plan {
-    let (refs, scanned_files, mut errors) = referenced(agent, progress);
+    plan_with(agent, None, grace, progress)
+}
+
+/// [`plan`] for sessions kept in a database table (`rows`, see
+/// [`referenced_with`]); also lists the blob table's rows nothing refers
+/// to.
+pub fn plan_with(
+    agent: &AgentDir,
+    rows: Option<&PgStorage>,
+    grace: Duration,
+    progress: &dyn Fn(u64, u64),
+) -> Plan {
+    let (refs, scanned_files, mut errors) = referenced_with(agent, rows, progress);
+    let mut table_blobs = Vec::new();
+    if let Some(pg) = rows {
+        match pg.table_blobs() {
+            Ok(b) => table_blobs = b,
+            Err(e) => errors.push(format!("database table {}: {e}", pg.blobs_table())),
+        }
+    }
     let all = match blobs(&agent.blobs_dir()) {
         Ok(b) => b,
         Err(e) => {
@@ -324,6 +369,11 @@ pub fn plan(agent: &AgentDir, grace: Duration, progress: &dyn Fn(u64, u64)) -> P
         scanned_files,
         blobs: all.len(),
         errors,
+        table_blobs: table_blobs.len(),
+        table_unreferenced: table_blobs
+            .into_iter()
+            .filter(|(hash, _)| !refs.contains(hash))
+            .collect(),
         ..Plan::default()
     };
     for c in all {
@@ -342,6 +392,18 @@ pub fn plan(agent: &AgentDir, grace: Duration, progress: &dyn Fn(u64, u64)) -> P
 /// Deletes the planned blobs, after scanning again: a blob referenced by
 /// then is kept. Refuses (deletes nothing) when any file could not be read.
 pub fn apply(agent: &AgentDir, plan: &Plan, progress: &dyn Fn(u64, u64)) -> Applied {
+    apply_with(agent, None, plan, progress)
+}
+
+/// [`apply`] for sessions kept in a database table (see [`plan_with`]):
+/// the second scan reads the table's rows too. The blob table is not
+/// changed.
+pub fn apply_with(
+    agent: &AgentDir,
+    rows: Option<&PgStorage>,
+    plan: &Plan,
+    progress: &dyn Fn(u64, u64),
+) -> Applied {
     let mut applied = Applied::default();
     if !plan.errors.is_empty() {
         applied.errors.push(
@@ -351,7 +413,7 @@ pub fn apply(agent: &AgentDir, plan: &Plan, progress: &dyn Fn(u64, u64)) -> Appl
         );
         return applied;
     }
-    let (refs, _, errors) = referenced(agent, progress);
+    let (refs, _, errors) = referenced_with(agent, rows, progress);
     if !errors.is_empty() {
         applied.errors.extend(errors);
         applied

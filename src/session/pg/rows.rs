@@ -1,6 +1,7 @@
 //! Rows and blobs: the queries behind [`Storage`](crate::session::storage::Storage)'s
 //! calls, with the local mirrors of rows read by byte offset.
 
+use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -499,6 +500,73 @@ impl PgStorage {
             .collect();
         items.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Some(items))
+    }
+
+    // -- what gc needs ---------------------------------------------------
+
+    /// The blob digests (lower-case hex) that any row of the table refers
+    /// to, whatever its prefix, in both layouts' tables where they exist:
+    /// `blob:sha256:` and 64 hex digits, any case, not followed by a
+    /// letter or digit (the rule of `gc::scan_refs`), found by the server.
+    /// In the chunks layout a file's chunks are joined first, so a ref cut
+    /// across two chunks still counts.
+    pub fn referenced_blobs(&self) -> io::Result<HashSet<String>> {
+        const REF: &str = "blob:sha256:([0-9a-f]{64})(?![0-9a-z])";
+        let t = &self.inner.sql.t;
+        let c = self.inner.sql.chunks();
+        let mut out = HashSet::new();
+        for (table, sql) in [
+            (
+                t.clone(),
+                format!(
+                    "SELECT DISTINCT lower(m[1]) FROM {t}, \
+                     regexp_matches(content, '{REF}', 'gi') AS m"
+                ),
+            ),
+            (
+                c.clone(),
+                format!(
+                    "SELECT DISTINCT lower(m[1]) FROM \
+                     (SELECT string_agg(content, '' ORDER BY seq) AS content FROM {c} \
+                     GROUP BY path) x, regexp_matches(x.content, '{REF}', 'gi') AS m"
+                ),
+            ),
+        ] {
+            let rows = self.with_client(|client| {
+                let exists: bool = client
+                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])?
+                    .get(0);
+                if !exists {
+                    return Ok(Vec::new());
+                }
+                client.query(&sql, &[])
+            })?;
+            out.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+        }
+        Ok(out)
+    }
+
+    /// Every blob of the blob table: its digest and size.
+    pub fn table_blobs(&self) -> io::Result<Vec<(String, u64)>> {
+        let sql = format!(
+            "SELECT sha256, octet_length(data)::bigint FROM {} ORDER BY sha256",
+            self.inner.sql.blobs
+        );
+        let rows = self.with_client(|c| c.query(&sql, &[]))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+                )
+            })
+            .collect())
+    }
+
+    /// The blob table's name.
+    pub fn blobs_table(&self) -> &str {
+        &self.inner.sql.blobs
     }
 
     // -- blobs -----------------------------------------------------------

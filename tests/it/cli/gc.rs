@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, SystemTime};
 
-use sessionfs::session::AgentDir;
+use sessionfs::session::{AgentDir, Storage};
 
 fn sha(bytes: &[u8]) -> String {
     sessionfs::session::sha256_hex(bytes)
@@ -409,4 +409,80 @@ fn move_takes_header_cwd_project_and_artifacts_along() {
     );
     assert!(!out.status.success());
     assert_eq!(fs::read_to_string(&bad).unwrap(), "not a session\n");
+}
+
+/// With `--storage`, the rows of the table are sessions too: a local blob
+/// that only a row refers to is kept (a ref resolves from the blob table,
+/// then from the local blob directory), in both layouts, also when the
+/// ref is cut across two chunks; a blob row nothing refers to is listed.
+#[test]
+fn gc_with_a_database_keeps_the_local_blobs_its_rows_refer_to() {
+    let Some(server) = common::pg::server() else {
+        return;
+    };
+    for layout in ["", "&layout=chunks"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = AgentDir::new(tmp.path());
+        let table = server.fresh_table();
+        let url = format!("{}&table={table}{layout}", server.conn());
+        let pg = common::pg_storage_at(&agent, &url);
+        let blobs = agent.blobs_dir();
+        fs::create_dir_all(&blobs).unwrap();
+        let used = sha(b"image used by a row");
+        let unused = sha(b"image nothing uses");
+        for (hex, data) in [
+            (&used, &b"image used by a row"[..]),
+            (&unused, b"image nothing uses"),
+        ] {
+            fs::write(blobs.join(hex), data).unwrap();
+            age(&blobs.join(hex));
+        }
+        let path = agent
+            .sessions_dir()
+            .join("--srv-img--/2026-01-01T00-00-00-000Z_img1.jsonl");
+        let text = format!(
+            "{}\n{}\n",
+            header("img1", "/srv/img"),
+            image_entry("e1", &used)
+        );
+        let row = path.to_str().unwrap();
+        let mut c = server.client();
+        if layout.is_empty() {
+            pg.write(&path, text.as_bytes()).unwrap();
+        } else {
+            // Two chunks, the ref cut in the middle of its digest.
+            let cut = text.find(&used).unwrap() + 30;
+            c.execute(
+                &format!(
+                    "INSERT INTO {table}_chunks (path, seq, content, mtime_ms) \
+                     VALUES ($1, 0, $2, 1), ($1, $3, $4, 1)"
+                ),
+                &[&row, &&text[..cut], &(cut as i64), &&text[cut..]],
+            )
+            .unwrap();
+        }
+        let orphan = "ab".repeat(32);
+        c.execute(
+            &format!("INSERT INTO {table}_blobs (sha256, data) VALUES ($1, $2)"),
+            &[&orphan, &&b"orphan"[..]],
+        )
+        .unwrap();
+        let out = run(tmp.path(), &["--storage", &url, "gc", "--blobs", "--apply"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{layout}: {err}");
+        assert!(
+            blobs.join(&used).exists(),
+            "{layout}: the row's blob is kept: {err}"
+        );
+        assert!(!blobs.join(&unused).exists(), "{layout}: {err}");
+        assert!(
+            err.contains(&format!("unreferenced in {table}_blobs: {orphan}")),
+            "{err}"
+        );
+        let n: i64 = c
+            .query_one(&format!("SELECT count(*) FROM {table}_blobs"), &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1, "the blob table is listed, not changed");
+    }
 }
