@@ -1,6 +1,7 @@
 //! Rows and blobs: the queries behind [`Storage`](crate::session::storage::Storage)'s
 //! calls, with the local mirrors of rows read by byte offset.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -15,45 +16,109 @@ use super::{
 };
 use crate::session::storage::{DirItem, FileStat};
 
+thread_local! {
+    /// The newest mtime below the directory whose row stat just missed on
+    /// this thread (see [`PgStorage::row_stat`]), for the `dir_mtime` that
+    /// follows it.
+    static DIR_SEEN: RefCell<Option<(String, Option<i64>)>> = const { RefCell::new(None) };
+}
+
 impl PgStorage {
     // -- rows ------------------------------------------------------------
 
     /// `(size, mtime_ms, identity)` of a row.
+    ///
+    /// When there is no such row and the key does not name a session file
+    /// (`.jsonl`), the same statement also finds the newest mtime below
+    /// the directory `key`, which [`dir_mtime`](Self::dir_mtime) takes
+    /// right after on this thread: a directory's `stat` (a row stat that
+    /// misses, then the directory's time) is one statement.
+    ///
+    /// In the chunks layout every part is an index probe of the file's
+    /// first or last chunk (its mtime is the last chunk's: appends come
+    /// in order, a rewrite leaves one chunk), so a stat costs the same
+    /// whatever the number of chunks.
     pub(super) fn row_stat(&self, key: &str) -> io::Result<Option<(u64, i64, u64)>> {
+        let with_dir = !key.ends_with(".jsonl");
+        let dir = Self::dir_prefix(key);
         let sql = match self.inner.sql.layout {
             Layout::Rows => format!(
                 "SELECT octet_length(content)::bigint, mtime_ms, \
-                 md5(split_part(left(content, 4096), E'\\n', 1)) FROM {} WHERE path = $1",
-                self.inner.sql.t
+                 md5(split_part(left(content, 4096), E'\\n', 1)), NULL::bigint \
+                 FROM {t} WHERE path = $1 \
+                 UNION ALL SELECT NULL, NULL, NULL, \
+                 CASE WHEN $3 THEN (SELECT max(mtime_ms) FROM {t} WHERE starts_with(path, $2)) END \
+                 WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE path = $1)",
+                t = self.inner.sql.t
             ),
             Layout::Chunks => format!(
-                "SELECT (SELECT seq + octet_length(content) FROM {c} WHERE path = $1 \
-                 ORDER BY seq DESC LIMIT 1)::bigint, \
-                 (SELECT max(mtime_ms) FROM {c} WHERE path = $1), \
+                "SELECT l.size, l.mtime, \
                  (SELECT md5(split_part(left(content, 4096), E'\\n', 1)) FROM {c} \
-                 WHERE path = $1 AND seq = 0)",
-                c = self.inner.sql.chunks()
+                 WHERE path = $1 AND seq = 0), \
+                 CASE WHEN l.size IS NULL AND $3 THEN {dir_max} END \
+                 FROM (SELECT 1) one LEFT JOIN LATERAL \
+                 (SELECT seq + octet_length(content) AS size, mtime_ms AS mtime FROM {c} \
+                 WHERE path = $1 ORDER BY seq DESC LIMIT 1) l ON true",
+                c = self.inner.sql.chunks(),
+                dir_max = self.chunks_dir_max("$2"),
             ),
         };
-        let row = self.with_client(|c| c.query_opt(&sql, &[&key]))?;
-        let Some(row) = row else { return Ok(None) };
-        let size: Option<i64> = row.get(0);
-        let Some(size) = size else { return Ok(None) };
-        let mtime: Option<i64> = row.get(1);
-        let head: Option<String> = row.get(2);
-        Ok(Some((
-            u64::try_from(size).unwrap_or(0),
-            mtime.unwrap_or(0),
-            hash64(&(key, head)),
-        )))
+        let rows = self.with_client(|c| c.query(&sql, &[&key, &dir, &with_dir]))?;
+        let mut found = None;
+        let mut below = None;
+        for row in &rows {
+            let size: Option<i64> = row.get(0);
+            match size {
+                Some(size) => {
+                    let mtime: Option<i64> = row.get(1);
+                    let head: Option<String> = row.get(2);
+                    found = Some((
+                        u64::try_from(size).unwrap_or(0),
+                        mtime.unwrap_or(0),
+                        hash64(&(key, head)),
+                    ));
+                }
+                None => below = row.get::<_, Option<i64>>(3),
+            }
+        }
+        DIR_SEEN.with(|seen| {
+            *seen.borrow_mut() = (found.is_none() && with_dir).then(|| (key.to_string(), below));
+        });
+        Ok(found)
     }
 
-    /// The newest mtime of the rows below directory `key`, if any.
+    /// SQL for the newest mtime of the files below the prefix `param` in
+    /// the chunks layout, without reading every chunk: the distinct paths
+    /// are walked along the primary key (one probe each, a "loose index
+    /// scan"), and each file's time is its last chunk's. It costs one probe
+    /// per file of the table, whatever their lengths.
+    fn chunks_dir_max(&self, param: &str) -> String {
+        let c = self.inner.sql.chunks();
+        format!(
+            "(WITH RECURSIVE f(p) AS (SELECT min(path) FROM {c} \
+             UNION ALL SELECT (SELECT min(path) FROM {c} WHERE path > f.p) FROM f \
+             WHERE f.p IS NOT NULL) \
+             SELECT max((SELECT mtime_ms FROM {c} WHERE path = f.p ORDER BY seq DESC LIMIT 1)) \
+             FROM f WHERE starts_with(f.p, {param}))"
+        )
+    }
+
+    /// The newest mtime of the rows below directory `key`, if any (taken
+    /// from the row stat of `key` that just missed, when there was one).
     pub(super) fn dir_mtime(&self, key: &str) -> io::Result<Option<i64>> {
-        let sql = format!(
-            "SELECT max(mtime_ms) FROM {} WHERE starts_with(path, $1)",
-            self.inner.sql.files()
-        );
+        let seen = DIR_SEEN.with(|seen| seen.borrow_mut().take());
+        if let Some((k, mtime)) = seen {
+            if k == key {
+                return Ok(mtime);
+            }
+        }
+        let sql = match self.inner.sql.layout {
+            Layout::Rows => format!(
+                "SELECT max(mtime_ms) FROM {} WHERE starts_with(path, $1)",
+                self.inner.sql.t
+            ),
+            Layout::Chunks => format!("SELECT {}", self.chunks_dir_max("$1")),
+        };
         let p = Self::dir_prefix(key);
         let row = self.with_client(|c| c.query_one(&sql, &[&p]))?;
         Ok(row.get(0))
@@ -75,9 +140,11 @@ impl PgStorage {
             }
             Layout::Chunks => {
                 let sql = format!(
-                    "SELECT seq, convert_to(content, 'UTF8') FROM {} WHERE path = $1 \
+                    "SELECT seq, convert_to(content, 'UTF8') FROM {c} WHERE path = $1 \
+                     AND seq >= coalesce((SELECT seq FROM {c} WHERE path = $1 AND seq <= $2 \
+                     ORDER BY seq DESC LIMIT 1), 0) \
                      AND seq + octet_length(content) > $2 ORDER BY seq",
-                    self.inner.sql.chunks()
+                    c = self.inner.sql.chunks()
                 );
                 let rows = self.with_client(|c| c.query(&sql, &[&key, &from]))?;
                 if rows.is_empty() && self.row_stat(key)?.is_none() {
@@ -475,11 +542,23 @@ impl PgStorage {
     pub(super) fn list_dir(&self, key: &str) -> io::Result<Option<Vec<DirItem>>> {
         let p = Self::dir_prefix(key);
         let from = i32::try_from(p.chars().count() + 1).unwrap_or(i32::MAX);
+        let paths = match self.inner.sql.layout {
+            Layout::Rows => format!(
+                "SELECT path FROM {} WHERE starts_with(path, $1)",
+                self.inner.sql.t
+            ),
+            // The distinct paths along the primary key, not every chunk.
+            Layout::Chunks => format!(
+                "WITH RECURSIVE f(path) AS (SELECT min(path) FROM {c} \
+                 UNION ALL SELECT (SELECT min(path) FROM {c} WHERE path > f.path) FROM f \
+                 WHERE f.path IS NOT NULL) \
+                 SELECT path FROM f WHERE starts_with(path, $1)",
+                c = self.inner.sql.chunks()
+            ),
+        };
         let sql = format!(
             "SELECT split_part(substr(path, $2), '/', 1) AS name, \
-             bool_or(strpos(substr(path, $2), '/') > 0) FROM \
-             (SELECT DISTINCT path FROM {} WHERE starts_with(path, $1)) p GROUP BY 1",
-            self.inner.sql.files()
+             bool_or(strpos(substr(path, $2), '/') > 0) FROM ({paths}) p GROUP BY 1"
         );
         let rows = self.with_client(|c| c.query(&sql, &[&p, &from]))?;
         if rows.is_empty() {

@@ -185,6 +185,12 @@ impl Server {
         format!("postgres://postgres@/postgres?host={}", self.dir.display())
     }
 
+    /// The server's log file (statements are logged there for a
+    /// connection that asks, with `options=-c log_statement=all`).
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("log")
+    }
+
     /// A table name no other test of this process uses.
     pub fn fresh_table(&self) -> String {
         format!(

@@ -14,6 +14,7 @@ mod model;
 mod moves;
 mod persistence;
 mod pg_conn;
+mod pg_cost;
 mod projects;
 mod ref_fidelity;
 mod reference_ports;
