@@ -1,5 +1,5 @@
-//! What a `stat` costs on PostgreSQL (`docs/team.md`, "What an access
-//! costs"): the statements sent and the rows the server visits for them,
+//! What a `stat` costs on PostgreSQL (`docs/team.md`,
+//! "Guarantees"): the statements sent and the rows the server visits for them,
 //! read from the test server's log, where our connection alone logs its
 //! statements (`log_statement`) and their executed plans (`auto_explain`).
 //! Counts, not timings.
