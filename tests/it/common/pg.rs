@@ -87,48 +87,58 @@ fn run_as_owner(bin: &Path, program: &str, args: &[&str]) -> Result<(), String> 
     }
 }
 
+/// Stops the server of `dir` (binaries in `bin`) and removes `dir`.
+fn stop(dir: &Path, bin: &Path) {
+    let data = dir.join("data");
+    let _ = run_as_owner(
+        bin,
+        "pg_ctl",
+        &[
+            "-D",
+            &data.to_string_lossy(),
+            "-m",
+            "immediate",
+            "-w",
+            "stop",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 extern "C" fn stop_at_exit() {
     if let Some(Ok(server)) = SERVER.get() {
-        let data = server.dir.join("data");
-        let _ = run_as_owner(
-            &server.bin,
-            "pg_ctl",
-            &[
-                "-D",
-                &data.to_string_lossy(),
-                "-m",
-                "immediate",
-                "-w",
-                "stop",
-            ],
-        );
-        let _ = std::fs::remove_dir_all(&server.dir);
+        stop(&server.dir, &server.bin);
     }
 }
 
-fn start() -> Result<Server, String> {
-    let bin = bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
+/// Gives `p` to the server's user (`nobody`) when we are root.
+fn give_to_owner(p: &Path) -> Result<(), String> {
+    if is_root() {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534))
+            .map_err(|e| format!("chown {}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// A temp directory (kept) for a server, owned by the server's user.
+fn server_dir(prefix: &str) -> Result<PathBuf, String> {
     let dir = tempfile::Builder::new()
-        .prefix("sessionfs-pg-")
+        .prefix(prefix)
         .tempdir()
         .map_err(|e| format!("temp dir: {e}"))?
         .keep();
-    if is_root() {
-        std::os::unix::fs::chown(&dir, Some(65534), Some(65534))
-            .map_err(|e| format!("chown {}: {e}", dir.display()))?;
-    }
-    let server = Server {
-        dir: dir.clone(),
-        bin: bin.clone(),
-    };
-    let data = dir.join("data");
-    let data_s = data.to_string_lossy().into_owned();
+    give_to_owner(&dir)?;
+    Ok(dir)
+}
+
+/// `initdb` of the cluster `data` (trust, superuser `postgres`, UTF8, C).
+fn initdb(bin: &Path, data: &str) -> Result<(), String> {
     run_as_owner(
-        &bin,
+        bin,
         "initdb",
         &[
             "-D",
-            &data_s,
+            data,
             "-A",
             "trust",
             "-U",
@@ -139,7 +149,32 @@ fn start() -> Result<Server, String> {
             "--no-sync",
         ],
     )
-    .inspect_err(|_| {
+}
+
+/// Starts the cluster `data` with server `options`, logging to `log`; an
+/// error carries the log's text.
+fn pg_ctl_start(bin: &Path, data: &str, options: &str, log: &str) -> Result<(), String> {
+    run_as_owner(
+        bin,
+        "pg_ctl",
+        &["-D", data, "-o", options, "-l", log, "-w", "start"],
+    )
+    .map_err(|e| {
+        let log_text = std::fs::read_to_string(log).unwrap_or_default();
+        format!("{e}\n{log_text}")
+    })
+}
+
+fn start() -> Result<Server, String> {
+    let bin = bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
+    let dir = server_dir("sessionfs-pg-")?;
+    let server = Server {
+        dir: dir.clone(),
+        bin: bin.clone(),
+    };
+    let data = dir.join("data");
+    let data_s = data.to_string_lossy().into_owned();
+    initdb(&bin, &data_s).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&dir);
     })?;
     let options = format!(
@@ -147,15 +182,9 @@ fn start() -> Result<Server, String> {
         dir.display()
     );
     let log = dir.join("log").to_string_lossy().into_owned();
-    if let Err(e) = run_as_owner(
-        &bin,
-        "pg_ctl",
-        &["-D", &data_s, "-o", &options, "-l", &log, "-w", "start"],
-    ) {
-        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    pg_ctl_start(&bin, &data_s, &options, &log).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&dir);
-        return Err(format!("{e}\n{log_text}"));
-    }
+    })?;
     // SAFETY: registers a plain extern "C" function.
     unsafe {
         libc::atexit(stop_at_exit);
@@ -278,20 +307,7 @@ static TLS_SERVER: OnceLock<Result<TlsServer, String>> = OnceLock::new();
 
 extern "C" fn stop_tls_at_exit() {
     if let Some(Ok(server)) = TLS_SERVER.get() {
-        let data = server.dir.join("data");
-        let _ = run_as_owner(
-            &server.bin,
-            "pg_ctl",
-            &[
-                "-D",
-                &data.to_string_lossy(),
-                "-m",
-                "immediate",
-                "-w",
-                "stop",
-            ],
-        );
-        let _ = std::fs::remove_dir_all(&server.dir);
+        stop(&server.dir, &server.bin);
     }
 }
 
@@ -383,43 +399,16 @@ fn openssl_server_cert(dir: &Path, ca: &str) -> Result<(), String> {
 fn start_tls() -> Result<TlsServer, String> {
     use std::os::unix::fs::PermissionsExt;
     let bin = bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
-    let dir = tempfile::Builder::new()
-        .prefix("sessionfs-pgtls-")
-        .tempdir()
-        .map_err(|e| format!("temp dir: {e}"))?
-        .keep();
-    let owner = |p: &Path| -> Result<(), String> {
-        if is_root() {
-            std::os::unix::fs::chown(p, Some(65534), Some(65534))
-                .map_err(|e| format!("chown {}: {e}", p.display()))?;
-        }
-        Ok(())
-    };
-    owner(&dir)?;
+    let dir = server_dir("sessionfs-pgtls-")?;
     let data = dir.join("data");
     let data_s = data.to_string_lossy().into_owned();
-    run_as_owner(
-        &bin,
-        "initdb",
-        &[
-            "-D",
-            &data_s,
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-        ],
-    )?;
+    initdb(&bin, &data_s)?;
     openssl_ca(&dir, "root")?;
     openssl_ca(&dir, "other")?;
     openssl_server_cert(&dir, "root")?;
     for f in ["server.key", "server.crt"] {
         std::fs::copy(dir.join(f), data.join(f)).map_err(|e| e.to_string())?;
-        owner(&data.join(f))?;
+        give_to_owner(&data.join(f))?;
     }
     std::fs::set_permissions(
         data.join("server.key"),
@@ -446,14 +435,7 @@ fn start_tls() -> Result<TlsServer, String> {
         dir.display()
     );
     let log = dir.join("log").to_string_lossy().into_owned();
-    if let Err(e) = run_as_owner(
-        &bin,
-        "pg_ctl",
-        &["-D", &data_s, "-o", &options, "-l", &log, "-w", "start"],
-    ) {
-        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-        return Err(format!("{e}\n{log_text}"));
-    }
+    pg_ctl_start(&bin, &data_s, &options, &log)?;
     // SAFETY: registers a plain extern "C" function.
     unsafe {
         libc::atexit(stop_tls_at_exit);
