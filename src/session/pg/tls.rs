@@ -66,34 +66,16 @@ impl Tls {
                         .join(".postgresql/root.crt"),
                 };
                 let mut roots = RootCertStore::empty();
-                for cert in CertificateDer::pem_file_iter(&file).map_err(|e| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("sslrootcert {}: {e}", file.display()),
-                    )
-                })? {
-                    let cert = cert.map_err(|e| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!("sslrootcert {}: {e}", file.display()),
-                        )
-                    })?;
-                    roots.add(cert).map_err(|e| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!("sslrootcert {}: {e}", file.display()),
-                        )
-                    })?;
+                for cert in
+                    CertificateDer::pem_file_iter(&file).map_err(|e| bad_root_cert(&file, e))?
+                {
+                    let cert = cert.map_err(|e| bad_root_cert(&file, e))?;
+                    roots.add(cert).map_err(|e| bad_root_cert(&file, e))?;
                 }
                 let webpki =
                     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                         .build()
-                        .map_err(|e| {
-                            io::Error::new(
-                                io::ErrorKind::InvalidInput,
-                                format!("sslrootcert {}: {e}", file.display()),
-                            )
-                        })?;
+                        .map_err(|e| bad_root_cert(&file, e))?;
                 if verify == Verify::Full {
                     webpki
                 } else {
@@ -124,6 +106,14 @@ impl Tls {
         MakeTlsConnect::<Stream>::make_tls_connect(&mut make, name)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TLS: {e}")))
     }
+}
+
+/// The error for a root-certificate `file` that cannot be read or used.
+fn bad_root_cert(file: &Path, e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("sslrootcert {}: {e}", file.display()),
+    )
 }
 
 /// Checks the handshake's signatures but not the certificate (libpq's
