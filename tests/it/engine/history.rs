@@ -792,6 +792,16 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Each of `commands` on `agent` exits with `code` and says `says`.
+fn assert_each_fails(agent: &Path, commands: &[&[&str]], code: i32, says: &str) {
+    for args in commands {
+        let out = cli_any(agent, args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 /// The names of the database's tables, indexes and triggers.
 fn schema_objects(path: &Path) -> Vec<String> {
     let conn = Connection::open(path).unwrap();
@@ -943,15 +953,12 @@ fn cli_read_errors_exit_5_without_quoting_sql() {
         .unwrap()
         .execute_batch("CREATE TABLE history(id INTEGER PRIMARY KEY, text TEXT)")
         .unwrap();
-    for args in [&["recent"][..], &["search", "x"], &["add", "x"]] {
-        let out = cli_any(&agent, args);
-        assert_eq!(out.status.code(), Some(5), "{args:?}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains("no prompt column"),
-            "{}",
-            stderr(&out)
-        );
-    }
+    assert_each_fails(
+        &agent,
+        &[&["recent"], &["search", "x"], &["add", "x"]],
+        5,
+        "no prompt column",
+    );
 }
 
 #[test]
@@ -1104,15 +1111,12 @@ fn cli_an_agent_directory_that_is_a_file_is_invalid_for_every_command() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("afile");
     std::fs::write(&file, "").unwrap();
-    for args in [&["add", "x"][..], &["recent"], &["search", "x"]] {
-        let out = cli_any(&file, args);
-        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains("is not a directory"),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-    }
+    assert_each_fails(
+        &file,
+        &[&["add", "x"], &["recent"], &["search", "x"]],
+        4,
+        "is not a directory",
+    );
 }
 
 #[test]
