@@ -205,6 +205,21 @@ fn the_agents_other_entry_types_can_be_appended() {
     );
 }
 
+/// The `content` of each message of a context.
+fn message_contents(ctx: &Value) -> Vec<&Value> {
+    ctx["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["content"])
+        .collect()
+}
+
+/// The expected contents: the `messages` of a `want` file.
+fn want_messages(want: &Value) -> Vec<&Value> {
+    want["messages"].as_array().unwrap().iter().collect()
+}
+
 #[test]
 fn objects_with_an_id_are_entries_whatever_their_type_as_for_the_agent() {
     let dir = fidelity().join("typeless");
@@ -229,14 +244,11 @@ fn objects_with_an_id_are_entries_whatever_their_type_as_for_the_agent() {
             let s = Session::open(storage(), Some(blobs), &path, &options).unwrap();
             assert_eq!(s.leaf_id(), want["leaf"].as_str(), "{name}");
             let ctx = common::js_json(s.context().unwrap().as_json());
-            let contents: Vec<&Value> = ctx["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| &m["content"])
-                .collect();
-            let want_contents: Vec<&Value> = want["messages"].as_array().unwrap().iter().collect();
-            assert_eq!(contents, want_contents, "{name} (index: {index})");
+            assert_eq!(
+                message_contents(&ctx),
+                want_messages(&want),
+                "{name} (index: {index})"
+            );
         }
         // The lean scan (the context of the last entry) agrees.
         let mut out = Vec::new();
@@ -245,14 +257,11 @@ fn objects_with_an_id_are_entries_whatever_their_type_as_for_the_agent() {
                 .unwrap();
         if written {
             let ctx = common::js_json(std::str::from_utf8(&out).unwrap());
-            let contents: Vec<&Value> = ctx["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| &m["content"])
-                .collect();
-            let want_contents: Vec<&Value> = want["messages"].as_array().unwrap().iter().collect();
-            assert_eq!(contents, want_contents, "{name} (lean)");
+            assert_eq!(
+                message_contents(&ctx),
+                want_messages(&want),
+                "{name} (lean)"
+            );
         }
         cases += 1;
     }
