@@ -579,6 +579,20 @@ fn a_command_that_loads_the_file_again_reports_a_reload() {
     assert!(text.contains(r#""version":3"#) && text.contains(r#""customType":"x""#));
 }
 
+/// A read-only tree on the agent directory `agent` for counting project
+/// listings: its links live an hour, so that the counts do not depend on
+/// how fast the test runs.
+fn counting_tree(agent: &Path) -> Tree {
+    let mut tree = Tree::new(TreeConfig {
+        agent: AgentDir::new(agent),
+        read_only: true,
+        index: None,
+        cache_bytes: 1 << 30,
+    });
+    tree.set_links_ttl(Duration::from_secs(3600));
+    tree
+}
+
 /// `by-id/<id>` is looked up without listing every project each time
 /// (`ls -l by-id` of 5,000 sessions took 30 s: a listing per name), and
 /// still follows the files: a new session is found at once, a removed one
@@ -600,14 +614,7 @@ fn by_id_lookups_do_not_list_every_project_each() {
             fs::write(file(&format!("--p{p:02}--"), &id), session_text(&id, 1)).unwrap();
         }
     }
-    let mut tree = Tree::new(TreeConfig {
-        agent: AgentDir::new(tmp.path()),
-        read_only: true,
-        index: None,
-        cache_bytes: 1 << 30,
-    });
-    // Counting listings must not depend on how fast the test runs.
-    tree.set_links_ttl(Duration::from_secs(3600));
+    let tree = counting_tree(tmp.path());
     let listed = tree.list(&Node::ById).unwrap();
     assert_eq!(listed.len(), 100);
     let scans = tree.project_scans();
@@ -665,13 +672,7 @@ fn by_cwd_lookups_do_not_list_every_project_each() {
     for p in 0..20 {
         project(p);
     }
-    let mut tree = Tree::new(TreeConfig {
-        agent: AgentDir::new(tmp.path()),
-        read_only: true,
-        index: None,
-        cache_bytes: 1 << 30,
-    });
-    tree.set_links_ttl(Duration::from_secs(3600));
+    let tree = counting_tree(tmp.path());
     let work = tree.lookup(&Node::ByCwd("".into()), b"work").unwrap();
     let listed = tree.list(&work).unwrap();
     assert_eq!(listed.len(), 20);
