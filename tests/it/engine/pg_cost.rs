@@ -33,35 +33,29 @@ fn records(log: &Path, from: u64, table: &str) -> Vec<String> {
     out
 }
 
+/// The number that follows the first `marker` in `text`.
+fn number_after(text: &str, marker: &str) -> Option<u64> {
+    let at = text.find(marker)? + marker.len();
+    text[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The most rows one node of the logged plans produced or filtered out
 /// (over all its loops).
 fn most_rows_visited(plans: &[&String]) -> u64 {
     let mut most = 0;
     for plan in plans {
         for line in plan.lines() {
-            let num = |after: &str| -> Option<u64> {
-                let at = line.find(after)? + after.len();
-                line[at..]
-                    .split(|c: char| !c.is_ascii_digit())
-                    .next()?
-                    .parse()
-                    .ok()
-            };
             if let Some(at) = line.find("(actual time=") {
                 let actual = &line[at..];
-                let field = |name: &str| -> Option<u64> {
-                    let i = actual.find(name)? + name.len();
-                    actual[i..]
-                        .split(|c: char| !c.is_ascii_digit())
-                        .next()?
-                        .parse()
-                        .ok()
-                };
-                let rows = field(" rows=").unwrap_or(0);
-                let loops = field(" loops=").unwrap_or(1);
+                let rows = number_after(actual, " rows=").unwrap_or(0);
+                let loops = number_after(actual, " loops=").unwrap_or(1);
                 most = most.max(rows * loops);
             }
-            if let Some(n) = num("Rows Removed by Filter: ") {
+            if let Some(n) = number_after(line, "Rows Removed by Filter: ") {
                 most = most.max(n);
             }
         }
