@@ -304,14 +304,16 @@ fn cli_reading_commands_report_a_missing_table_and_pg_needs_storage() {
     assert!(err.contains("no such row"), "{err}");
 }
 
+/// The TLS test server, tried only when the main server runs (the
+/// PostgreSQL tests are not skipped).
+fn tls_server() -> Option<&'static pg::TlsServer> {
+    pg::server()?;
+    pg::tls_server()
+}
+
 #[test]
 fn tls_as_libpq_require_encrypts_verify_full_checks_the_certificate() {
-    if pg::server().is_none() {
-        return;
-    }
-    let Some(server) = pg::tls_server() else {
-        return;
-    };
+    let Some(server) = tls_server() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let agent = AgentDir::new(tmp.path());
     let open = |extra: &str| PgStorage::connect(&PgUrl::parse(&server.url(extra)).unwrap(), &agent);
@@ -375,12 +377,7 @@ fn tls_as_libpq_require_encrypts_verify_full_checks_the_certificate() {
 #[test]
 fn the_password_comes_from_pgpassword_or_the_password_file() {
     use std::os::unix::fs::PermissionsExt;
-    if pg::server().is_none() {
-        return;
-    }
-    let Some(server) = pg::tls_server() else {
-        return;
-    };
+    let Some(server) = tls_server() else { return };
     let tmp = tempfile::tempdir().unwrap();
     // A table name that does not exist: once authenticated, a reading
     // command says "no such table" (exit 3); a failed login is exit 5.
