@@ -409,15 +409,13 @@ impl PartialLine {
 /// (a bad line fails that write, every later write of the table and its
 /// close); the table is applied when the file is closed — its lines set
 /// labels, and the labels of entries it does not name are cleared — at the
-/// `flush` of a close once something was written (shells close a
-/// duplicate of the descriptor before the command writes), else at the
-/// `release` (`: > labels`: the empty table). A table with a bad line
+/// `flush` of a close by the process that opened the file once something
+/// was written (its writers may be children closing their copies after
+/// each line), else at the `release` (`: > labels`: the empty table). A table with a bad line
 /// changes nothing. While it is written, `labels` reports the size of what
 /// was written so far, as a truncated file does.
 #[derive(Debug, Default)]
 pub(crate) struct LabelTable {
-    /// The process that opened the file: its close ends the table.
-    pub opener: u32,
     /// Something was written through this handle (or it was truncated).
     pub written: bool,
     /// The table was applied, and nothing was written since.
@@ -432,16 +430,6 @@ pub(crate) struct LabelTable {
     pub seen: std::collections::HashSet<String>,
     /// The start of a line whose newline has not arrived yet.
     pub line: PartialLine,
-}
-
-impl LabelTable {
-    /// A table written through a file process `opener` opened.
-    pub(crate) fn by(opener: u32) -> Self {
-        LabelTable {
-            opener,
-            ..LabelTable::default()
-        }
-    }
 }
 
 #[cfg(test)]

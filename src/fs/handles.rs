@@ -40,7 +40,8 @@ enum Handle {
         content: Option<Text>,
         /// The id the kernel gave for the last writer (see `flush`).
         last_writer: u32,
-        /// The id of the process that opened it.
+        /// The id of the process that opened it: its close ends a table
+        /// written over `labels`.
         opener: u32,
         /// `labels` opened with `O_TRUNC` (or truncated through this
         /// handle): the table written replaces the labels (see
@@ -235,7 +236,7 @@ impl Handles {
                         content: None,
                         last_writer: 0,
                         opener: mode.by,
-                        table: replaces_labels.then(|| Box::new(LabelTable::by(mode.by))),
+                        table: replaces_labels.then(Box::default),
                         slot: None,
                     },
                     PageCache::Direct,
@@ -409,20 +410,15 @@ impl Handles {
             node: node @ Node::File(_, SessionFile::Labels),
             pending,
             table,
-            opener,
             ..
         } = &mut *h
         else {
             return false;
         };
         pending.labels.clear();
-        let opener = match table {
-            Some(t) => t.opener,
-            None => *opener,
-        };
         *table = Some(Box::new(LabelTable {
             written: true,
-            ..LabelTable::by(opener)
+            ..LabelTable::default()
         }));
         self.tables.lock().insert(fh, (node.clone(), 0));
         true
@@ -444,6 +440,7 @@ impl Handles {
             node,
             pending,
             last_writer,
+            opener,
             table,
             ..
         } = &mut *h
@@ -454,7 +451,7 @@ impl Handles {
             // The table ends at a close by the process that opened the
             // file (its writers may be children that close their copies
             // after each write, as in `for …; do cmd; done > labels`).
-            (Node::File(key, _), Some(table)) if table.written && pid == table.opener => {
+            (Node::File(key, _), Some(table)) if table.written && pid == *opener => {
                 let result = self.tree.finish_labels_table(key, Some(table), pid);
                 // Applied (or refused): `labels` shows the labels again.
                 self.tables.lock().remove(&fh);

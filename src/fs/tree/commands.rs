@@ -44,9 +44,7 @@ impl Tree {
             return Ok(());
         }
         self.command(key, SessionFile::Labels.name(), pid, |s| {
-            let cmds = line.finish()?;
-            check_label_lines(s, &cmds)?;
-            cmds.iter().try_for_each(|c| labels::run(s, c).map(drop))
+            run_label_lines(s, &line.finish()?)
         })
     }
 
@@ -305,8 +303,12 @@ pub(super) fn run_leaf(s: &mut Session, line: &mut LeafLine, data: &[u8]) -> Res
 /// last line without a newline waits for the rest (`PartialLine`), also
 /// when the lines before it failed.
 pub(super) fn run_labels(s: &mut Session, line: &mut PartialLine, data: &[u8]) -> Result<()> {
-    let cmds = line.lines(data)?;
-    check_label_lines(s, &cmds)?;
+    run_label_lines(s, &line.lines(data)?)
+}
+
+/// Label commands, all checked before any runs.
+fn run_label_lines(s: &mut Session, cmds: &[LabelCommand]) -> Result<()> {
+    check_label_lines(s, cmds)?;
     cmds.iter().try_for_each(|c| labels::run(s, c).map(drop))
 }
 
